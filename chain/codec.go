@@ -1,0 +1,312 @@
+package chain
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Every value sbxdb stores in bbolt is sealed: a format byte, the payload,
+// and an xxhash64 of (bucket, key, payload). bbolt checksums its meta pages
+// but not values, so without the seal a flipped bit in a data page would be
+// returned as valid data. Hashing the bucket and key too catches a value that
+// ended up under the wrong key.
+
+const (
+	recordVersion = 1
+	sealSize      = 1 + 8
+)
+
+func sum(bucket, key, payload []byte) uint64 {
+	d := xxhash.New()
+	d.Write(bucket)
+	d.Write([]byte{0})
+	d.Write(key)
+	d.Write([]byte{0})
+	d.Write(payload)
+	return d.Sum64()
+}
+
+// Seal returns the stored form of payload under bucket/key.
+func Seal(bucket, key, payload []byte) []byte {
+	out := make([]byte, 0, len(payload)+sealSize)
+	out = append(out, recordVersion)
+	out = append(out, payload...)
+	return binary.LittleEndian.AppendUint64(out, sum(bucket, key, payload))
+}
+
+// Unseal verifies a stored value and returns its payload, which aliases
+// value (and so is valid only inside the transaction that read it). A damaged
+// value is an ErrCorrupt error naming the bucket and key.
+func Unseal(bucket, key, value []byte) ([]byte, error) {
+	if len(value) < sealSize || value[0] != recordVersion {
+		return nil, corrupt(bucket, key, "bad record header")
+	}
+	payload := value[1 : len(value)-8]
+	if binary.LittleEndian.Uint64(value[len(value)-8:]) != sum(bucket, key, payload) {
+		return nil, corrupt(bucket, key, "checksum mismatch")
+	}
+	return payload, nil
+}
+
+func corrupt(bucket, key []byte, why string) error {
+	return fmt.Errorf("%w: %s/%q: %s", ErrCorrupt, bucket, key, why)
+}
+
+// Encoder appends the primitives of the binary record format. Every integer
+// is a varint, every string and byte slice is length-prefixed.
+type Encoder struct{ b []byte }
+
+// Bytes returns what has been encoded.
+func (e *Encoder) Bytes() []byte { return e.b }
+
+func (e *Encoder) Uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *Encoder) Varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *Encoder) Byte(c byte)      { e.b = append(e.b, c) }
+func (e *Encoder) String(s string) {
+	e.Uvarint(uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *Encoder) Raw(p []byte) {
+	e.Uvarint(uint64(len(p)))
+	e.b = append(e.b, p...)
+}
+
+// Decoder reads what Encoder wrote. It never panics and never allocates
+// more than its input justifies: a length longer than the remaining bytes is
+// an error, and so is trailing data. The first error sticks.
+type Decoder struct {
+	b   []byte
+	err error
+}
+
+// NewDecoder returns a Decoder over b.
+func NewDecoder(b []byte) *Decoder { return &Decoder{b: b} }
+
+// Err returns the first error, or one for unread trailing bytes.
+func (d *Decoder) Err() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+func (d *Decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("truncated or malformed %s", what)
+	}
+	d.b = nil
+}
+
+func (d *Decoder) Uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("uvarint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *Decoder) Varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *Decoder) Byte() byte {
+	if len(d.b) == 0 {
+		d.fail("byte")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+// Count reads a element count, bounded by the bytes left: every element
+// takes at least minSize bytes, so a forged count cannot force a huge
+// allocation.
+func (d *Decoder) Count(minSize int) int {
+	n := d.Uvarint()
+	if n > uint64(len(d.b)/minSize) {
+		d.fail("count")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *Decoder) take(n uint64, what string) []byte {
+	if n > uint64(len(d.b)) {
+		d.fail(what)
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *Decoder) String() string { return string(d.take(d.Uvarint(), "string")) }
+
+// Raw returns a copy of a length-prefixed byte slice.
+func (d *Decoder) Raw() []byte {
+	p := d.take(d.Uvarint(), "bytes")
+	if p == nil {
+		return nil
+	}
+	return append([]byte{}, p...)
+}
+
+// Binary checkpoint payload, format 1 (see docs/ARCHITECTURE.md):
+//
+//	id, threadId, parentId, reason, label, sourceRunId  strings
+//	createdAt                                           varint
+//	files:     count, then per entry: kind byte ('f','d','l'), flags byte
+//	           (bit 0 executable), path; file: 32-byte digest, size uvarint;
+//	           symlink: target
+//	artifacts: count, then artifactId, name, mimeType, 32-byte digest,
+//	           size uvarint, createdAt varint
+//	conversation: count, then each message's bytes
+//
+// Blob keys are stored as their 32-byte digest: the kind implies the prefix.
+
+const flagExecutable = 1
+
+// EncodeCheckpoint returns the binary payload of a valid checkpoint.
+func EncodeCheckpoint(cp *Checkpoint) []byte {
+	e := &Encoder{b: make([]byte, 0, 128+64*len(cp.Files))}
+	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
+		e.String(s)
+	}
+	e.Varint(cp.CreatedAt)
+	e.Uvarint(uint64(len(cp.Files)))
+	for i := range cp.Files {
+		f := &cp.Files[i]
+		var flags byte
+		if f.Executable {
+			flags |= flagExecutable
+		}
+		switch f.Kind {
+		case KindFile:
+			e.Byte('f')
+			e.Byte(flags)
+			e.String(f.Path)
+			e.digest(f.BlobKey, FilePrefix)
+			e.Uvarint(uint64(f.Size))
+		case KindDir:
+			e.Byte('d')
+			e.Byte(flags)
+			e.String(f.Path)
+		case KindSymlink:
+			e.Byte('l')
+			e.Byte(flags)
+			e.String(f.Path)
+			e.String(f.Target)
+		}
+	}
+	e.Uvarint(uint64(len(cp.Artifacts)))
+	for i := range cp.Artifacts {
+		a := &cp.Artifacts[i]
+		e.String(a.ArtifactID)
+		e.String(a.Name)
+		e.String(a.MimeType)
+		e.digest(a.BlobKey, ArtifactPrefix)
+		e.Uvarint(uint64(a.Size))
+		e.Varint(a.CreatedAt)
+	}
+	e.Uvarint(uint64(len(cp.Conversation)))
+	for _, m := range cp.Conversation {
+		e.Raw(m)
+	}
+	return e.b
+}
+
+func (e *Encoder) digest(key, prefix string) {
+	var d [32]byte
+	hex.Decode(d[:], []byte(key[len(prefix):])) // valid keys only: checked by ValidateContent
+	e.b = append(e.b, d[:]...)
+}
+
+func (d *Decoder) digest(prefix string) string {
+	p := d.take(32, "digest")
+	if p == nil {
+		return ""
+	}
+	return prefix + hex.EncodeToString(p)
+}
+
+// DecodeCheckpoint decodes a payload written by EncodeCheckpoint.
+func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
+	d := NewDecoder(p)
+	cp := &Checkpoint{}
+	cp.ID, cp.ThreadID, cp.ParentID = d.String(), d.String(), d.String()
+	cp.Reason = Reason(d.String())
+	cp.Label, cp.SourceRunID = d.String(), d.String()
+	cp.CreatedAt = d.Varint()
+	cp.Files = make([]Entry, d.Count(3))
+	for i := range cp.Files {
+		f := &cp.Files[i]
+		kind, flags := d.Byte(), d.Byte()
+		f.Path = d.String()
+		f.Executable = flags&flagExecutable != 0
+		switch kind {
+		case 'f':
+			f.Kind = KindFile
+			f.BlobKey = d.digest(FilePrefix)
+			f.Size = int64(d.Uvarint())
+		case 'd':
+			f.Kind = KindDir
+		case 'l':
+			f.Kind = KindSymlink
+			f.Target = d.String()
+		default:
+			d.fail("entry kind")
+		}
+	}
+	cp.Artifacts = make([]Artifact, d.Count(36))
+	for i := range cp.Artifacts {
+		a := &cp.Artifacts[i]
+		a.ArtifactID, a.Name, a.MimeType = d.String(), d.String(), d.String()
+		a.BlobKey = d.digest(ArtifactPrefix)
+		a.Size = int64(d.Uvarint())
+		a.CreatedAt = d.Varint()
+	}
+	cp.Conversation = decodeMessages(d)
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// EncodeMessages returns the payload of a message list (a transcript).
+func EncodeMessages(msgs []json.RawMessage) []byte {
+	e := &Encoder{}
+	e.Uvarint(uint64(len(msgs)))
+	for _, m := range msgs {
+		e.Raw(m)
+	}
+	return e.b
+}
+
+// DecodeMessages decodes a payload written by EncodeMessages. An empty list
+// decodes as a non-nil empty slice.
+func DecodeMessages(p []byte) ([]json.RawMessage, error) {
+	d := NewDecoder(p)
+	msgs := decodeMessages(d)
+	return msgs, d.Err()
+}
+
+func decodeMessages(d *Decoder) []json.RawMessage {
+	msgs := make([]json.RawMessage, d.Count(1))
+	for i := range msgs {
+		msgs[i] = d.Raw()
+	}
+	return msgs
+}

@@ -1,0 +1,81 @@
+package chain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The contract's error codes (SPEC §1.8). Code returns one of these for any
+// error produced by this module's checkpoint operations.
+const (
+	CodeStaleHead                = "SANDBOX_SNAPSHOT_STALE_HEAD"
+	CodeParentMismatch           = "SANDBOX_SNAPSHOT_PARENT_MISMATCH"
+	CodeDuplicateID              = "SANDBOX_SNAPSHOT_DUPLICATE_ID"
+	CodeNotHead                  = "SANDBOX_SNAPSHOT_NOT_HEAD"
+	CodeWriterConflict           = "SANDBOX_SNAPSHOT_WRITER_CONFLICT"
+	CodeWriterLost               = "SANDBOX_SNAPSHOT_WRITER_LOST"
+	CodeInvalidID                = "SANDBOX_SNAPSHOT_INVALID_ID"
+	CodeInvalidEntry             = "SANDBOX_SNAPSHOT_INVALID_ENTRY"
+	CodeCheckpointNotFound       = "SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND"
+	CodeAtomicForkRequired       = "SANDBOX_SNAPSHOT_ATOMIC_FORK_REQUIRED"
+	CodeForkSourceNotFound       = "SANDBOX_SNAPSHOT_FORK_SOURCE_NOT_FOUND"
+	CodeForkSourceThreadMismatch = "SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH"
+	CodeForkDestinationNotEmpty  = "SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY"
+)
+
+// codeError is the type of the sentinel errors: its value is the contract
+// code. Errors returned by operations wrap one sentinel, so errors.Is matches
+// the sentinel and Code recovers the string.
+type codeError string
+
+func (c codeError) Error() string { return string(c) }
+
+// Sentinels, one per contract code. Match them with errors.Is.
+var (
+	ErrStaleHead                = error(codeError(CodeStaleHead))
+	ErrParentMismatch           = error(codeError(CodeParentMismatch))
+	ErrDuplicateID              = error(codeError(CodeDuplicateID))
+	ErrNotHead                  = error(codeError(CodeNotHead))
+	ErrWriterConflict           = error(codeError(CodeWriterConflict))
+	ErrWriterLost               = error(codeError(CodeWriterLost))
+	ErrInvalidID                = error(codeError(CodeInvalidID))
+	ErrInvalidEntry             = error(codeError(CodeInvalidEntry))
+	ErrCheckpointNotFound       = error(codeError(CodeCheckpointNotFound))
+	ErrAtomicForkRequired       = error(codeError(CodeAtomicForkRequired)) // declared by the contract; nothing returns it (SPEC §10 Q19)
+	ErrForkSourceNotFound       = error(codeError(CodeForkSourceNotFound))
+	ErrForkSourceThreadMismatch = error(codeError(CodeForkSourceThreadMismatch))
+	ErrForkDestinationNotEmpty  = error(codeError(CodeForkDestinationNotEmpty))
+)
+
+// ErrCorrupt reports a stored record that failed its checksum or could not be
+// decoded. It carries no contract code: the contract has none for a damaged
+// store. Errors wrapping it name the bucket and key of the damaged record.
+var ErrCorrupt = errors.New("sbxdb: corrupt record")
+
+// Error is a contract error: a sentinel plus a message naming the offending
+// id, path or field.
+type Error struct {
+	sentinel error
+	msg      string
+}
+
+func (e *Error) Error() string { return e.sentinel.Error() + ": " + e.msg }
+
+// Unwrap returns the sentinel, so errors.Is(err, ErrStaleHead) works.
+func (e *Error) Unwrap() error { return e.sentinel }
+
+// Errorf returns a contract error wrapping sentinel, which must be one of this
+// package's Err* code sentinels, with a message formatted as by fmt.Sprintf.
+func Errorf(sentinel error, format string, args ...any) error {
+	return &Error{sentinel: sentinel, msg: fmt.Sprintf(format, args...)}
+}
+
+// Code returns the contract code of err ("SANDBOX_SNAPSHOT_…"), or "" when err
+// is nil or not a contract error.
+func Code(err error) string {
+	var c codeError
+	if errors.As(err, &c) {
+		return string(c)
+	}
+	return ""
+}

@@ -1,0 +1,261 @@
+package chain
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket names of the chain buckets. The whole bbolt layout, with the lease
+// and engine buckets, is documented in docs/ARCHITECTURE.md.
+var (
+	// BucketCheckpoints maps checkpoint id → sealed checkpoint payload.
+	BucketCheckpoints = []byte("checkpoints")
+	// BucketThreadIndex holds one key per checkpoint:
+	// threadId 0x00 be64(createdAt xor 1<<63) id → sealed empty payload,
+	// so a thread's checkpoints are one range scan in List order.
+	BucketThreadIndex = []byte("thread_index")
+	// BucketHeads maps threadId → sealed head checkpoint id.
+	BucketHeads = []byte("heads")
+	// BucketRefs maps blob key → sealed uvarint reference count (> 0).
+	BucketRefs = []byte("refs")
+	// BucketTranscripts maps threadId → sealed message list.
+	BucketTranscripts = []byte("transcripts")
+)
+
+// Buckets lists the chain buckets, for the engine to create at Open.
+var Buckets = [][]byte{BucketCheckpoints, BucketThreadIndex, BucketHeads, BucketRefs, BucketTranscripts}
+
+func bucket(tx *bolt.Tx, name []byte) *bolt.Bucket {
+	b := tx.Bucket(name)
+	if b == nil {
+		// Open creates every bucket; a missing one means a damaged file.
+		panic(fmt.Sprintf("sbxdb: bucket %s missing", name))
+	}
+	return b
+}
+
+func get(tx *bolt.Tx, name, key []byte) ([]byte, error) {
+	v := bucket(tx, name).Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	return Unseal(name, key, v)
+}
+
+func put(tx *bolt.Tx, name, key, payload []byte) error {
+	return bucket(tx, name).Put(key, Seal(name, key, payload))
+}
+
+// indexKey is the thread-index key of a checkpoint. Identifiers never
+// contain NUL, so threadId+0x00 is an exact prefix of one thread's keys.
+func indexKey(threadID string, createdAt int64, id string) []byte {
+	k := make([]byte, 0, len(threadID)+9+len(id))
+	k = append(k, threadID...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, uint64(createdAt)^1<<63)
+	return append(k, id...)
+}
+
+func threadPrefix(threadID string) []byte { return append([]byte(threadID), 0) }
+
+// CheckpointExists reports whether id is stored, without decoding it.
+func CheckpointExists(tx *bolt.Tx, id string) bool {
+	return bucket(tx, BucketCheckpoints).Get([]byte(id)) != nil
+}
+
+// GetCheckpoint returns the checkpoint id, or nil when it is not stored.
+func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
+	p, err := get(tx, BucketCheckpoints, []byte(id))
+	if p == nil || err != nil {
+		return nil, err
+	}
+	cp, err := DecodeCheckpoint(p)
+	if err != nil {
+		return nil, corrupt(BucketCheckpoints, []byte(id), err.Error())
+	}
+	if cp.ID != id {
+		return nil, corrupt(BucketCheckpoints, []byte(id), "record holds checkpoint "+cp.ID)
+	}
+	return cp, nil
+}
+
+// PutCheckpoint stores cp, indexes it under its thread and adds one
+// reference to each of its distinct blob keys. The caller has checked that
+// the id is free.
+func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
+	if err := put(tx, BucketCheckpoints, []byte(cp.ID), EncodeCheckpoint(cp)); err != nil {
+		return err
+	}
+	if err := put(tx, BucketThreadIndex, indexKey(cp.ThreadID, cp.CreatedAt, cp.ID), nil); err != nil {
+		return err
+	}
+	for _, k := range cp.BlobKeys() {
+		if err := AddRef(tx, k, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteCheckpoint removes cp (as stored), its index key and one reference
+// to each of its distinct blob keys.
+func DeleteCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
+	if err := bucket(tx, BucketCheckpoints).Delete([]byte(cp.ID)); err != nil {
+		return err
+	}
+	if err := bucket(tx, BucketThreadIndex).Delete(indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)); err != nil {
+		return err
+	}
+	for _, k := range cp.BlobKeys() {
+		if err := AddRef(tx, k, -1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RefCount returns the stored reference count of key (0 when absent).
+func RefCount(tx *bolt.Tx, key string) (int64, error) {
+	p, err := get(tx, BucketRefs, []byte(key))
+	if p == nil || err != nil {
+		return 0, err
+	}
+	n, w := binary.Uvarint(p)
+	if w != len(p) {
+		return 0, corrupt(BucketRefs, []byte(key), "bad count")
+	}
+	return int64(n), nil
+}
+
+// AddRef adds delta to the count of key, deleting the key when it reaches 0.
+func AddRef(tx *bolt.Tx, key string, delta int64) error {
+	n, err := RefCount(tx, key)
+	if err != nil {
+		return err
+	}
+	n += delta
+	if n <= 0 {
+		return bucket(tx, BucketRefs).Delete([]byte(key))
+	}
+	return put(tx, BucketRefs, []byte(key), binary.AppendUvarint(nil, uint64(n)))
+}
+
+// References returns every blob key with a count > 0, in UTF-8 byte order
+// (bbolt's key order).
+func References(tx *bolt.Tx) ([]BlobRef, error) {
+	refs := []BlobRef{}
+	err := bucket(tx, BucketRefs).ForEach(func(k, v []byte) error {
+		n, err := RefCount(tx, string(k))
+		if err != nil {
+			return err
+		}
+		refs = append(refs, BlobRef{Key: string(k), References: n})
+		return nil
+	})
+	return refs, err
+}
+
+// Head returns the head checkpoint id of a thread, or "" when it has none.
+func Head(tx *bolt.Tx, threadID string) (string, error) {
+	p, err := get(tx, BucketHeads, []byte(threadID))
+	return string(p), err
+}
+
+// SetHead moves the head of a thread; id "" removes it.
+func SetHead(tx *bolt.Tx, threadID, id string) error {
+	if id == "" {
+		return bucket(tx, BucketHeads).Delete([]byte(threadID))
+	}
+	return put(tx, BucketHeads, []byte(threadID), []byte(id))
+}
+
+// ForEachInThread calls fn with the id of each checkpoint of the thread in
+// List order (createdAt, then id bytes), verifying each index key's seal.
+func ForEachInThread(tx *bolt.Tx, threadID string, fn func(id string) error) error {
+	prefix := threadPrefix(threadID)
+	c := bucket(tx, BucketThreadIndex).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if _, err := Unseal(BucketThreadIndex, k, v); err != nil {
+			return err
+		}
+		if len(k) < len(prefix)+8+1 {
+			return corrupt(BucketThreadIndex, k, "short index key")
+		}
+		if err := fn(string(k[len(prefix)+8:])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ListThread returns the thread's checkpoints in List order.
+func ListThread(tx *bolt.Tx, threadID string) ([]*Checkpoint, error) {
+	out := []*Checkpoint{}
+	err := ForEachInThread(tx, threadID, func(id string) error {
+		cp, err := GetCheckpoint(tx, id)
+		if err == nil && cp == nil {
+			err = corrupt(BucketThreadIndex, []byte(threadID), "index names missing checkpoint "+id)
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, cp)
+		return nil
+	})
+	return out, err
+}
+
+// ThreadHasCheckpoints reports whether any checkpoint belongs to the thread.
+func ThreadHasCheckpoints(tx *bolt.Tx, threadID string) bool {
+	prefix := threadPrefix(threadID)
+	k, _ := bucket(tx, BucketThreadIndex).Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+// Threads returns every thread id that has a head, a checkpoint or a
+// transcript, in UTF-8 byte order.
+func Threads(tx *bolt.Tx) ([]string, error) {
+	set := map[string]struct{}{}
+	for _, name := range [][]byte{BucketHeads, BucketTranscripts} {
+		bucket(tx, name).ForEach(func(k, _ []byte) error { set[string(k)] = struct{}{}; return nil })
+	}
+	bucket(tx, BucketThreadIndex).ForEach(func(k, _ []byte) error {
+		if i := bytes.IndexByte(k, 0); i > 0 {
+			set[string(k[:i])] = struct{}{}
+		}
+		return nil
+	})
+	out := make([]string, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// LoadTranscript returns a thread's saved transcript; present is false when
+// none was ever saved.
+func LoadTranscript(tx *bolt.Tx, threadID string) (msgs []json.RawMessage, present bool, err error) {
+	p, err := get(tx, BucketTranscripts, []byte(threadID))
+	if err != nil {
+		return nil, false, err
+	}
+	if p == nil {
+		return []json.RawMessage{}, false, nil
+	}
+	msgs, err = DecodeMessages(p)
+	if err != nil {
+		return nil, false, corrupt(BucketTranscripts, []byte(threadID), err.Error())
+	}
+	return msgs, true, nil
+}
+
+// SaveTranscript replaces a thread's transcript.
+func SaveTranscript(tx *bolt.Tx, threadID string, msgs []json.RawMessage) error {
+	return put(tx, BucketTranscripts, []byte(threadID), EncodeMessages(msgs))
+}

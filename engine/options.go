@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Options configures a store. The zero value gives the contract's defaults.
+type Options struct {
+	// Now is the clock for leases (and, later, upload times and sweeps). It
+	// is read at each call. Default: time.Now.
+	Now func() time.Time
+	// LeaseDuration is how long an acquired or renewed lease lives.
+	// Default 120 s; must be at least 1 ms.
+	LeaseDuration time.Duration
+	// RenewAfter is the renewal cadence handed to lease holders. Default
+	// 45 s; must be at least 1 ms and strictly below LeaseDuration.
+	RenewAfter time.Duration
+	// LockTimeout bounds how long Open waits for another process holding
+	// the store. Default 1 s.
+	LockTimeout time.Duration
+	// ReadOnly opens the store for reading; writes fail. Several read-only
+	// handles may share a store, but not with a writer.
+	ReadOnly bool
+	// NoSync skips fsync on commit. Unsafe: a crash can lose acknowledged
+	// writes. For tests and benchmarks only.
+	NoSync bool
+}
+
+// Defaults of the contract (SPEC §2.1).
+const (
+	DefaultLeaseDuration = 120 * time.Second
+	DefaultRenewAfter    = 45 * time.Second
+	DefaultLockTimeout   = time.Second
+)
+
+// ErrInvalidOptions reports options the contract rejects at construction.
+// It is a plain error, not a contract code (SPEC §2.1).
+var ErrInvalidOptions = errors.New("sbxdb: invalid options")
+
+// CheckOptions validates opts (nil means all defaults) and returns a copy
+// with the defaults filled in. A zero duration means the default; a negative
+// or sub-millisecond one is rejected (the contract counts in milliseconds, so
+// it would be 0 ms), and so is RenewAfter >= LeaseDuration — which makes
+// LeaseDuration below 45 s alone invalid, as in the reference.
+func CheckOptions(opts *Options) (Options, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewAfter == 0 {
+		o.RenewAfter = DefaultRenewAfter
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	switch {
+	case o.LeaseDuration < time.Millisecond:
+		return o, fmt.Errorf("%w: LeaseDuration %v must be at least 1ms", ErrInvalidOptions, o.LeaseDuration)
+	case o.RenewAfter < time.Millisecond:
+		return o, fmt.Errorf("%w: RenewAfter %v must be at least 1ms", ErrInvalidOptions, o.RenewAfter)
+	case o.RenewAfter >= o.LeaseDuration:
+		return o, fmt.Errorf("%w: RenewAfter %v must be below LeaseDuration %v", ErrInvalidOptions, o.RenewAfter, o.LeaseDuration)
+	case o.LockTimeout < 0:
+		return o, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidOptions, o.LockTimeout)
+	}
+	return o, nil
+}
+
+// nowMs reads the clock in epoch milliseconds.
+func (o *Options) nowMs() int64 { return o.Now().UnixMilli() }
