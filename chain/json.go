@@ -19,14 +19,20 @@ import (
 // object is a decoded JSON object whose members are still raw.
 type object map[string]json.RawMessage
 
+// parseObject decodes a JSON object. Text that is not JSON at all (NaN,
+// Infinity, a syntax error) is INVALID_ENTRY whatever the member: no
+// identifier can be read from it. A well-formed non-object is sentinel.
 func parseObject(raw json.RawMessage, sentinel error, what string) (object, error) {
 	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && !json.Valid(raw) {
+		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON", what)
+	}
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, Errorf(sentinel, "%s must be an object", what)
 	}
 	var o object
 	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, Errorf(sentinel, "%s is not valid JSON: %v", what, err)
+		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON: %v", what, err)
 	}
 	return o, nil
 }
