@@ -195,6 +195,12 @@ func parseEntry(raw json.RawMessage, e *Entry) error {
 	}
 	kind, _ := o.str("kind")
 	*e = Entry{Path: path, Kind: Kind(kind)}
+	if raw, present := o["target"]; present && e.Kind != KindSymlink && !isNull(raw) {
+		// Only symlinks have a target; keep it so validation rejects it.
+		if e.Target, ok = o.str("target"); !ok || e.Target == "" {
+			e.Target = "\x00"
+		}
+	}
 	if err := ValidatePath(path); err != nil {
 		return err
 	}

@@ -88,10 +88,7 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
 // reference to each of its distinct blob keys. The caller has checked that
 // the id is free.
 func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
-	if err := put(tx, BucketCheckpoints, []byte(cp.ID), EncodeCheckpoint(cp)); err != nil {
-		return err
-	}
-	if err := put(tx, BucketThreadIndex, indexKey(cp.ThreadID, cp.CreatedAt, cp.ID), nil); err != nil {
+	if err := PutRecord(tx, cp); err != nil {
 		return err
 	}
 	for _, k := range cp.BlobKeys() {
@@ -100,6 +97,16 @@ func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
 		}
 	}
 	return nil
+}
+
+// PutRecord stores cp's record and index key only, leaving reference counts
+// alone (PutCheckpoint is PutRecord plus references). Tests use it to
+// fabricate states the contract cannot reach.
+func PutRecord(tx *bolt.Tx, cp *Checkpoint) error {
+	if err := put(tx, BucketCheckpoints, []byte(cp.ID), EncodeCheckpoint(cp)); err != nil {
+		return err
+	}
+	return put(tx, BucketThreadIndex, indexKey(cp.ThreadID, cp.CreatedAt, cp.ID), nil)
 }
 
 // DeleteCheckpoint removes cp (as stored), its index key and one reference
@@ -257,5 +264,11 @@ func LoadTranscript(tx *bolt.Tx, threadID string) (msgs []json.RawMessage, prese
 
 // SaveTranscript replaces a thread's transcript.
 func SaveTranscript(tx *bolt.Tx, threadID string, msgs []json.RawMessage) error {
-	return put(tx, BucketTranscripts, []byte(threadID), EncodeMessages(msgs))
+	return SaveTranscriptPayload(tx, threadID, EncodeMessages(msgs))
+}
+
+// SaveTranscriptPayload replaces a thread's transcript with a payload made by
+// EncodeMessages (so callers can encode outside the write transaction).
+func SaveTranscriptPayload(tx *bolt.Tx, threadID string, payload []byte) error {
+	return put(tx, BucketTranscripts, []byte(threadID), payload)
 }

@@ -1,0 +1,285 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/lease"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Get returns the checkpoint id, or nil and no error when it is unknown.
+func (db *DB) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
+	if err := firstErr(ctxErr(ctx), chain.CheckID("checkpoint id", id)); err != nil {
+		return nil, err
+	}
+	var cp *chain.Checkpoint
+	err := db.view(func(tx *bolt.Tx) (err error) {
+		cp, err = chain.GetCheckpoint(tx, id)
+		return err
+	})
+	return cp, err
+}
+
+// List returns every checkpoint of the thread in createdAt, id-bytes order.
+func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, error) {
+	if err := firstErr(ctxErr(ctx), chain.CheckID("threadId", threadID)); err != nil {
+		return nil, err
+	}
+	var out []*chain.Checkpoint
+	err := db.view(func(tx *bolt.Tx) (err error) {
+		out, err = chain.ListThread(tx, threadID)
+		return err
+	})
+	return out, err
+}
+
+// Head returns the thread's head checkpoint id, or "" when it has none.
+func (db *DB) Head(ctx context.Context, threadID string) (string, error) {
+	if err := firstErr(ctxErr(ctx), chain.CheckID("threadId", threadID)); err != nil {
+		return "", err
+	}
+	var head string
+	err := db.view(func(tx *bolt.Tx) (err error) {
+		head, err = chain.Head(tx, threadID)
+		return err
+	})
+	return head, err
+}
+
+// BlobReferences returns every blob key with a count above 0, sorted by
+// UTF-8 bytes.
+func (db *DB) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var refs []chain.BlobRef
+	err := db.view(func(tx *bolt.Tx) (err error) {
+		refs, err = chain.References(tx)
+		return err
+	})
+	return refs, err
+}
+
+// Threads returns every thread that has a head, a checkpoint or a saved
+// transcript, in UTF-8 byte order.
+func (db *DB) Threads(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []string
+	err := db.view(func(tx *bolt.Tx) (err error) {
+		out, err = chain.Threads(tx)
+		return err
+	})
+	return out, err
+}
+
+// Append adds in.Checkpoint as the new head of its thread if the head is
+// still in.ExpectedHeadID, and returns the new head id. Checks, in order:
+// identifiers, content, writer, duplicate id, head, parent (SPEC §2.5).
+func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) {
+	// Copy before validating: nothing the caller does later can change
+	// what was checked or what is stored.
+	in.Checkpoint = in.Checkpoint.Clone()
+	if err := chain.ValidateAppend(in); err != nil {
+		return "", err
+	}
+	cp := in.Checkpoint
+	err := db.write(ctx, func(tx *bolt.Tx) error {
+		if err := lease.Check(tx, cp.ThreadID, in.Writer, db.opts.nowMs()); err != nil {
+			return err
+		}
+		if chain.CheckpointExists(tx, cp.ID) {
+			return chain.Errorf(chain.ErrDuplicateID, "checkpoint %q already exists", cp.ID)
+		}
+		head, err := chain.Head(tx, cp.ThreadID)
+		if err != nil {
+			return err
+		}
+		if head != in.ExpectedHeadID {
+			return chain.Errorf(chain.ErrStaleHead, "thread %q head is %s, expected %s", cp.ThreadID, nullable(head), nullable(in.ExpectedHeadID))
+		}
+		if cp.ParentID != in.ExpectedHeadID {
+			return chain.Errorf(chain.ErrParentMismatch, "checkpoint %q parent %s is not the expected head %s", cp.ID, nullable(cp.ParentID), nullable(in.ExpectedHeadID))
+		}
+		if err := chain.PutCheckpoint(tx, cp); err != nil {
+			return err
+		}
+		if err := db.point("append.publish"); err != nil {
+			return err
+		}
+		return chain.SetHead(tx, cp.ThreadID, cp.ID)
+	})
+	if err != nil {
+		return "", err
+	}
+	return cp.ID, nil
+}
+
+// DeleteHead removes the thread's head checkpoint and drops its blob
+// references. The head moves to the parent if that checkpoint still exists
+// in the same thread (retention may have deleted it, and another thread may
+// have reused its id), else the thread becomes empty.
+func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w lease.Writer) error {
+	if err := chain.CheckIDs("threadId", threadID, "checkpoint id", checkpointID, "writer threadId", w.ThreadID); err != nil {
+		return err
+	}
+	return db.write(ctx, func(tx *bolt.Tx) error {
+		if err := lease.Check(tx, threadID, w, db.opts.nowMs()); err != nil {
+			return err
+		}
+		head, err := chain.Head(tx, threadID)
+		if err != nil {
+			return err
+		}
+		if head != checkpointID {
+			return chain.Errorf(chain.ErrNotHead, "checkpoint %q is not the head of thread %q (head %s)", checkpointID, threadID, nullable(head))
+		}
+		cp, err := chain.GetCheckpoint(tx, checkpointID)
+		if err != nil {
+			return err
+		}
+		if cp == nil {
+			return chain.Errorf(chain.ErrNotHead, "head checkpoint %q of thread %q does not exist", checkpointID, threadID)
+		}
+		if err := chain.DeleteCheckpoint(tx, cp); err != nil {
+			return err
+		}
+		if err := db.point("deleteHead.publish"); err != nil {
+			return err
+		}
+		// The parent may be gone (retention) and its id even reused by
+		// another thread: a head only ever names its own thread's
+		// checkpoint, or the thread becomes empty.
+		next := ""
+		if cp.ParentID != "" {
+			parent, err := chain.GetCheckpoint(tx, cp.ParentID)
+			if err != nil {
+				return err
+			}
+			if parent != nil && parent.ThreadID == threadID {
+				next = parent.ID
+			}
+		}
+		return chain.SetHead(tx, threadID, next)
+	})
+}
+
+// DeleteCheckpoints keeps the newest keep checkpoints of the thread's head
+// chain, counting the head (which is always kept, so keep 0 acts as 1), and
+// deletes every other checkpoint of the thread, on the chain or not. It
+// returns the deleted ids in List order. The head does not move; the oldest
+// kept checkpoint may be left naming a deleted parent.
+func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, w lease.Writer) ([]string, error) {
+	if err := chain.CheckIDs("threadId", threadID, "writer threadId", w.ThreadID); err != nil {
+		return nil, err
+	}
+	if keep < 0 || keep > chain.MaxSafeInteger {
+		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be an integer from 0 to 2^53−1", keep)
+	}
+	var deleted []string
+	err := db.write(ctx, func(tx *bolt.Tx) error {
+		deleted = []string{}
+		if err := lease.Check(tx, threadID, w, db.opts.nowMs()); err != nil {
+			return err
+		}
+		kept, err := keptSet(tx, threadID, max(keep, 1))
+		if err != nil {
+			return err
+		}
+		all, err := chain.ListThread(tx, threadID)
+		if err != nil {
+			return err
+		}
+		for _, cp := range all {
+			if _, ok := kept[cp.ID]; ok {
+				continue
+			}
+			if err := chain.DeleteCheckpoint(tx, cp); err != nil {
+				return err
+			}
+			deleted = append(deleted, cp.ID)
+		}
+		return db.point("deleteCheckpoints.publish")
+	})
+	if err != nil {
+		return nil, err
+	}
+	return deleted, nil
+}
+
+// keptSet walks at most keep checkpoints from the head through parents,
+// stopping at a root, a missing parent, a checkpoint of another thread or a
+// repeat.
+func keptSet(tx *bolt.Tx, threadID string, keep int) (map[string]struct{}, error) {
+	kept := map[string]struct{}{}
+	id, err := chain.Head(tx, threadID)
+	for err == nil && id != "" && len(kept) < keep {
+		if _, seen := kept[id]; seen {
+			break
+		}
+		var cp *chain.Checkpoint
+		if cp, err = chain.GetCheckpoint(tx, id); cp == nil || cp.ThreadID != threadID {
+			break
+		}
+		kept[id] = struct{}{}
+		id = cp.ParentID
+	}
+	return kept, err
+}
+
+// AcquireWriter takes the thread's writer lease. It never waits: a live
+// lease is WRITER_CONFLICT; an expired one is taken over with a higher fence.
+func (db *DB) AcquireWriter(ctx context.Context, threadID string) (*lease.Lease, error) {
+	if err := chain.CheckID("threadId", threadID); err != nil {
+		return nil, err
+	}
+	var (
+		w   lease.Writer
+		exp int64
+	)
+	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
+		w, exp, err = lease.Acquire(tx, threadID, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lease.New(w, time.UnixMilli(exp), db.opts.RenewAfter, leaseBackend{db}), nil
+}
+
+// leaseBackend renews and releases leases for lease.Lease handles.
+type leaseBackend struct{ db *DB }
+
+func (b leaseBackend) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, error) {
+	var exp int64
+	err := b.db.write(ctx, func(tx *bolt.Tx) (err error) {
+		exp, err = lease.Renew(tx, w, b.db.opts.nowMs(), b.db.opts.LeaseDuration.Milliseconds())
+		return err
+	})
+	return time.UnixMilli(exp), err
+}
+
+func (b leaseBackend) ReleaseWriter(ctx context.Context, w lease.Writer) error {
+	return b.db.write(ctx, func(tx *bolt.Tx) error { return lease.Release(tx, w) })
+}
+
+// nullable renders an optional id for messages: "" is null.
+func nullable(id string) string {
+	if id == "" {
+		return "null"
+	}
+	return "\"" + id + "\""
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+// Package engine is the public facade of sbxdb: Open a store directory and
+// get a *DB that implements the SandboxCheckpointStore contract, its fork and
+// retention capabilities, thread transcripts and the instance store. Each
+// write is one bbolt transaction composing the chain and lease packages;
+// concurrent writes share transactions through group commit (commit.go).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sbxdb/sbxdb/chain"
+	bolt "go.etcd.io/bbolt"
+)
+
+// File names inside a store directory.
+const (
+	// DBFile is the bbolt file holding all metadata.
+	DBFile = "sbx.db"
+	// ownerFile records the pid of the process holding the store for
+	// writing, so a second process can name it.
+	ownerFile = "sbx.owner"
+)
+
+var (
+	// ErrLocked reports that another process holds the store.
+	ErrLocked = errors.New("sbxdb: store is in use")
+	// ErrFormat reports a store this build cannot read (a newer format,
+	// or not an sbxdb store).
+	ErrFormat = errors.New("sbxdb: unsupported store format")
+	// ErrClosed reports a call on a closed DB.
+	ErrClosed = errors.New("sbxdb: store is closed")
+	// ErrReadOnly reports a write on a store opened read-only.
+	ErrReadOnly = errors.New("sbxdb: store is opened read-only")
+)
+
+// DB is an open store. It is safe for concurrent use by many goroutines;
+// one process at a time may open a store for writing.
+type DB struct {
+	dir  string
+	opts Options
+	bolt *bolt.DB
+	c    *committer
+
+	// points holds test hooks by name (see enginetest.Subject.OnPoint);
+	// empty in production.
+	pointsMu sync.RWMutex
+	points   map[string]func() error
+}
+
+var _ Store = (*DB)(nil)
+
+// Open opens the store in dir, creating the directory and an empty store if
+// needed. opts may be nil for the defaults. When another process holds the
+// store, Open fails with ErrLocked after opts.LockTimeout.
+func Open(dir string, opts *Options) (db *DB, err error) {
+	o, err := CheckOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if !o.ReadOnly {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	path := filepath.Join(dir, DBFile)
+	// bbolt reads the file's pages without bounds checks of its own; a
+	// damaged file can make it panic. No panic may reach the caller.
+	defer recoverCorrupt(&err, path)
+	if !o.ReadOnly {
+		if err := verifyPages(path, o.LockTimeout); err != nil {
+			return nil, classifyOpenError(dir, path, err)
+		}
+	}
+	bdb, err := bolt.Open(path, 0o644, &bolt.Options{
+		Timeout:        o.LockTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		NoSync:         o.NoSync,
+		ReadOnly:       o.ReadOnly,
+	})
+	if err != nil {
+		return nil, classifyOpenError(dir, path, err)
+	}
+	db = &DB{dir: dir, opts: o, bolt: bdb}
+	if o.ReadOnly {
+		err = db.view(initLayout)
+	} else {
+		err = db.bolt.Update(initLayout)
+	}
+	if err != nil {
+		bdb.Close()
+		return nil, fmt.Errorf("sbxdb: open %s: %w", path, err)
+	}
+	if !o.ReadOnly {
+		os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+		db.c = newCommitter(db)
+	}
+	return db, nil
+}
+
+// holder names the process holding dir, as well as it can be known.
+func holder(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	if pid := strings.TrimSpace(string(b)); err == nil && pid != "" {
+		return "another process (pid " + pid + ")"
+	}
+	return "another process"
+}
+
+// Dir returns the store directory.
+func (db *DB) Dir() string { return db.dir }
+
+// Close waits for writes in flight, fails queued ones with ErrClosed and
+// closes the file. Calling it twice is harmless.
+func (db *DB) Close() error {
+	if db.c != nil {
+		db.c.close()
+	}
+	return db.bolt.Close()
+}
+
+// view runs fn in a read transaction, turning a panic from a damaged file
+// into an error.
+func (db *DB) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer recoverCorrupt(&err, db.dir)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return db.bolt.View(fn)
+}
+
+// recoverCorrupt converts a panic into an ErrCorrupt error. Callers that
+// read mapped pages also set debug.SetPanicOnFault, so a fault on a page
+// past the end of a truncated file arrives here as a panic too.
+func recoverCorrupt(err *error, where string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, where, r)
+	}
+}
+
+// point runs the test hook registered under name, if any.
+func (db *DB) point(name string) error {
+	db.pointsMu.RLock()
+	fn := db.points[name]
+	db.pointsMu.RUnlock()
+	if fn == nil {
+		return nil
+	}
+	return fn()
+}
+
+// ctxErr returns ctx's error, so every method honours cancellation on entry.
+func ctxErr(ctx context.Context) error { return ctx.Err() }

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"github.com/sbxdb/sbxdb/chain"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Test-only access below the public API, for the external test package.
+
+// InsertRaw stores cp's record and index without checks or references.
+func (db *DB) InsertRaw(cp *chain.Checkpoint) error {
+	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.PutRecord(tx, cp) })
+}
+
+// SetRefCount forces the stored count of a blob key.
+func (db *DB) SetRefCount(key string, n int64) error {
+	return db.bolt.Update(func(tx *bolt.Tx) error {
+		old, err := chain.RefCount(tx, key)
+		if err != nil {
+			return err
+		}
+		return chain.AddRef(tx, key, n-old)
+	})
+}
+
+// OnPoint registers a test hook at a named point of a write.
+func (db *DB) OnPoint(name string, fn func() error) (remove func()) {
+	db.pointsMu.Lock()
+	if db.points == nil {
+		db.points = map[string]func() error{}
+	}
+	db.points[name] = fn
+	db.pointsMu.Unlock()
+	return func() {
+		db.pointsMu.Lock()
+		delete(db.points, name)
+		db.pointsMu.Unlock()
+	}
+}
+
+// Batches returns how many transactions the committer has committed.
+func (db *DB) Batches() int64 { return db.c.batches.Load() }
+
+// QueueLen returns how many writes wait for the committer.
+func QueueLen(db *DB) int { return len(db.c.queue) }

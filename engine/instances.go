@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/sbxdb/sbxdb/chain"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Instances returns the instance store kept in the same file.
+func (db *DB) Instances() InstanceStore { return instanceStore{db} }
+
+type instanceStore struct{ db *DB }
+
+// instanceKey is the bucket key of an instance record: the SHA-256 of the
+// instance key. The contract admits any key, including the empty one (which
+// bbolt cannot store) and ones longer than bbolt's 32 KiB key limit; the
+// record holds the full key and Get compares it, so even a collision could
+// never return another key's record.
+func instanceKey(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+func encodeInstance(r *InstanceRecord) []byte {
+	e := &chain.Encoder{}
+	for _, s := range []string{r.Key, r.Provider, r.ProviderSandboxID, r.LatestSnapshotID, r.ThreadID, r.LatestRunID} {
+		e.String(s)
+	}
+	e.Varint(r.UpdatedAt)
+	return e.Bytes()
+}
+
+func decodeInstance(p []byte) (*InstanceRecord, error) {
+	d := chain.NewDecoder(p)
+	r := &InstanceRecord{}
+	r.Key, r.Provider, r.ProviderSandboxID = d.String(), d.String(), d.String()
+	r.LatestSnapshotID, r.ThreadID, r.LatestRunID = d.String(), d.String(), d.String()
+	r.UpdatedAt = d.Varint()
+	return r, d.Err()
+}
+
+func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var rec *InstanceRecord
+	err := s.db.view(func(tx *bolt.Tx) error {
+		k := instanceKey(key)
+		v := tx.Bucket(bucketInstances).Get(k)
+		if v == nil {
+			return nil
+		}
+		p, err := chain.Unseal(bucketInstances, k, v)
+		if err != nil {
+			return err
+		}
+		if rec, err = decodeInstance(p); err != nil {
+			rec = nil
+			return fmt.Errorf("%w: %s/%x: malformed instance record", chain.ErrCorrupt, bucketInstances, k)
+		}
+		if rec.Key != key {
+			rec = nil // another key with the same hash: not this record
+		}
+		return nil
+	})
+	return rec, err
+}
+
+func (s instanceStore) Upsert(ctx context.Context, rec InstanceRecord) error {
+	k := instanceKey(rec.Key)
+	v := chain.Seal(bucketInstances, k, encodeInstance(&rec))
+	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketInstances).Put(k, v) })
+}
+
+func (s instanceStore) Delete(ctx context.Context, key string) error {
+	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketInstances).Delete(instanceKey(key)) })
+}
