@@ -179,7 +179,9 @@ type checkpointJSON struct {
 	Artifacts    []Artifact        `json:"artifacts"`
 }
 
-// MarshalJSON renders the TypeScript wire shape.
+// MarshalJSON renders the TypeScript wire shape. Messages are re-emitted
+// compacted, as encoding/json does with raw JSON; the store itself keeps and
+// returns them byte for byte.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	w := checkpointJSON{
 		ID: c.ID, ThreadID: c.ThreadID, CreatedAt: c.CreatedAt, Reason: c.Reason,

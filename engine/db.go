@@ -39,6 +39,8 @@ var (
 	ErrClosed = errors.New("sbxdb: store is closed")
 	// ErrReadOnly reports a write on a store opened read-only.
 	ErrReadOnly = errors.New("sbxdb: store is opened read-only")
+	// ErrNoStore reports a read-only Open of a directory holding no store.
+	ErrNoStore = errors.New("sbxdb: no store")
 )
 
 // DB is an open store. It is safe for concurrent use by many goroutines;
@@ -65,12 +67,15 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if !o.ReadOnly {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-	}
 	path := filepath.Join(dir, DBFile)
+	if o.ReadOnly {
+		// bbolt would try to initialise an empty file, and fail.
+		if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+			return nil, fmt.Errorf("%w at %s", ErrNoStore, dir)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	// bbolt reads the file's pages without bounds checks of its own; a
 	// damaged file can make it panic. No panic may reach the caller.
 	defer recoverCorrupt(&err, path)
@@ -97,7 +102,7 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	}
 	if err != nil {
 		bdb.Close()
-		return nil, fmt.Errorf("sbxdb: open %s: %w", path, err)
+		return nil, classifyOpenError(dir, path, err)
 	}
 	if !o.ReadOnly {
 		os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)

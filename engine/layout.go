@@ -46,7 +46,7 @@ func initLayout(tx *bolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		if !tx.Writable() {
-			return fmt.Errorf("%w: no sbxdb store here (empty database)", ErrFormat)
+			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}
 		for _, name := range allBuckets() {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {

@@ -280,7 +280,7 @@ func classifyOpenError(dir, path string, err error) error {
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return fmt.Errorf("%w: %s is held by %s", ErrLocked, dir, holder(dir))
-	case errors.Is(err, chain.ErrCorrupt):
+	case errors.Is(err, chain.ErrCorrupt), errors.Is(err, ErrFormat):
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		return fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
