@@ -84,14 +84,42 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
 	return cp, nil
 }
 
+// Prepared is a checkpoint encoded and sealed for storing, with its index
+// key and distinct blob keys. Preparing is pure CPU work: writers do it
+// before they enter the shared write transaction, so group commit spends its
+// single-threaded time on bbolt alone.
+type Prepared struct {
+	ID       string
+	record   []byte // sealed
+	index    []byte // key
+	indexVal []byte // sealed
+	keys     []string
+}
+
+// Prepare encodes a valid checkpoint for PutPrepared.
+func Prepare(cp *Checkpoint) *Prepared {
+	id := []byte(cp.ID)
+	ik := indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)
+	return &Prepared{
+		ID:       cp.ID,
+		record:   Seal(BucketCheckpoints, id, EncodeCheckpoint(cp)),
+		index:    ik,
+		indexVal: Seal(BucketThreadIndex, ik, nil),
+		keys:     cp.BlobKeys(),
+	}
+}
+
 // PutCheckpoint stores cp, indexes it under its thread and adds one
 // reference to each of its distinct blob keys. The caller has checked that
 // the id is free.
-func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
-	if err := PutRecord(tx, cp); err != nil {
+func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
+
+// PutPrepared is PutCheckpoint for a checkpoint prepared earlier.
+func PutPrepared(tx *bolt.Tx, p *Prepared) error {
+	if err := putRecord(tx, p); err != nil {
 		return err
 	}
-	for _, k := range cp.BlobKeys() {
+	for _, k := range p.keys {
 		if err := AddRef(tx, k, 1); err != nil {
 			return err
 		}
@@ -102,11 +130,13 @@ func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
 // PutRecord stores cp's record and index key only, leaving reference counts
 // alone (PutCheckpoint is PutRecord plus references). Tests use it to
 // fabricate states the contract cannot reach.
-func PutRecord(tx *bolt.Tx, cp *Checkpoint) error {
-	if err := put(tx, BucketCheckpoints, []byte(cp.ID), EncodeCheckpoint(cp)); err != nil {
+func PutRecord(tx *bolt.Tx, cp *Checkpoint) error { return putRecord(tx, Prepare(cp)) }
+
+func putRecord(tx *bolt.Tx, p *Prepared) error {
+	if err := bucket(tx, BucketCheckpoints).Put([]byte(p.ID), p.record); err != nil {
 		return err
 	}
-	return put(tx, BucketThreadIndex, indexKey(cp.ThreadID, cp.CreatedAt, cp.ID), nil)
+	return bucket(tx, BucketThreadIndex).Put(p.index, p.indexVal)
 }
 
 // DeleteCheckpoint removes cp (as stored), its index key and one reference

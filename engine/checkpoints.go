@@ -87,6 +87,7 @@ func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) 
 		return "", err
 	}
 	cp := in.Checkpoint
+	prepared := chain.Prepare(cp) // outside the shared transaction: see chain.Prepared
 	err := db.write(ctx, func(tx *bolt.Tx) error {
 		if err := lease.Check(tx, cp.ThreadID, in.Writer, db.opts.nowMs()); err != nil {
 			return err
@@ -104,7 +105,7 @@ func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) 
 		if cp.ParentID != in.ExpectedHeadID {
 			return chain.Errorf(chain.ErrParentMismatch, "checkpoint %q parent %s is not the expected head %s", cp.ID, nullable(cp.ParentID), nullable(in.ExpectedHeadID))
 		}
-		if err := chain.PutCheckpoint(tx, cp); err != nil {
+		if err := chain.PutPrepared(tx, prepared); err != nil {
 			return err
 		}
 		if err := db.point("append.publish"); err != nil {
