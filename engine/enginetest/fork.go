@@ -117,15 +117,21 @@ func forkCases() []kase {
 			e.fails("AcquireWriter(destination) after the fork", chain.CodeWriterConflict, acquireOp(e, dstThread))
 		}},
 		{"F2", func(e *env) {
-			var s any = e.s
-			if _, ok := s.(engine.Forker); !ok {
-				e.t.Errorf("%T is not an engine.Forker", e.s)
+			// The reference's plain store has no fork member because a fork
+			// must also write a transcript it does not own. Ours own their
+			// transcripts, so F2 becomes: a host holding only the required
+			// contract detects the fork capability at run time (as
+			// isForkCapableSandboxCheckpointStore does), and the detected
+			// fork writes the transcript the same store then returns.
+			src := e.source()
+			var plain engine.CheckpointStore = e.s
+			forker, ok := plain.(engine.Forker)
+			if !ok {
+				e.t.Fatalf("%T offers no fork capability to a host holding engine.CheckpointStore", plain)
 			}
-			type plain struct{ engine.CheckpointStore }
-			var p any = plain{e.s}
-			if _, ok := p.(engine.Forker); ok {
-				e.t.Error("a value embedding only engine.CheckpointStore has a Fork method")
-			}
+			in := e.defaultFork()
+			got, err := forker.Fork(bg, in)
+			e.forked(got, err, src, in)
 		}},
 		{"F3", func(e *env) {
 			e.track(dstThread)
