@@ -109,6 +109,10 @@ func Prepare(cp *Checkpoint) *Prepared {
 	}
 }
 
+// BlobKeys returns the checkpoint's distinct blob keys, sorted (shared: do
+// not modify).
+func (p *Prepared) BlobKeys() []string { return p.keys }
+
 // PutCheckpoint stores cp, indexes it under its thread and adds one
 // reference to each of its distinct blob keys. The caller has checked that
 // the id is free.
@@ -158,13 +162,21 @@ func DeleteCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
 
 // RefCount returns the stored reference count of key (0 when absent).
 func RefCount(tx *bolt.Tx, key string) (int64, error) {
-	p, err := get(tx, BucketRefs, []byte(key))
-	if p == nil || err != nil {
+	return decodeCount([]byte(key), bucket(tx, BucketRefs).Get([]byte(key)))
+}
+
+// decodeCount unseals and decodes a stored reference count (0 when absent).
+func decodeCount(key, v []byte) (int64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	p, err := Unseal(BucketRefs, key, v)
+	if err != nil {
 		return 0, err
 	}
 	n, w := binary.Uvarint(p)
 	if w != len(p) {
-		return 0, corrupt(BucketRefs, []byte(key), "bad count")
+		return 0, corrupt(BucketRefs, key, "bad count")
 	}
 	return int64(n), nil
 }
@@ -187,7 +199,7 @@ func AddRef(tx *bolt.Tx, key string, delta int64) error {
 func References(tx *bolt.Tx) ([]BlobRef, error) {
 	refs := []BlobRef{}
 	err := bucket(tx, BucketRefs).ForEach(func(k, v []byte) error {
-		n, err := RefCount(tx, string(k))
+		n, err := decodeCount(k, v)
 		if err != nil {
 			return err
 		}

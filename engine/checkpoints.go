@@ -11,7 +11,7 @@ import (
 
 // Get returns the checkpoint id, or nil and no error when it is unknown.
 func (db *DB) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
-	if err := firstErr(ctxErr(ctx), chain.CheckID("checkpoint id", id)); err != nil {
+	if err := firstErr(ctx.Err(), chain.CheckID("checkpoint id", id)); err != nil {
 		return nil, err
 	}
 	var cp *chain.Checkpoint
@@ -24,7 +24,7 @@ func (db *DB) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
 
 // List returns every checkpoint of the thread in createdAt, id-bytes order.
 func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, error) {
-	if err := firstErr(ctxErr(ctx), chain.CheckID("threadId", threadID)); err != nil {
+	if err := firstErr(ctx.Err(), chain.CheckID("threadId", threadID)); err != nil {
 		return nil, err
 	}
 	var out []*chain.Checkpoint
@@ -37,7 +37,7 @@ func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, e
 
 // Head returns the thread's head checkpoint id, or "" when it has none.
 func (db *DB) Head(ctx context.Context, threadID string) (string, error) {
-	if err := firstErr(ctxErr(ctx), chain.CheckID("threadId", threadID)); err != nil {
+	if err := firstErr(ctx.Err(), chain.CheckID("threadId", threadID)); err != nil {
 		return "", err
 	}
 	var head string

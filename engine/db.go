@@ -6,7 +6,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -159,6 +158,3 @@ func (db *DB) point(name string) error {
 	}
 	return fn()
 }
-
-// ctxErr returns ctx's error, so every method honours cancellation on entry.
-func ctxErr(ctx context.Context) error { return ctx.Err() }

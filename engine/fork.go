@@ -60,7 +60,8 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		}
 		// An integrity guard (the durable reference does the same): a
 		// source key without references means the counts are damaged.
-		for _, k := range fork.BlobKeys() {
+		prepared := chain.Prepare(fork)
+		for _, k := range prepared.BlobKeys() {
 			n, err := chain.RefCount(tx, k)
 			if err != nil {
 				return err
@@ -72,7 +73,7 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		if err := chain.SaveTranscript(tx, in.DestinationThreadID, fork.Conversation); err != nil {
 			return err
 		}
-		if err := chain.PutCheckpoint(tx, fork); err != nil {
+		if err := chain.PutPrepared(tx, prepared); err != nil {
 			return err
 		}
 		if err := db.point("fork.publish"); err != nil {
@@ -115,7 +116,7 @@ func destinationEmpty(tx *bolt.Tx, threadID, checkpointID string) error {
 // LoadThread returns the thread's saved transcript, or [] when none was
 // saved.
 func (db *DB) LoadThread(ctx context.Context, threadID string) ([]json.RawMessage, error) {
-	if err := firstErr(ctxErr(ctx), chain.CheckID("threadId", threadID)); err != nil {
+	if err := firstErr(ctx.Err(), chain.CheckID("threadId", threadID)); err != nil {
 		return nil, err
 	}
 	var msgs []json.RawMessage

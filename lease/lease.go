@@ -129,31 +129,33 @@ func Acquire(tx *bolt.Tx, threadID string, now, duration int64) (Writer, int64, 
 // same thread, and a stored lease with w's owner token and fence that has not
 // expired.
 func Check(tx *bolt.Tx, threadID string, w Writer, now int64) error {
+	_, err := current(tx, threadID, w, now)
+	return err
+}
+
+// current is Check returning the stored state it checked.
+func current(tx *bolt.Tx, threadID string, w Writer, now int64) (State, error) {
 	if w.ThreadID != threadID {
-		return chain.Errorf(chain.ErrWriterLost, "writer of thread %q cannot write thread %q", w.ThreadID, threadID)
+		return State{}, chain.Errorf(chain.ErrWriterLost, "writer of thread %q cannot write thread %q", w.ThreadID, threadID)
 	}
 	s, err := Load(tx, threadID)
-	if err != nil {
-		return err
-	}
 	switch {
+	case err != nil:
+		return s, err
 	case !s.Held:
-		return chain.Errorf(chain.ErrWriterLost, "thread %q has no writer lease", threadID)
+		return s, chain.Errorf(chain.ErrWriterLost, "thread %q has no writer lease", threadID)
 	case s.OwnerToken != w.OwnerToken || s.Fence != w.Fence:
-		return chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q was replaced by fence %d", w.Fence, threadID, s.Fence)
+		return s, chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q was replaced by fence %d", w.Fence, threadID, s.Fence)
 	case s.ExpiresAt <= now:
-		return chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q expired at %d", w.Fence, threadID, s.ExpiresAt)
+		return s, chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q expired at %d", w.Fence, threadID, s.ExpiresAt)
 	}
-	return nil
+	return s, nil
 }
 
 // Renew extends a live lease to now+duration and returns the new expiry. An
 // expired lease cannot be revived (WRITER_LOST).
 func Renew(tx *bolt.Tx, w Writer, now, duration int64) (int64, error) {
-	if err := Check(tx, w.ThreadID, w, now); err != nil {
-		return 0, err
-	}
-	s, err := Load(tx, w.ThreadID)
+	s, err := current(tx, w.ThreadID, w, now)
 	if err != nil {
 		return 0, err
 	}
