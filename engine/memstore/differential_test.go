@@ -642,32 +642,10 @@ func (r *runner) reads(ctx context.Context) {
 		thread = "unknown-thread"
 	}
 	r.logf("reads id=%q thread=%q", id, thread)
-	mc, merr := r.mem.Get(ctx, id)
-	dc, derr := r.db.Get(ctx, id)
-	r.sameErr("Get", merr, derr)
-	if !reflect.DeepEqual(normCP(mc), normCP(dc)) {
-		r.failf("Get(%q): memstore %s, engine %s", id, show(mc), show(dc))
-	}
-	ml, merr := r.mem.List(ctx, thread)
-	dl, derr := r.db.List(ctx, thread)
-	r.sameErr("List", merr, derr)
-	if len(ml) != len(dl) {
-		r.failf("List(%q): memstore %d checkpoints, engine %d", thread, len(ml), len(dl))
-	}
-	mh, merr := r.mem.Head(ctx, thread)
-	dh, derr := r.db.Head(ctx, thread)
-	r.sameErr("Head", merr, derr)
-	if mh != dh {
-		r.failf("Head(%q): memstore %q, engine %q", thread, mh, dh)
-	}
-	mm, merr := r.mem.LoadThread(ctx, thread)
-	dm, derr := r.db.LoadThread(ctx, thread)
-	r.sameErr("LoadThread", merr, derr)
-	if !reflect.DeepEqual(emptyIfNil(mm), emptyIfNil(dm)) {
-		r.failf("LoadThread(%q): memstore %q, engine %q", thread, mm, dm)
-	}
-	_, merr = r.mem.AcquireWriter(ctx, pick(r.rnd, badIDs))
-	_, derr = r.db.AcquireWriter(ctx, pick(r.rnd, badIDs))
+	r.compareGet(ctx, "", id)
+	r.compareThread(ctx, "", thread)
+	_, merr := r.mem.AcquireWriter(ctx, pick(r.rnd, badIDs))
+	_, derr := r.db.AcquireWriter(ctx, pick(r.rnd, badIDs))
 	if chain.Code(merr) != chain.CodeInvalidID || chain.Code(derr) != chain.CodeInvalidID {
 		r.failf("AcquireWriter(invalid id): memstore %v, engine %v", merr, derr)
 	}
@@ -719,32 +697,10 @@ func (r *runner) sameErr(op string, merr, derr error) {
 func (r *runner) compareState() {
 	ctx := context.Background()
 	for _, th := range poolThreads {
-		mh, merr := r.mem.Head(ctx, th)
-		dh, derr := r.db.Head(ctx, th)
-		r.sameErr("state Head", merr, derr)
-		if mh != dh {
-			r.failf("state: Head(%q) memstore %q, engine %q", th, mh, dh)
-		}
-		ml, merr := r.mem.List(ctx, th)
-		dl, derr := r.db.List(ctx, th)
-		r.sameErr("state List", merr, derr)
-		if !reflect.DeepEqual(normCPs(ml), normCPs(dl)) {
-			r.failf("state: List(%q)\n memstore %s\n engine   %s", th, showAll(ml), showAll(dl))
-		}
-		mm, merr := r.mem.LoadThread(ctx, th)
-		dm, derr := r.db.LoadThread(ctx, th)
-		r.sameErr("state LoadThread", merr, derr)
-		if !reflect.DeepEqual(emptyIfNil(mm), emptyIfNil(dm)) {
-			r.failf("state: LoadThread(%q) memstore %q, engine %q", th, mm, dm)
-		}
+		r.compareThread(ctx, "state ", th)
 	}
 	for _, id := range poolIDs {
-		mc, merr := r.mem.Get(ctx, id)
-		dc, derr := r.db.Get(ctx, id)
-		r.sameErr("state Get", merr, derr)
-		if !reflect.DeepEqual(normCP(mc), normCP(dc)) {
-			r.failf("state: Get(%q) memstore %s, engine %s", id, show(mc), show(dc))
-		}
+		r.compareGet(ctx, "state ", id)
 	}
 	mr, merr := r.mem.BlobReferences(ctx)
 	dr, derr := r.db.BlobReferences(ctx)
@@ -759,6 +715,39 @@ func (r *runner) compareState() {
 		if !reflect.DeepEqual(mi, di) {
 			r.failf("state: Instances.Get(%q) memstore %+v, engine %+v", k, mi, di)
 		}
+	}
+}
+
+// compareThread compares a thread's head, list and transcript in both
+// stores; prefix names the caller in failure messages and outcome counts.
+func (r *runner) compareThread(ctx context.Context, prefix, th string) {
+	mh, merr := r.mem.Head(ctx, th)
+	dh, derr := r.db.Head(ctx, th)
+	r.sameErr(prefix+"Head", merr, derr)
+	if mh != dh {
+		r.failf("%sHead(%q): memstore %q, engine %q", prefix, th, mh, dh)
+	}
+	ml, merr := r.mem.List(ctx, th)
+	dl, derr := r.db.List(ctx, th)
+	r.sameErr(prefix+"List", merr, derr)
+	if !reflect.DeepEqual(normCPs(ml), normCPs(dl)) {
+		r.failf("%sList(%q)\n memstore %s\n engine   %s", prefix, th, showAll(ml), showAll(dl))
+	}
+	mm, merr := r.mem.LoadThread(ctx, th)
+	dm, derr := r.db.LoadThread(ctx, th)
+	r.sameErr(prefix+"LoadThread", merr, derr)
+	if !reflect.DeepEqual(emptyIfNil(mm), emptyIfNil(dm)) {
+		r.failf("%sLoadThread(%q): memstore %q, engine %q", prefix, th, mm, dm)
+	}
+}
+
+// compareGet compares Get(id) in both stores.
+func (r *runner) compareGet(ctx context.Context, prefix, id string) {
+	mc, merr := r.mem.Get(ctx, id)
+	dc, derr := r.db.Get(ctx, id)
+	r.sameErr(prefix+"Get", merr, derr)
+	if !reflect.DeepEqual(normCP(mc), normCP(dc)) {
+		r.failf("%sGet(%q): memstore %s, engine %s", prefix, id, show(mc), show(dc))
 	}
 }
 
