@@ -94,13 +94,19 @@ func (s *Store) nowMs() int64 { return s.opts.Now().UnixMilli() }
 // leaseMs is the lease duration in milliseconds.
 func (s *Store) leaseMs() int64 { return s.opts.LeaseDuration.Milliseconds() }
 
+// enter runs what every method checks first: the context, then its
+// identifier arguments (field, value pairs) in the contract's order.
+func enter(ctx context.Context, ids ...string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return chain.CheckIDs(ids...)
+}
+
 // Get returns a copy of the checkpoint id, or nil and no error when it is not
 // stored (SPEC §2.2).
 func (s *Store) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := chain.CheckID("checkpoint id", id); err != nil {
+	if err := enter(ctx, "checkpoint id", id); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -112,10 +118,7 @@ func (s *Store) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
 // not, sorted by createdAt and then id bytes; [] for an unknown thread
 // (SPEC §2.3).
 func (s *Store) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := chain.CheckID("threadId", threadID); err != nil {
+	if err := enter(ctx, "threadId", threadID); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -142,10 +145,7 @@ func (s *Store) threadCheckpoints(threadID string) []*chain.Checkpoint {
 
 // Head returns the thread's head id, or "" when it has none (SPEC §2.4).
 func (s *Store) Head(ctx context.Context, threadID string) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
-	if err := chain.CheckID("threadId", threadID); err != nil {
+	if err := enter(ctx, "threadId", threadID); err != nil {
 		return "", err
 	}
 	s.mu.Lock()
@@ -172,10 +172,7 @@ func (s *Store) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
 // LoadThread returns a copy of the thread's saved transcript, or [] (never
 // nil) when none was saved.
 func (s *Store) LoadThread(ctx context.Context, threadID string) ([]json.RawMessage, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := chain.CheckID("threadId", threadID); err != nil {
+	if err := enter(ctx, "threadId", threadID); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -187,10 +184,7 @@ func (s *Store) LoadThread(ctx context.Context, threadID string) ([]json.RawMess
 // message must be JSON (INVALID_ENTRY). Saving an empty list still marks the
 // transcript present.
 func (s *Store) SaveThread(ctx context.Context, threadID string, msgs []json.RawMessage) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := chain.CheckID("threadId", threadID); err != nil {
+	if err := enter(ctx, "threadId", threadID); err != nil {
 		return err
 	}
 	msgs = chain.CloneMessages(msgs) // copy before validating: the caller may mutate

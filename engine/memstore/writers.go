@@ -29,10 +29,7 @@ func (w *writerState) live(now int64) bool { return w != nil && w.held && w.expi
 // a live lease, even one held by the caller, is WRITER_CONFLICT. An expired
 // lease is taken over with the next fence.
 func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*lease.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := chain.CheckID("threadId", threadID); err != nil {
+	if err := enter(ctx, "threadId", threadID); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

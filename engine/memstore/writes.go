@@ -72,11 +72,7 @@ func (s *Store) Append(ctx context.Context, in chain.AppendInput) (string, error
 // condition keeps the invariant that a head names a checkpoint of its own
 // thread even when a pruned parent's id was reused in another thread.
 func (s *Store) DeleteHead(ctx context.Context, threadID, checkpointID string, w lease.Writer) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := chain.CheckIDs("threadId", threadID, "checkpoint id", checkpointID,
-		"writer threadId", w.ThreadID); err != nil {
+	if err := enter(ctx, "threadId", threadID, "checkpoint id", checkpointID, "writer threadId", w.ThreadID); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -118,10 +114,7 @@ func (s *Store) DeleteHead(ctx context.Context, threadID, checkpointID string, w
 // Kept checkpoints are not modified, so the oldest kept one may name a
 // deleted parent. The head does not move.
 func (s *Store) DeleteCheckpoints(ctx context.Context, threadID string, keep int, w lease.Writer) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := chain.CheckIDs("threadId", threadID, "writer threadId", w.ThreadID); err != nil {
+	if err := enter(ctx, "threadId", threadID, "writer threadId", w.ThreadID); err != nil {
 		return nil, err
 	}
 	if keep < 0 || int64(keep) > chain.MaxSafeInteger {
