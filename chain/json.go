@@ -195,14 +195,15 @@ func parseEntry(raw json.RawMessage, e *Entry) error {
 	}
 	kind, _ := o.str("kind")
 	*e = Entry{Path: path, Kind: Kind(kind)}
-	if raw, present := o["target"]; present && e.Kind != KindSymlink && !isNull(raw) {
-		// Only symlinks have a target; keep it so validation rejects it.
-		if e.Target, ok = o.str("target"); !ok || e.Target == "" {
-			e.Target = "\x00"
-		}
-	}
 	if err := ValidatePath(path); err != nil {
 		return err
+	}
+	// Presence, not value, decides: a dir carrying "size": 0 is as invalid
+	// as one carrying a real size (SPEC §1.2 "own properties").
+	for _, name := range foreignFields[e.Kind] {
+		if o.has(name) {
+			return Errorf(ErrInvalidEntry, "%s entry %q cannot have %s", e.Kind, path, name)
+		}
 	}
 	switch e.Kind {
 	case KindFile:
@@ -217,17 +218,20 @@ func parseEntry(raw json.RawMessage, e *Entry) error {
 				return Errorf(ErrInvalidEntry, "checkpoint entry %q executable must be a boolean", path)
 			}
 		}
-	case KindDir, KindSymlink:
-		if o.has("blobKey") || o.has("size") || o.has("executable") {
-			return Errorf(ErrInvalidEntry, "Directory entries cannot contain file fields (%q)", path)
-		}
-		if e.Kind == KindSymlink {
-			if e.Target, ok = o.str("target"); !ok {
-				return Errorf(ErrInvalidEntry, "symlink entry %q needs a string target", path)
-			}
+	case KindSymlink:
+		if e.Target, ok = o.str("target"); !ok {
+			return Errorf(ErrInvalidEntry, "symlink entry %q needs a string target", path)
 		}
 	}
 	return nil
+}
+
+// foreignFields lists, per kind, the members an entry of that kind must not
+// have at all. An unknown kind is left to ValidateFiles.
+var foreignFields = map[Kind][]string{
+	KindFile:    {"target"},
+	KindDir:     {"blobKey", "size", "executable", "target"},
+	KindSymlink: {"blobKey", "size", "executable"},
 }
 
 func parseArtifact(raw json.RawMessage, a *Artifact) error {
