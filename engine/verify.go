@@ -191,11 +191,16 @@ func (w *pageWalker) node(p []byte, id uint64, minClosed, maxOpen []byte) ([]byt
 	}
 	le := binary.LittleEndian
 	flags, count := le.Uint16(p[8:]), int(le.Uint16(p[10:]))
+	if flags != branchFlag && flags != leafFlag {
+		return nil, fmt.Errorf("page %d has type flags %#x, not branch or leaf", id, flags)
+	}
 	if pageHeaderSize+count*elementSize > len(p) {
 		return nil, fmt.Errorf("page %d: %d elements overflow the page", id, count)
 	}
-	running, maxKey := minClosed, []byte(nil)
-	for i := range count {
+	// element returns element i's key and value (a leaf's; none for a
+	// branch), both checked to lie inside the page. Offsets are relative to
+	// the element itself.
+	element := func(i int) (key, val []byte, err error) {
 		e := pageHeaderSize + i*elementSize
 		var pos, ksize, vsize int64
 		if flags == leafFlag {
@@ -205,40 +210,40 @@ func (w *pageWalker) node(p []byte, id uint64, minClosed, maxOpen []byte) ([]byt
 		}
 		start := int64(e) + pos
 		if start+ksize+vsize > int64(len(p)) {
-			return nil, fmt.Errorf("page %d element %d lies outside the page", id, i)
+			return nil, nil, fmt.Errorf("page %d element %d lies outside the page", id, i)
 		}
-		k := p[start : start+ksize]
+		return p[start : start+ksize], p[start+ksize : start+ksize+vsize], nil
+	}
+	running, maxKey := minClosed, []byte(nil)
+	for i := range count {
+		k, v, err := element(i)
+		if err != nil {
+			return nil, err
+		}
 		if err := keyOrder(id, i, k, running, maxOpen); err != nil {
 			return nil, err
 		}
-		switch flags {
-		case branchFlag:
-			next := maxOpen
-			if i+1 < count {
-				n := pageHeaderSize + (i+1)*elementSize
-				npos, nks := int64(le.Uint32(p[n:])), int64(le.Uint32(p[n+4:]))
-				if s := int64(n) + npos; s+nks <= int64(len(p)) {
-					next = p[s : s+nks]
-				}
-			}
-			sub, err := w.tree(le.Uint64(p[e+8:]), k, next)
-			if err != nil {
-				return nil, err
-			}
-			running, maxKey = sub, sub
-		case leafFlag:
+		e := pageHeaderSize + i*elementSize
+		if flags == leafFlag {
 			if le.Uint32(p[e:])&bucketLeafFlag != 0 {
-				if err := w.bucketValue(id, p[start+ksize:start+ksize+vsize]); err != nil {
+				if err := w.bucketValue(id, v); err != nil {
 					return nil, err
 				}
 			}
 			running, maxKey = k, k
-		default:
-			return nil, fmt.Errorf("page %d has type flags %#x, not branch or leaf", id, flags)
+			continue
 		}
-	}
-	if count == 0 && flags != leafFlag && flags != branchFlag {
-		return nil, fmt.Errorf("page %d has type flags %#x, not branch or leaf", id, flags)
+		next := maxOpen // the child's keys lie below the next branch key
+		if i+1 < count {
+			if next, _, err = element(i + 1); err != nil {
+				return nil, err
+			}
+		}
+		sub, err := w.tree(le.Uint64(p[e+8:]), k, next)
+		if err != nil {
+			return nil, err
+		}
+		running, maxKey = sub, sub
 	}
 	return maxKey, nil
 }
