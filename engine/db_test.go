@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -280,4 +281,38 @@ func TestReadOnlyAndClosed(t *testing.T) {
 	if _, err := engine.Open(t.TempDir(), &engine.Options{ReadOnly: true}); err == nil {
 		t.Error("read-only Open of an empty directory succeeded")
 	}
+}
+
+// TestSecondProcessIsRefused opens a store, then runs this test binary again
+// as a child process that opens the same store with the default options: it
+// must give up with ErrLocked naming this process, not hang.
+func TestSecondProcessIsRefused(t *testing.T) {
+	if dir := os.Getenv("SBXDB_CHILD_OPEN"); dir != "" {
+		start := time.Now()
+		_, err := engine.Open(dir, nil)
+		fmt.Printf("child: locked=%v waited=%s err=%v\n", errors.Is(err, engine.ErrLocked), time.Since(start).Round(time.Millisecond), err)
+		return
+	}
+	dir := t.TempDir()
+	open(t, dir)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondProcessIsRefused$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SBXDB_CHILD_OPEN="+dir)
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second): // a hang, not a slow machine
+		cmd.Process.Kill()
+		t.Fatal("the second process did not return within 30 s")
+	}
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	want := "pid " + strconv.Itoa(os.Getpid())
+	if !strings.Contains(string(out), "child: locked=true") || !strings.Contains(string(out), want) {
+		t.Fatalf("child output does not report ErrLocked naming %s:\n%s", want, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
 }
