@@ -21,14 +21,19 @@ var (
 	BucketThreadIndex = []byte("thread_index")
 	// BucketHeads maps threadId → sealed head checkpoint id.
 	BucketHeads = []byte("heads")
-	// BucketRefs maps blob key → sealed uvarint reference count (> 0).
+	// BucketRefs maps blob key → sealed uvarint folded reference count
+	// (> 0); see refs.go for the pending part of a count.
 	BucketRefs = []byte("refs")
+	// BucketPendingRefs holds the id of each checkpoint whose references
+	// are not yet folded into BucketRefs (→ sealed empty payload). Its
+	// bucket sequence counts its keys.
+	BucketPendingRefs = []byte("refs_pending")
 	// BucketTranscripts maps threadId → sealed message list.
 	BucketTranscripts = []byte("transcripts")
 )
 
 // Buckets lists the chain buckets, for the engine to create at Open.
-var Buckets = [][]byte{BucketCheckpoints, BucketThreadIndex, BucketHeads, BucketRefs, BucketTranscripts}
+var Buckets = [][]byte{BucketCheckpoints, BucketThreadIndex, BucketHeads, BucketRefs, BucketPendingRefs, BucketTranscripts}
 
 func bucket(tx *bolt.Tx, name []byte) *bolt.Bucket {
 	b := tx.Bucket(name)
@@ -118,17 +123,13 @@ func (p *Prepared) BlobKeys() []string { return p.keys }
 // the id is free.
 func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
 
-// PutPrepared is PutCheckpoint for a checkpoint prepared earlier.
+// PutPrepared is PutCheckpoint for a checkpoint prepared earlier. Its
+// references are added as pending (refs.go), folded later with others.
 func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 	if err := putRecord(tx, p); err != nil {
 		return err
 	}
-	for _, k := range p.keys {
-		if err := AddRef(tx, k, 1); err != nil {
-			return err
-		}
-	}
-	return nil
+	return addPending(tx, p.ID)
 }
 
 // PutRecord stores cp's record and index key only, leaving reference counts
@@ -152,61 +153,15 @@ func DeleteCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
 	if err := bucket(tx, BucketThreadIndex).Delete(indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)); err != nil {
 		return err
 	}
+	if pending, err := dropPending(tx, cp.ID); pending || err != nil {
+		return err // its references were never folded in: nothing to subtract
+	}
 	for _, k := range cp.BlobKeys() {
 		if err := AddRef(tx, k, -1); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// RefCount returns the stored reference count of key (0 when absent).
-func RefCount(tx *bolt.Tx, key string) (int64, error) {
-	return decodeCount([]byte(key), bucket(tx, BucketRefs).Get([]byte(key)))
-}
-
-// decodeCount unseals and decodes a stored reference count (0 when absent).
-func decodeCount(key, v []byte) (int64, error) {
-	if v == nil {
-		return 0, nil
-	}
-	p, err := Unseal(BucketRefs, key, v)
-	if err != nil {
-		return 0, err
-	}
-	n, w := binary.Uvarint(p)
-	if w != len(p) {
-		return 0, corrupt(BucketRefs, key, "bad count")
-	}
-	return int64(n), nil
-}
-
-// AddRef adds delta to the count of key, deleting the key when it reaches 0.
-func AddRef(tx *bolt.Tx, key string, delta int64) error {
-	n, err := RefCount(tx, key)
-	if err != nil {
-		return err
-	}
-	n += delta
-	if n <= 0 {
-		return bucket(tx, BucketRefs).Delete([]byte(key))
-	}
-	return put(tx, BucketRefs, []byte(key), binary.AppendUvarint(nil, uint64(n)))
-}
-
-// References returns every blob key with a count > 0, in UTF-8 byte order
-// (bbolt's key order).
-func References(tx *bolt.Tx) ([]BlobRef, error) {
-	refs := []BlobRef{}
-	err := bucket(tx, BucketRefs).ForEach(func(k, v []byte) error {
-		n, err := decodeCount(k, v)
-		if err != nil {
-			return err
-		}
-		refs = append(refs, BlobRef{Key: string(k), References: n})
-		return nil
-	})
-	return refs, err
 }
 
 // Head returns the head checkpoint id of a thread, or "" when it has none.

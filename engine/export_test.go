@@ -12,9 +12,13 @@ func (db *DB) InsertRaw(cp *chain.Checkpoint) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.PutRecord(tx, cp) })
 }
 
-// SetRefCount forces the stored count of a blob key.
+// SetRefCount forces the count of a blob key (folding pending references
+// first, so the forced value is the whole count).
 func (db *DB) SetRefCount(key string, n int64) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
+		if err := chain.FoldRefs(tx); err != nil {
+			return err
+		}
 		old, err := chain.RefCount(tx, key)
 		if err != nil {
 			return err

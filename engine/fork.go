@@ -61,8 +61,12 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		// An integrity guard (the durable reference does the same): a
 		// source key without references means the counts are damaged.
 		prepared := chain.Prepare(fork)
+		counter, err := chain.NewRefCounter(tx)
+		if err != nil {
+			return err
+		}
 		for _, k := range prepared.BlobKeys() {
-			n, err := chain.RefCount(tx, k)
+			n, err := counter.Count(k)
 			if err != nil {
 				return err
 			}

@@ -18,7 +18,10 @@ import (
 //	thread_index  threadId 0x00 be64(createdAt xor 1<<63) checkpoint id → ∅
 //	              (List is one range scan in createdAt, id-bytes order)
 //	heads         threadId → head checkpoint id
-//	refs          blob key → uvarint reference count, always > 0
+//	refs          blob key → uvarint folded reference count, always > 0
+//	refs_pending  checkpoint id → ∅ for each checkpoint whose references are
+//	              not folded into refs yet; bucket sequence = key count
+//	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
 //	transcripts   threadId → message list (present, even empty, blocks a fork)
 //	writers       threadId → writer state: last fence, live lease if any
 //	instances     sha256(key) → instance record holding the full key (admits

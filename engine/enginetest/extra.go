@@ -183,6 +183,49 @@ func extraCases() []kase {
 				e.t.Errorf("LoadThread of an unknown thread = %s, want []", got)
 			}
 		}},
+		{"X10-many-checkpoints", func(e *env) {
+			// Enough appends for a store that batches reference-count
+			// updates to do so several times, mixed with every way of
+			// dropping references; the counts must always be the ones
+			// recomputed from the checkpoints themselves.
+			heads := map[string]string{}
+			next := func(thread string, i int) {
+				id := fmt.Sprintf("%s%d", thread, i)
+				c := with(cp(id, thread, heads[thread]), func(c *chain.Checkpoint) {
+					c.Files = append(c.Files, file("shared.txt", fileKey(1)), file("rolling.txt", fileKey(int64(100+i%7))))
+					if i%3 == 0 {
+						c.Artifacts = []chain.Artifact{artifact("art", artKey(int64(i%4)))}
+					}
+				})
+				e.append(c, heads[thread])
+				heads[thread] = id
+			}
+			for i := 1; i <= 150; i++ {
+				next("a", i)
+				if i%2 == 0 {
+					next("b", i)
+				}
+				switch {
+				case i%40 == 0:
+					parent := e.get(heads["a"]).ParentID
+					e.deleteHead("a", heads["a"])
+					heads["a"] = parent
+				case i == 100:
+					_, err := e.s.DeleteCheckpoints(bg, "a", 5, e.writer("a"))
+					e.noErr("DeleteCheckpoints(a, keep 5)", err)
+				case i == 120:
+					_, err := e.fork(chain.ForkInput{SourceThreadID: "b", SourceCheckpointID: heads["b"],
+						DestinationThreadID: "c", DestinationCheckpointID: "c-root", CreatedAt: 1, Writer: e.writer("c")})
+					e.noErr("Fork(b → c)", err)
+				}
+				if i%10 == 0 {
+					e.wantRefs(fmt.Sprintf("after %d rounds", i), e.recount("a", "b", "c")...)
+				}
+			}
+			_, err := e.s.DeleteCheckpoints(bg, "b", 0, e.writer("b"))
+			e.noErr("DeleteCheckpoints(b, keep 0)", err)
+			e.wantRefs("after pruning b to its head", e.recount("a", "b", "c")...)
+		}},
 		{"X8-limits", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			w := e.writer("thread")

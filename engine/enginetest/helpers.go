@@ -427,6 +427,26 @@ func (e *env) wantList(thread string, want ...string) {
 	e.equal(fmt.Sprintf("List(%q) ids", thread), ids(e.list(thread)), want)
 }
 
+// recount computes the reference table from the checkpoints of threads:
+// each checkpoint counts once for each of its distinct blob keys.
+func (e *env) recount(threads ...string) []chain.BlobRef {
+	e.t.Helper()
+	counts := map[string]int64{}
+	for _, th := range threads {
+		for _, c := range e.list(th) {
+			for _, k := range c.BlobKeys() {
+				counts[k]++
+			}
+		}
+	}
+	refs := []chain.BlobRef{}
+	for k, n := range counts {
+		refs = append(refs, ref(k, n))
+	}
+	slices.SortFunc(refs, func(a, b chain.BlobRef) int { return strings.Compare(a.Key, b.Key) })
+	return refs
+}
+
 func (e *env) wantRefs(what string, want ...chain.BlobRef) {
 	e.t.Helper()
 	e.equal(what+": BlobReferences", e.refs(), want)

@@ -1,0 +1,208 @@
+package chain
+
+import (
+	"encoding/binary"
+	"slices"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Blob reference counts, folded lazily.
+//
+// The contract counts, for each blob key, the checkpoints that use it. An
+// append adds one to every distinct key of its checkpoint, and consecutive
+// checkpoints share almost all their keys; written eagerly, each append
+// rewrites one count per key on pages scattered over the refs bucket (the
+// benchmarks measured this as most of an append's cost). So an append only
+// records its checkpoint id as pending, and once FoldAfter checkpoints are
+// pending, their increments are summed per key and written once.
+//
+// Invariant: the count of key k is
+//
+//	refs[k] + the number of pending checkpoints whose distinct keys include k
+//
+// and every reader goes through RefCounter, which applies it. A pending
+// checkpoint that is deleted before folding simply stops being pending.
+
+// FoldAfter is how many pending checkpoints trigger a fold. It bounds the
+// extra work of a read (decoding at most FoldAfter−1 pending records) and
+// amortises each fold's page writes over that many appends.
+const FoldAfter = 64
+
+// foldAfter is FoldAfter, lowered by tests to fold often.
+var foldAfter uint64 = FoldAfter
+
+func addPending(tx *bolt.Tx, id string) error {
+	b := bucket(tx, BucketPendingRefs)
+	if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), nil)); err != nil {
+		return err
+	}
+	n := b.Sequence() + 1
+	if err := b.SetSequence(n); err != nil {
+		return err
+	}
+	if n >= foldAfter {
+		return FoldRefs(tx)
+	}
+	return nil
+}
+
+// dropPending removes id from the pending set, reporting whether it was
+// there.
+func dropPending(tx *bolt.Tx, id string) (bool, error) {
+	b := bucket(tx, BucketPendingRefs)
+	if b.Get([]byte(id)) == nil {
+		return false, nil
+	}
+	if err := b.Delete([]byte(id)); err != nil {
+		return false, err
+	}
+	if n := b.Sequence(); n > 0 {
+		return true, b.SetSequence(n - 1)
+	}
+	return true, nil
+}
+
+// pendingCounts sums the distinct keys of the pending checkpoints.
+func pendingCounts(tx *bolt.Tx) (map[string]int64, error) {
+	counts := map[string]int64{}
+	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
+		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
+			return err
+		}
+		cp, err := GetCheckpoint(tx, string(k))
+		if err != nil {
+			return err
+		}
+		if cp == nil {
+			return corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		}
+		for _, key := range cp.BlobKeys() {
+			counts[key]++
+		}
+		return nil
+	})
+	return counts, err
+}
+
+// FoldRefs adds the references of every pending checkpoint to refs, one
+// write per distinct key in key order, and empties the pending set. Counts
+// read before and after are the same.
+func FoldRefs(tx *bolt.Tx) error {
+	counts, err := pendingCounts(tx)
+	if err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // neighbouring keys share leaf pages
+	for _, k := range keys {
+		if err := AddRef(tx, k, counts[k]); err != nil {
+			return err
+		}
+	}
+	if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
+		return err
+	}
+	_, err = tx.CreateBucket(BucketPendingRefs)
+	return err
+}
+
+// RefCounter reads reference counts in a transaction. Build it once per
+// transaction: it decodes the pending checkpoints once.
+type RefCounter struct {
+	tx      *bolt.Tx
+	pending map[string]int64
+}
+
+// NewRefCounter returns a counter for tx.
+func NewRefCounter(tx *bolt.Tx) (*RefCounter, error) {
+	pending, err := pendingCounts(tx)
+	if err != nil {
+		return nil, err
+	}
+	return &RefCounter{tx: tx, pending: pending}, nil
+}
+
+// Count returns the number of checkpoints using key.
+func (rc *RefCounter) Count(key string) (int64, error) {
+	n, err := decodeCount([]byte(key), bucket(rc.tx, BucketRefs).Get([]byte(key)))
+	return n + rc.pending[key], err
+}
+
+// All returns every key with a count above 0, in UTF-8 byte order.
+func (rc *RefCounter) All() ([]BlobRef, error) {
+	refs := []BlobRef{}
+	err := bucket(rc.tx, BucketRefs).ForEach(func(k, v []byte) error {
+		n, err := decodeCount(k, v)
+		if err != nil {
+			return err
+		}
+		refs = append(refs, BlobRef{Key: string(k), References: n + rc.pending[string(k)]})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	folded := refs[:len(refs):len(refs)] // sorted (bbolt order); appends below go past it
+	for k, n := range rc.pending {       // keys not folded in yet
+		if _, ok := slices.BinarySearchFunc(folded, k, func(r BlobRef, k string) int { return strings.Compare(r.Key, k) }); !ok {
+			refs = append(refs, BlobRef{Key: k, References: n})
+		}
+	}
+	slices.SortFunc(refs, func(a, b BlobRef) int { return strings.Compare(a.Key, b.Key) })
+	return refs, nil
+}
+
+// References returns every blob key with a count above 0, in UTF-8 byte
+// order.
+func References(tx *bolt.Tx) ([]BlobRef, error) {
+	rc, err := NewRefCounter(tx)
+	if err != nil {
+		return nil, err
+	}
+	return rc.All()
+}
+
+// RefCount returns the number of checkpoints using key. To read several
+// keys, use one RefCounter.
+func RefCount(tx *bolt.Tx, key string) (int64, error) {
+	rc, err := NewRefCounter(tx)
+	if err != nil {
+		return 0, err
+	}
+	return rc.Count(key)
+}
+
+// AddRef adds delta to the folded count of key, deleting the key when it
+// reaches 0. It does not look at pending checkpoints.
+func AddRef(tx *bolt.Tx, key string, delta int64) error {
+	n, err := decodeCount([]byte(key), bucket(tx, BucketRefs).Get([]byte(key)))
+	if err != nil {
+		return err
+	}
+	n += delta
+	if n <= 0 {
+		return bucket(tx, BucketRefs).Delete([]byte(key))
+	}
+	return put(tx, BucketRefs, []byte(key), binary.AppendUvarint(nil, uint64(n)))
+}
+
+// decodeCount unseals and decodes a stored reference count (0 when absent).
+func decodeCount(key, v []byte) (int64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	p, err := Unseal(BucketRefs, key, v)
+	if err != nil {
+		return 0, err
+	}
+	n, w := binary.Uvarint(p)
+	if w != len(p) {
+		return 0, corrupt(BucketRefs, key, "bad count")
+	}
+	return int64(n), nil
+}

@@ -1,0 +1,117 @@
+package chain
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+)
+
+// recount computes every key's count from the stored checkpoints, the way
+// `sbxdb check` will: distinct keys per checkpoint.
+func recount(tx *bolt.Tx) []BlobRef {
+	counts := map[string]int64{}
+	tx.Bucket(BucketCheckpoints).ForEach(func(k, _ []byte) error {
+		cp, _ := GetCheckpoint(tx, string(k))
+		for _, key := range cp.BlobKeys() {
+			counts[key]++
+		}
+		return nil
+	})
+	refs := []BlobRef{}
+	for k, n := range counts {
+		refs = append(refs, BlobRef{k, n})
+	}
+	slices.SortFunc(refs, func(a, b BlobRef) int { return cmpStr(a.Key, b.Key) })
+	return refs
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Random puts and deletes with a fold every 3 pending checkpoints: after
+// every step the counts read equal the counts recomputed from the records,
+// and an explicit fold changes no count.
+func TestLazyRefsMatchRecount(t *testing.T) {
+	defer func(old uint64) { foldAfter = old }(foldAfter)
+	foldAfter = 3
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "refs.db"), 0o644, &bolt.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.Update(func(tx *bolt.Tx) error {
+		for _, name := range Buckets {
+			tx.CreateBucket(name)
+		}
+		return nil
+	})
+	rng := rand.New(rand.NewPCG(7, 7))
+	stored := map[string]*Checkpoint{}
+	folds := 0
+	var history []string
+	for step := range 3000 {
+		err := db.Update(func(tx *bolt.Tx) error {
+			id := fmt.Sprintf("c%d", rng.IntN(40))
+			switch cp := stored[id]; {
+			case cp != nil && rng.IntN(2) == 0:
+				delete(stored, id)
+				history = append(history, fmt.Sprintf("del %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
+				if err := DeleteCheckpoint(tx, cp); err != nil {
+					return err
+				}
+			case cp == nil:
+				cp = &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
+				for j := range rng.IntN(5) {
+					cp.Files = append(cp.Files, Entry{Path: fmt.Sprint("f", j), Kind: KindFile, BlobKey: fileKey(rng.IntN(8)), Size: 1})
+				}
+				if rng.IntN(3) == 0 {
+					cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: fmt.Sprintf("%s%064x", ArtifactPrefix, rng.IntN(3))}}
+				}
+				stored[id] = cp
+				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
+				if tx.Bucket(BucketPendingRefs).Sequence() == foldAfter-1 {
+					folds++
+				}
+				if err := PutCheckpoint(tx, cp); err != nil {
+					return err
+				}
+			}
+			got, err := References(tx)
+			if err != nil {
+				return err
+			}
+			if diff := cmp.Diff(recount(tx), got); diff != "" {
+				return fmt.Errorf("counts differ from the recount (-want +got):\n%s", diff)
+			}
+			if rng.IntN(50) == 0 {
+				if err := FoldRefs(tx); err != nil {
+					return err
+				}
+				after, _ := References(tx)
+				if diff := cmp.Diff(got, after); diff != "" {
+					return fmt.Errorf("an explicit fold changed counts:\n%s", diff)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("step %d: %v\n%s", step, err, strings.Join(history, "\n"))
+		}
+	}
+	if folds < 100 {
+		t.Errorf("only %d automatic folds: the test did not exercise folding", folds)
+	}
+}
