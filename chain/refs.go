@@ -15,8 +15,10 @@ import (
 // checkpoints share almost all their keys; written eagerly, each append
 // rewrites one count per key on pages scattered over the refs bucket (the
 // benchmarks measured this as most of an append's cost). So an append only
-// records its checkpoint id as pending, and once FoldAfter checkpoints are
-// pending, their increments are summed per key and written once.
+// records its checkpoint id as pending, and FoldRefs later sums the
+// increments of all pending checkpoints per key and writes each once. When
+// to fold is the caller's policy (the engine folds at the end of a commit
+// once enough checkpoints are pending); PendingRefs tells how many are.
 //
 // Invariant: the count of key k is
 //
@@ -25,28 +27,16 @@ import (
 // and every reader goes through RefCounter, which applies it. A pending
 // checkpoint that is deleted before folding simply stops being pending.
 
-// FoldAfter is how many pending checkpoints trigger a fold. It bounds the
-// extra work of a read (decoding at most FoldAfter−1 pending records) and
-// amortises each fold's page writes over that many appends.
-const FoldAfter = 64
-
-// foldAfter is FoldAfter, lowered by tests to fold often.
-var foldAfter uint64 = FoldAfter
-
 func addPending(tx *bolt.Tx, id string) error {
 	b := bucket(tx, BucketPendingRefs)
 	if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), nil)); err != nil {
 		return err
 	}
-	n := b.Sequence() + 1
-	if err := b.SetSequence(n); err != nil {
-		return err
-	}
-	if n >= foldAfter {
-		return FoldRefs(tx)
-	}
-	return nil
+	return b.SetSequence(b.Sequence() + 1)
 }
+
+// PendingRefs returns how many checkpoints' references are not folded yet.
+func PendingRefs(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
 
 // dropPending removes id from the pending set, reporting whether it was
 // there.

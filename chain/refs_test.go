@@ -41,12 +41,11 @@ func cmpStr(a, b string) int {
 	return 0
 }
 
-// Random puts and deletes with a fold every 3 pending checkpoints: after
+// Random puts and deletes, folding once 3 checkpoints are pending: after
 // every step the counts read equal the counts recomputed from the records,
 // and an explicit fold changes no count.
 func TestLazyRefsMatchRecount(t *testing.T) {
-	defer func(old uint64) { foldAfter = old }(foldAfter)
-	foldAfter = 3
+	const foldAfter = 3
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "refs.db"), 0o644, &bolt.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -82,11 +81,14 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				}
 				stored[id] = cp
 				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
-				if tx.Bucket(BucketPendingRefs).Sequence() == foldAfter-1 {
-					folds++
-				}
 				if err := PutCheckpoint(tx, cp); err != nil {
 					return err
+				}
+				if PendingRefs(tx) >= foldAfter {
+					folds++
+					if err := FoldRefs(tx); err != nil {
+						return err
+					}
 				}
 			}
 			got, err := References(tx)

@@ -112,7 +112,7 @@ func (c *committer) run(batch []*writeReq) {
 			}
 			results[i] = err
 		}
-		return nil
+		return c.foldIfDue(tx)
 	})
 	if err == nil {
 		c.batches.Add(1)
@@ -126,8 +126,23 @@ func (c *committer) run(batch []*writeReq) {
 		return
 	}
 	for _, req := range batch {
-		req.done <- c.update(req.fn)
+		req.done <- c.update(func(tx *bolt.Tx) error {
+			if err := req.fn(tx); err != nil {
+				return err
+			}
+			return c.foldIfDue(tx)
+		})
 	}
+}
+
+// foldIfDue folds pending blob references once Options.RefFoldAfter
+// checkpoints are pending, at the end of a commit so that one fold serves
+// every append of the batch.
+func (c *committer) foldIfDue(tx *bolt.Tx) error {
+	if chain.PendingRefs(tx) < uint64(c.db.opts.RefFoldAfter) {
+		return nil
+	}
+	return chain.FoldRefs(tx)
 }
 
 // update is bolt's Update with panics (from a damaged file) turned into

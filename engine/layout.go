@@ -20,7 +20,8 @@ import (
 //	heads         threadId → head checkpoint id
 //	refs          blob key → uvarint folded reference count, always > 0
 //	refs_pending  checkpoint id → ∅ for each checkpoint whose references are
-//	              not folded into refs yet; bucket sequence = key count
+//	              not folded into refs yet (Options.RefFoldAfter); bucket
+//	              sequence = key count
 //	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
 //	transcripts   threadId → message list (present, even empty, blocks a fork)
 //	writers       threadId → writer state: last fence, live lease if any

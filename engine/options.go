@@ -23,6 +23,12 @@ type Options struct {
 	// ReadOnly opens the store for reading; writes fail. Several read-only
 	// handles may share a store, but not with a writer.
 	ReadOnly bool
+	// RefFoldAfter is how many appended checkpoints may have their blob
+	// reference counts pending before a commit folds them into the counts
+	// (chain/refs.go). Higher makes appends cheaper and reading counts
+	// (BlobReferences, Fork's check) costlier: a read decodes the pending
+	// checkpoints. Default 64; 1 folds at every commit.
+	RefFoldAfter int
 	// NoSync skips fsync on commit. Unsafe: a crash can lose acknowledged
 	// writes. For tests and benchmarks only.
 	NoSync bool
@@ -33,6 +39,7 @@ const (
 	DefaultLeaseDuration = 120 * time.Second
 	DefaultRenewAfter    = 45 * time.Second
 	DefaultLockTimeout   = time.Second
+	DefaultRefFoldAfter  = 64
 )
 
 // ErrInvalidOptions reports options the contract rejects at construction.
@@ -61,6 +68,9 @@ func CheckOptions(opts *Options) (Options, error) {
 	if o.LockTimeout == 0 {
 		o.LockTimeout = DefaultLockTimeout
 	}
+	if o.RefFoldAfter == 0 {
+		o.RefFoldAfter = DefaultRefFoldAfter
+	}
 	switch {
 	case o.LeaseDuration < time.Millisecond:
 		return o, fmt.Errorf("%w: LeaseDuration %v must be at least 1ms", ErrInvalidOptions, o.LeaseDuration)
@@ -68,6 +78,8 @@ func CheckOptions(opts *Options) (Options, error) {
 		return o, fmt.Errorf("%w: RenewAfter %v must be at least 1ms", ErrInvalidOptions, o.RenewAfter)
 	case o.RenewAfter >= o.LeaseDuration:
 		return o, fmt.Errorf("%w: RenewAfter %v must be below LeaseDuration %v", ErrInvalidOptions, o.RenewAfter, o.LeaseDuration)
+	case o.RefFoldAfter < 0:
+		return o, fmt.Errorf("%w: RefFoldAfter %d is negative", ErrInvalidOptions, o.RefFoldAfter)
 	case o.LockTimeout < 0:
 		return o, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidOptions, o.LockTimeout)
 	}

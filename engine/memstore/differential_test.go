@@ -193,6 +193,9 @@ func (r *runner) run(n int) (report string) {
 	}
 	dbOpts := opts
 	dbOpts.NoSync = true
+	// Fold reference counts after 1 to 4 pending checkpoints, so that
+	// sequences of a few dozen appends exercise folding (the default is 64).
+	dbOpts.RefFoldAfter = 1 + int(uint64(r.seed)%4)
 	if r.db, err = engine.Open(r.dir, &dbOpts); err != nil {
 		return fmt.Sprintf("seed %d: engine.Open: %v", r.seed, err)
 	}
