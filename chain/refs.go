@@ -102,29 +102,53 @@ func FoldRefs(tx *bolt.Tx) error {
 }
 
 // RefCounter reads reference counts in a transaction. Build it once per
-// transaction: it decodes the pending checkpoints once.
+// transaction: it decodes the pending checkpoints at most once, and only
+// when a folded count cannot answer the question alone.
 type RefCounter struct {
 	tx      *bolt.Tx
-	pending map[string]int64
+	pending map[string]int64 // nil until needed
 }
 
 // NewRefCounter returns a counter for tx.
-func NewRefCounter(tx *bolt.Tx) (*RefCounter, error) {
-	pending, err := pendingCounts(tx)
-	if err != nil {
-		return nil, err
+func NewRefCounter(tx *bolt.Tx) *RefCounter { return &RefCounter{tx: tx} }
+
+func (rc *RefCounter) loadPending() error {
+	if rc.pending != nil {
+		return nil
 	}
-	return &RefCounter{tx: tx, pending: pending}, nil
+	p, err := pendingCounts(rc.tx)
+	rc.pending = p
+	return err
+}
+
+func (rc *RefCounter) folded(key string) (int64, error) {
+	return decodeCount([]byte(key), bucket(rc.tx, BucketRefs).Get([]byte(key)))
 }
 
 // Count returns the number of checkpoints using key.
 func (rc *RefCounter) Count(key string) (int64, error) {
-	n, err := decodeCount([]byte(key), bucket(rc.tx, BucketRefs).Get([]byte(key)))
+	n, err := rc.folded(key)
+	if err == nil {
+		err = rc.loadPending()
+	}
 	return n + rc.pending[key], err
+}
+
+// Referenced reports whether any checkpoint uses key. A folded count above
+// 0 answers it without decoding pending checkpoints.
+func (rc *RefCounter) Referenced(key string) (bool, error) {
+	if n, err := rc.folded(key); n > 0 || err != nil {
+		return n > 0, err
+	}
+	n, err := rc.Count(key)
+	return n > 0, err
 }
 
 // All returns every key with a count above 0, in UTF-8 byte order.
 func (rc *RefCounter) All() ([]BlobRef, error) {
+	if err := rc.loadPending(); err != nil {
+		return nil, err
+	}
 	refs := []BlobRef{}
 	err := bucket(rc.tx, BucketRefs).ForEach(func(k, v []byte) error {
 		n, err := decodeCount(k, v)
@@ -149,23 +173,11 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 
 // References returns every blob key with a count above 0, in UTF-8 byte
 // order.
-func References(tx *bolt.Tx) ([]BlobRef, error) {
-	rc, err := NewRefCounter(tx)
-	if err != nil {
-		return nil, err
-	}
-	return rc.All()
-}
+func References(tx *bolt.Tx) ([]BlobRef, error) { return NewRefCounter(tx).All() }
 
 // RefCount returns the number of checkpoints using key. To read several
 // keys, use one RefCounter.
-func RefCount(tx *bolt.Tx, key string) (int64, error) {
-	rc, err := NewRefCounter(tx)
-	if err != nil {
-		return 0, err
-	}
-	return rc.Count(key)
-}
+func RefCount(tx *bolt.Tx, key string) (int64, error) { return NewRefCounter(tx).Count(key) }
 
 // AddRef adds delta to the folded count of key, deleting the key when it
 // reaches 0. It does not look at pending checkpoints.

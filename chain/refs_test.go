@@ -41,6 +41,17 @@ func cmpStr(a, b string) int {
 	return 0
 }
 
+// poolKeys are the blob keys the randomized test draws from.
+var poolKeys = func() (keys []string) {
+	for i := range 8 {
+		keys = append(keys, fileKey(i))
+	}
+	for i := range 3 {
+		keys = append(keys, fmt.Sprintf("%s%064x", ArtifactPrefix, i))
+	}
+	return keys
+}()
+
 // Random puts and deletes, folding once 3 checkpoints are pending: after
 // every step the counts read equal the counts recomputed from the records,
 // and an explicit fold changes no count.
@@ -74,10 +85,10 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			case cp == nil:
 				cp = &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
 				for j := range rng.IntN(5) {
-					cp.Files = append(cp.Files, Entry{Path: fmt.Sprint("f", j), Kind: KindFile, BlobKey: fileKey(rng.IntN(8)), Size: 1})
+					cp.Files = append(cp.Files, Entry{Path: fmt.Sprint("f", j), Kind: KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: 1})
 				}
 				if rng.IntN(3) == 0 {
-					cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: fmt.Sprintf("%s%064x", ArtifactPrefix, rng.IntN(3))}}
+					cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
 				}
 				stored[id] = cp
 				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
@@ -95,8 +106,23 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if diff := cmp.Diff(recount(tx), got); diff != "" {
+			want := recount(tx)
+			if diff := cmp.Diff(want, got); diff != "" {
 				return fmt.Errorf("counts differ from the recount (-want +got):\n%s", diff)
+			}
+			wantN := map[string]int64{}
+			for _, r := range want {
+				wantN[r.Key] = r.References
+			}
+			for _, key := range poolKeys {
+				n, err := NewRefCounter(tx).Count(key)
+				if err != nil || n != wantN[key] {
+					return fmt.Errorf("Count(%s) = %d, %v; recount %d", key, n, err, wantN[key])
+				}
+				ok, err := NewRefCounter(tx).Referenced(key)
+				if err != nil || ok != (wantN[key] > 0) {
+					return fmt.Errorf("Referenced(%s) = %v, %v; recount %d", key, ok, err, wantN[key])
+				}
 			}
 			if rng.IntN(50) == 0 {
 				if err := FoldRefs(tx); err != nil {

@@ -61,16 +61,13 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		// An integrity guard (the durable reference does the same): a
 		// source key without references means the counts are damaged.
 		prepared := chain.Prepare(fork)
-		counter, err := chain.NewRefCounter(tx)
-		if err != nil {
-			return err
-		}
+		counter := chain.NewRefCounter(tx)
 		for _, k := range prepared.BlobKeys() {
-			n, err := counter.Count(k)
+			ok, err := counter.Referenced(k)
 			if err != nil {
 				return err
 			}
-			if n <= 0 {
+			if !ok {
 				return chain.Errorf(chain.ErrInvalidEntry, "source blob %q of checkpoint %q has no stored reference", k, src.ID)
 			}
 		}
