@@ -1,0 +1,468 @@
+package cas
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Batch writes many blobs with one durability barrier. Add and AddReader
+// may be called from many goroutines at once; Commit makes every new blob
+// durable (fsync of the packs and large files written, then of their
+// directories) and then commits all index entries in one transaction, so a
+// crash at any point leaves either the whole batch indexed or none of it
+// (bytes written but never indexed are dead and never read). Abort, or a
+// failed Commit, removes the batch's files.
+//
+// A key the store already holds, or that the batch already added, is not
+// written again; its upload time is refreshed by Commit, so a sweep that
+// honours an olderThan window does not take a blob a new checkpoint is
+// about to name.
+type Batch struct {
+	s *Store
+
+	mu      sync.Mutex
+	added   map[string]entry    // new blobs, by key
+	refresh map[string]struct{} // existing blobs to freshen at Commit
+	pack    *packWriter         // the pack being filled
+	packs   []*packWriter       // every pack this batch wrote
+	larges  map[string]string   // key → temp file of a new large blob
+	done    bool
+	err     error // first write error; the batch can only be aborted
+}
+
+// AddResult says what Add did with one blob.
+type AddResult struct {
+	Key    string
+	Size   int64 // uncompressed bytes
+	Stored int64 // bytes written, frame header excluded; 0 when not new
+	New    bool  // false: the store or this batch held the key already
+}
+
+// NewBatch starts a batch.
+func (s *Store) NewBatch() *Batch {
+	return &Batch{s: s, added: map[string]entry{}, refresh: map[string]struct{}{}, larges: map[string]string{}}
+}
+
+// Add stores data (at most MaxPacked bytes) in a pack unless the key it
+// hashes to is held already.
+func (b *Batch) Add(ctx context.Context, ns Namespace, data []byte) (AddResult, error) {
+	if len(data) > MaxPacked {
+		return AddResult{}, fmt.Errorf("cas: Add of %d bytes: more than MaxPacked; use AddReader", len(data))
+	}
+	sum := sha256.Sum256(data)
+	key := ns.Key(sum)
+	res := AddResult{Key: key, Size: int64(len(data))}
+	if known, err := b.known(ctx, key); known || err != nil {
+		return res, err
+	}
+	codec, stored := byte(codecRaw), data
+	if len(data) >= 64 {
+		z := b.s.enc.EncodeAll(data, make([]byte, 0, len(data)/2+64))
+		// Compression must save at least 1/32 to be worth a decode on read.
+		if len(z) < len(data)-len(data)/32 {
+			codec, stored = codecZstd, z
+		}
+	}
+	h := header{codec: codec, ns: ns, raw: uint64(len(data)), stored: uint64(len(stored)), sum: sum}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.writable(); err != nil {
+		return res, err
+	}
+	if _, dup := b.added[key]; dup { // another goroutine added it meanwhile
+		return res, nil
+	}
+	e, err := b.appendFrame(&h, stored)
+	if err != nil {
+		b.err = err
+		return res, &Error{Key: key, Err: err}
+	}
+	b.added[key] = e
+	res.Stored, res.New = int64(len(stored)), true
+	return res, nil
+}
+
+// known reports whether key is in the batch or the store; a key in the
+// store is marked for refreshing.
+func (b *Batch) known(ctx context.Context, key string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	b.mu.Lock()
+	if err := b.writable(); err != nil {
+		b.mu.Unlock()
+		return false, err
+	}
+	_, inBatch := b.added[key]
+	_, fresh := b.refresh[key]
+	b.mu.Unlock()
+	if inBatch || fresh {
+		return true, nil
+	}
+	var ok bool
+	err := b.s.db.View(func(tx *bolt.Tx) (err error) {
+		_, ok, err = lookup(tx, key)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return false, err
+	}
+	// A damaged entry is overwritten with the new bytes, not trusted.
+	if ok {
+		b.mu.Lock()
+		b.refresh[key] = struct{}{}
+		b.mu.Unlock()
+	}
+	return ok, nil
+}
+
+func (b *Batch) writable() error {
+	switch {
+	case b.s.opts.ReadOnly:
+		return ErrReadOnly
+	case b.done:
+		return errors.New("cas: batch already committed or aborted")
+	case b.err != nil:
+		return fmt.Errorf("cas: batch failed earlier: %w", b.err)
+	}
+	return nil
+}
+
+// appendFrame writes one frame to the current pack, starting a new pack
+// when it is full. b.mu is held.
+func (b *Batch) appendFrame(h *header, stored []byte) (entry, error) {
+	if b.pack == nil || b.pack.size >= b.s.opts.PackSize {
+		p, err := b.s.newPack()
+		if err != nil {
+			return entry{}, err
+		}
+		b.pack = p
+		b.packs = append(b.packs, p)
+	}
+	p := b.pack
+	hb := h.encode()
+	off := p.size
+	if _, err := p.w.Write(hb[:]); err != nil {
+		return entry{}, err
+	}
+	if _, err := p.w.Write(stored); err != nil {
+		return entry{}, err
+	}
+	p.size += headerSize + int64(len(stored))
+	return entry{where: wherePack, pack: p.id, offset: uint64(off), codec: h.codec, raw: h.raw, stored: h.stored}, nil
+}
+
+// AddReader stores the bytes of r as a large blob (a file of its own),
+// streaming: memory does not grow with the blob. The bytes are hashed,
+// compressed (unless a trial on the first MiB shows it does not pay) and
+// written to a temporary file in one pass; if the key turns out to be held
+// already, the file is dropped.
+func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddResult, error) {
+	if err := ctx.Err(); err != nil {
+		return AddResult{}, err
+	}
+	b.mu.Lock()
+	err := b.writable()
+	b.mu.Unlock()
+	if err != nil {
+		return AddResult{}, err
+	}
+	tmp, err := os.CreateTemp(filepath.Join(b.s.dir, "tmp"), "large-*")
+	if err != nil {
+		return AddResult{}, err
+	}
+	h, err := b.s.writeLarge(ctx, tmp, ns, r)
+	if err == nil && !b.s.opts.NoSync {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return AddResult{}, err
+	}
+	key := ns.Key(h.sum)
+	res := AddResult{Key: key, Size: int64(h.raw)}
+	known, err := b.known(ctx, key)
+	if err == nil && !known {
+		b.mu.Lock()
+		if _, dup := b.larges[key]; !dup {
+			b.larges[key] = tmp.Name()
+			b.added[key] = entry{where: whereLarge, codec: h.codec, raw: h.raw, stored: h.stored}
+			res.Stored, res.New = int64(h.stored), true
+		}
+		b.mu.Unlock()
+	}
+	if !res.New {
+		os.Remove(tmp.Name())
+	}
+	return res, err
+}
+
+// trialSize is how much of a large blob is compressed on trial to decide
+// whether compressing it pays.
+const trialSize = 1 << 20
+
+// writeLarge writes one frame holding the bytes of r to f and returns its
+// header.
+func (s *Store) writeLarge(ctx context.Context, f *os.File, ns Namespace, r io.Reader) (header, error) {
+	h := header{ns: ns}
+	if _, err := f.Write(make([]byte, headerSize)); err != nil {
+		return h, err
+	}
+	first := make([]byte, trialSize)
+	n, err := io.ReadFull(r, first)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return h, err
+	}
+	first = first[:n]
+	if z := s.enc.EncodeAll(first, nil); len(z) < len(first)-len(first)/32 {
+		h.codec = codecZstd
+	}
+	digest := sha256.New()
+	counted := &countWriter{w: f}
+	var out io.Writer = counted
+	var enc *zstd.Encoder
+	if h.codec == codecZstd {
+		enc, _ = s.streamEnc.Get().(*zstd.Encoder)
+		if enc == nil {
+			enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+				zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(4<<20), zstd.WithEncoderCRC(false))
+			if err != nil {
+				return h, err
+			}
+		}
+		defer s.streamEnc.Put(enc)
+		enc.Reset(counted)
+		out = enc
+	}
+	bw := bufio.NewWriterSize(out, 256<<10)
+	src := io.MultiReader(bytes.NewReader(first), &ctxReader{ctx: ctx, r: r})
+	raw, err := io.CopyBuffer(io.MultiWriter(bw, digest), src, make([]byte, 256<<10))
+	if err == nil {
+		err = bw.Flush()
+	}
+	if enc != nil {
+		if cerr := enc.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return h, err
+	}
+	h.raw, h.stored = uint64(raw), uint64(counted.n)
+	copy(h.sum[:], digest.Sum(nil))
+	hb := h.encode()
+	_, err = f.WriteAt(hb[:], 0)
+	return h, err
+}
+
+// Commit makes the batch's new blobs durable and indexes them, and refreshes
+// the upload time of the known keys it met. After Commit (successful or not)
+// the batch is finished. If a key the batch meant to refresh was deleted
+// meanwhile, Commit fails and indexes nothing: the caller was about to rely
+// on a blob that is gone.
+func (b *Batch) Commit(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.writable(); err != nil {
+		return err
+	}
+	b.done = true
+	if err := b.commit(ctx); err != nil {
+		b.removeFiles()
+		return err
+	}
+	return nil
+}
+
+func (b *Batch) commit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := b.s
+	// 1. Pack bytes reach the disk.
+	for _, p := range b.packs {
+		if err := p.finish(!s.opts.NoSync); err != nil {
+			return err
+		}
+	}
+	// 2. Large files move into place (they were synced when written), and
+	// every directory that gained a name is synced.
+	dirs := map[string]bool{}
+	if len(b.packs) > 0 {
+		dirs[filepath.Join(s.dir, "packs")] = true
+	}
+	for key, tmp := range b.larges {
+		ns, sum, _ := ParseKey(key)
+		dst := filepath.Join(s.dir, largePath(ns, sum))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, dst); err != nil {
+			return err
+		}
+		b.larges[key] = dst
+		for d := filepath.Dir(dst); len(d) > len(s.dir); d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	if !s.opts.NoSync {
+		for d := range dirs {
+			if err := syncDir(d); err != nil {
+				return err
+			}
+		}
+	}
+	// 3. One transaction indexes everything.
+	now := s.opts.Now().UnixMilli()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
+		for _, p := range b.packs {
+			if err := packs.Put(packKey(p.id), packStats{total: uint64(p.size)}.encode()); err != nil {
+				return err
+			}
+		}
+		for _, key := range keysSorted(b.refresh) {
+			e, ok, err := lookup(tx, key)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return &Error{Key: key, Err: ErrNotFound, Detail: "deleted while the batch was written; retry"}
+			}
+			e.uploaded = now
+			if err := idx.Put([]byte(key), e.encode(key)); err != nil {
+				return err
+			}
+		}
+		for _, key := range keysSorted(b.added) {
+			e := b.added[key]
+			// Another batch may have stored the key meanwhile. A packed
+			// copy of ours is then dead; a large one was renamed over the
+			// same path, so our entry describes the file now there.
+			if old, ok, err := lookup(tx, key); err == nil && ok && e.where == wherePack {
+				if err := addDead(tx, e.pack, headerSize+e.stored); err != nil {
+					return err
+				}
+				old.uploaded = now
+				if err := idx.Put([]byte(key), old.encode(key)); err != nil {
+					return err
+				}
+				continue
+			}
+			e.uploaded = now
+			if err := idx.Put([]byte(key), e.encode(key)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Abort drops the batch: the files it wrote are removed and nothing is
+// indexed. Calling Abort after Commit does nothing.
+func (b *Batch) Abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	b.removeFiles()
+}
+
+// removeFiles removes what an uncommitted batch wrote. Large files already
+// renamed into place are left: a committed batch may have put the same key
+// there, and an unindexed file is never read.
+func (b *Batch) removeFiles() {
+	for _, p := range b.packs {
+		p.f.Close()
+		os.Remove(p.path)
+	}
+	for _, path := range b.larges {
+		if filepath.Base(filepath.Dir(path)) == "tmp" {
+			os.Remove(path)
+		}
+	}
+}
+
+// packWriter appends frames to one new pack file.
+type packWriter struct {
+	id   uint64
+	path string
+	f    *os.File
+	w    *bufio.Writer
+	size int64
+}
+
+func (s *Store) newPack() (*packWriter, error) {
+	var idb [8]byte
+	rand.Read(idb[:])
+	id := binary.LittleEndian.Uint64(idb[:])
+	path := filepath.Join(s.dir, packPath(id))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &packWriter{id: id, path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (p *packWriter) finish(sync bool) error {
+	if err := p.w.Flush(); err != nil {
+		return err
+	}
+	if sync {
+		if err := p.f.Sync(); err != nil {
+			return err
+		}
+	}
+	return p.f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// ctxReader stops a long copy when ctx is cancelled.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

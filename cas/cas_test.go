@@ -1,0 +1,436 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+type fixture struct {
+	dir   string
+	db    *bolt.DB
+	s     *Store
+	clock time.Time
+}
+
+func open(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{dir: t.TempDir(), clock: time.UnixMilli(1_700_000_000_000)}
+	f.reopen(t)
+	return f
+}
+
+func (f *fixture) reopen(t *testing.T) {
+	t.Helper()
+	if f.s != nil {
+		f.s.Close()
+		f.db.Close()
+	}
+	db, err := bolt.Open(filepath.Join(f.dir, "index.db"), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(f.dir, "blobs"), db, Options{Now: func() time.Time { return f.clock }, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.db, f.s = db, s
+	t.Cleanup(func() { s.Close(); db.Close() })
+}
+
+func keyOf(ns Namespace, b []byte) string { return ns.Key(sha256.Sum256(b)) }
+
+func text(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	words := []string{"func ", "return ", "if err != nil ", "{\n", "}\n", "x := ", "ctx, ", "// comment\n", "package main\n"}
+	var b bytes.Buffer
+	for b.Len() < n {
+		b.WriteString(words[r.IntN(len(words))])
+	}
+	return b.Bytes()[:n]
+}
+
+func noise(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 2))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestKnownKey(t *testing.T) {
+	// The check value of SPEC §6.1.
+	if got := keyOf(Files, []byte("hello")); got != "sandbox-files/sha256/2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
+		t.Fatal(got)
+	}
+}
+
+func TestPutGetRoundTrip(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	cases := map[string][]byte{
+		"empty":        {},
+		"tiny":         []byte("hello"),
+		"text":         text(20_000, 1),
+		"noise":        noise(10_000, 2),
+		"packed-max":   text(MaxPacked, 3),
+		"large-text":   text(MaxPacked+1, 4),
+		"large-noise":  noise(3<<20, 5),
+		"large-mixed":  append(noise(1<<20, 6), text(2<<20, 7)...),
+		"artifact-ish": []byte(`{"report":true}`),
+	}
+	for name, data := range cases {
+		for _, ns := range []Namespace{Files, Artifacts} {
+			key := keyOf(ns, data)
+			if err := f.s.Put(ctx, key, data); err != nil {
+				t.Fatalf("%s: Put: %v", name, err)
+			}
+			got, err := f.s.Get(ctx, key)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s: Get = %d bytes, %v; want %d bytes", name, len(got), err, len(data))
+			}
+			info, err := f.s.Head(ctx, key)
+			if err != nil || info.Size != int64(len(data)) || !info.Uploaded.Equal(f.clock) {
+				t.Fatalf("%s: Head = %+v, %v", name, info, err)
+			}
+		}
+	}
+	// Compressible bytes are stored compressed, noise raw.
+	if info, _ := f.s.Head(ctx, keyOf(Files, cases["text"])); info.Stored >= info.Size/2 {
+		t.Errorf("text stored in %d of %d bytes", info.Stored, info.Size)
+	}
+	if info, _ := f.s.Head(ctx, keyOf(Files, cases["noise"])); info.Stored != info.Size {
+		t.Errorf("noise stored in %d of %d bytes, want raw", info.Stored, info.Size)
+	}
+	// Everything survives a reopen.
+	f.reopen(t)
+	for name, data := range cases {
+		if got, err := f.s.Get(ctx, keyOf(Artifacts, data)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s after reopen: %v", name, err)
+		}
+	}
+}
+
+func TestPutRefusesBadKeys(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	good := keyOf(Files, []byte("a"))
+	for _, key := range []string{"", "sandbox-files/sha256/", "sandbox-files/sha256/" + string(bytes.Repeat([]byte("A"), 64)),
+		"other/sha256/" + good[len(FilesPrefix):], good + "0", "sandbox-files/sha1/" + good[len(FilesPrefix):]} {
+		if err := f.s.Put(ctx, key, []byte("a")); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Put(%q) = %v, want ErrInvalidKey", key, err)
+		}
+	}
+	err := f.s.Put(ctx, good, []byte("b"))
+	var e *Error
+	if !errors.Is(err, ErrKeyMismatch) || !errors.As(err, &e) || e.Key != good {
+		t.Fatalf("mismatched bytes: %v", err)
+	}
+	if _, err := f.s.Head(ctx, good); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a refused Put stored something: %v", err)
+	}
+	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
+		t.Fatalf("store not empty: %v", list)
+	}
+}
+
+func packBytes(t *testing.T, f *fixture) int64 {
+	t.Helper()
+	var n int64
+	ents, _ := os.ReadDir(filepath.Join(f.dir, "blobs", "packs"))
+	for _, e := range ents {
+		st, _ := e.Info()
+		n += st.Size()
+	}
+	return n
+}
+
+func TestPutExistingRefreshesUploadTimeOnly(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	data := text(5000, 9)
+	key := keyOf(Files, data)
+	if err := f.s.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	before := packBytes(t, f)
+	f.clock = f.clock.Add(time.Hour)
+	if err := f.s.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	if after := packBytes(t, f); after != before {
+		t.Fatalf("second Put wrote %d bytes", after-before)
+	}
+	info, _ := f.s.Head(ctx, key)
+	if !info.Uploaded.Equal(f.clock) {
+		t.Fatalf("upload time %v, want %v", info.Uploaded, f.clock)
+	}
+}
+
+func TestListAndDelete(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	var fileKeys []string
+	for i := range 20 {
+		data := []byte(fmt.Sprint("blob ", i))
+		k := keyOf(Files, data)
+		fileKeys = append(fileKeys, k)
+		f.s.Put(ctx, k, data)
+		f.s.Put(ctx, keyOf(Artifacts, data), data)
+	}
+	big := text(MaxPacked+100, 11)
+	bigKey := keyOf(Files, big)
+	f.s.Put(ctx, bigKey, big)
+	fileKeys = append(fileKeys, bigKey)
+	slices.Sort(fileKeys)
+	list, err := f.s.List(ctx, FilesPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, i := range list {
+		got = append(got, i.Key)
+	}
+	if !slices.Equal(got, fileKeys) {
+		t.Fatalf("List(files) = %d keys, want %d sorted", len(got), len(fileKeys))
+	}
+	if all, _ := f.s.List(ctx, ""); len(all) != 41 {
+		t.Fatalf("List(\"\") = %d", len(all))
+	}
+	for _, k := range fileKeys {
+		if err := f.s.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.s.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get after Delete: %v", err)
+		}
+	}
+	if err := f.s.Delete(ctx, fileKeys[0]); err != nil {
+		t.Fatalf("Delete of a missing key: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "blobs", largePath(Files, sha256.Sum256(big)))); !os.IsNotExist(err) {
+		t.Fatalf("large file left after Delete: %v", err)
+	}
+	if rest, _ := f.s.List(ctx, ""); len(rest) != 20 {
+		t.Fatalf("%d left, want the 20 artifacts", len(rest))
+	}
+	// The dead bytes are accounted to their pack.
+	var dead uint64
+	f.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPacks).ForEach(func(k, v []byte) error {
+			st, err := decodePackStats(v)
+			dead += st.dead
+			return err
+		})
+	})
+	if dead == 0 {
+		t.Fatal("no dead bytes recorded")
+	}
+}
+
+// corruptions damage the one stored copy of a blob in different ways; each
+// must make Get fail with an error naming the key, never return bytes.
+func TestCorruptionIsDetected(t *testing.T) {
+	ctx := context.Background()
+	type damage func(t *testing.T, f *fixture, key string)
+	onlyFile := func(t *testing.T, f *fixture, sub string) string {
+		var path string
+		filepath.WalkDir(filepath.Join(f.dir, "blobs", sub), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				path = p
+			}
+			return nil
+		})
+		if path == "" {
+			t.Fatal("no file under", sub)
+		}
+		return path
+	}
+	flip := func(sub string, at func(size int64) int64) damage {
+		return func(t *testing.T, f *fixture, key string) {
+			p := onlyFile(t, f, sub)
+			b, _ := os.ReadFile(p)
+			b[at(int64(len(b)))] ^= 0x20
+			os.WriteFile(p, b, 0o644)
+		}
+	}
+	truncate := func(sub string) damage {
+		return func(t *testing.T, f *fixture, key string) {
+			p := onlyFile(t, f, sub)
+			st, _ := os.Stat(p)
+			os.Truncate(p, st.Size()-1)
+		}
+	}
+	remove := func(sub string) damage {
+		return func(t *testing.T, f *fixture, key string) { os.Remove(onlyFile(t, f, sub)) }
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		dmg  damage
+		want error
+	}{
+		{"pack payload zstd", text(30_000, 1), flip("packs", func(n int64) int64 { return n - 10 }), ErrCorrupt},
+		{"pack payload raw", noise(3000, 2), flip("packs", func(n int64) int64 { return n - 10 }), ErrCorrupt},
+		{"pack header size", noise(3000, 3), flip("packs", func(int64) int64 { return 9 }), ErrCorrupt},
+		{"pack header digest", noise(3000, 3), flip("packs", func(int64) int64 { return 30 }), ErrCorrupt},
+		{"pack truncated", text(3000, 4), truncate("packs"), ErrCorrupt},
+		{"pack removed", text(3000, 5), remove("packs"), ErrCorrupt},
+		{"large payload zstd", text(MaxPacked*2, 6), flip("large", func(n int64) int64 { return n / 2 }), ErrCorrupt},
+		{"large payload raw", noise(MaxPacked*2, 7), flip("large", func(n int64) int64 { return n - 1 }), ErrCorrupt},
+		{"large truncated", noise(MaxPacked*2, 8), truncate("large"), ErrCorrupt},
+		{"large removed", text(MaxPacked*2, 9), remove("large"), ErrCorrupt},
+		{"index entry", text(3000, 10), func(t *testing.T, f *fixture, key string) {
+			f.db.Update(func(tx *bolt.Tx) error {
+				v := slices.Clone(tx.Bucket(bucketIndex).Get([]byte(key)))
+				v[2] ^= 1
+				return tx.Bucket(bucketIndex).Put([]byte(key), v)
+			})
+		}, ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := open(t)
+			key := keyOf(Files, tc.data)
+			if err := f.s.Put(ctx, key, tc.data); err != nil {
+				t.Fatal(err)
+			}
+			f.s.Close() // drop cached pack handles so damage is seen
+			tc.dmg(t, f, key)
+			got, err := f.s.Get(ctx, key)
+			var e *Error
+			if !errors.Is(err, tc.want) || !errors.As(err, &e) || e.Key != key || got != nil {
+				t.Fatalf("Get = %d bytes, %v; want %v naming %s", len(got), err, tc.want, key)
+			}
+		})
+	}
+}
+
+func TestBatchDeduplicatesAndCommitsOnce(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	b := f.s.NewBatch()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	newCount := 0
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := text(2000+i%10, uint64(i%10)) // 10 distinct contents
+			res, err := b.Add(ctx, Files, data)
+			if err != nil {
+				t.Error(err)
+			}
+			if res.New {
+				mu.Lock()
+				newCount++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if newCount != 10 {
+		t.Fatalf("%d new, want 10", newCount)
+	}
+	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
+		t.Fatal("blobs visible before Commit")
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := f.s.List(ctx, ""); len(list) != 10 {
+		t.Fatalf("%d blobs after commit", len(list))
+	}
+	if _, err := b.Add(ctx, Files, []byte("late")); err == nil {
+		t.Fatal("Add after Commit succeeded")
+	}
+}
+
+func TestAbortLeavesNothing(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	b := f.s.NewBatch()
+	b.Add(ctx, Files, text(5000, 1))
+	b.AddReader(ctx, Files, bytes.NewReader(text(MaxPacked*2, 2)))
+	b.Abort()
+	for _, sub := range []string{"packs", "tmp"} {
+		if ents, _ := os.ReadDir(filepath.Join(f.dir, "blobs", sub)); len(ents) != 0 {
+			t.Fatalf("%s holds %d files after Abort", sub, len(ents))
+		}
+	}
+	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
+		t.Fatal("aborted blobs listed")
+	}
+}
+
+func TestCommitFailsWhenARefreshedKeyVanished(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	old := []byte("old content")
+	f.s.Put(ctx, keyOf(Files, old), old)
+	b := f.s.NewBatch()
+	if res, _ := b.Add(ctx, Files, old); res.New {
+		t.Fatal("existing key reported new")
+	}
+	b.Add(ctx, Files, []byte("new content"))
+	f.s.Delete(ctx, keyOf(Files, old)) // a sweep takes it meanwhile
+	if err := b.Commit(ctx); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Commit = %v, want ErrNotFound", err)
+	}
+	if _, err := f.s.Head(ctx, keyOf(Files, []byte("new content"))); !errors.Is(err, ErrNotFound) {
+		t.Fatal("a failed commit indexed a blob")
+	}
+	if ents, _ := os.ReadDir(filepath.Join(f.dir, "blobs", "packs")); len(ents) != 1 {
+		t.Fatalf("packs: %d files, want the first Put's only", len(ents))
+	}
+}
+
+// A large blob streams: reading it back through Open gives the bytes and
+// verifies at EOF.
+func TestOpenStreamsLargeBlob(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	data := text(9<<20, 3)
+	b := f.s.NewBatch()
+	res, err := b.AddReader(ctx, Files, bytes.NewReader(data))
+	if err != nil || !res.New || res.Key != keyOf(Files, data) {
+		t.Fatal(res, err)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.s.Open(ctx, res.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, r, make([]byte, 4096))
+	if err != nil || n != int64(len(data)) || r.Size() != n {
+		t.Fatal(n, err)
+	}
+}
+
+func TestReadOnlyRefusesWrites(t *testing.T) {
+	f := open(t)
+	ro, err := Open(filepath.Join(f.dir, "blobs"), f.db, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.Put(context.Background(), keyOf(Files, []byte("x")), []byte("x")); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Put on read-only = %v", err)
+	}
+}

@@ -1,0 +1,567 @@
+// Package cas is sbxdb's content-addressed blob store: file and artifact
+// bytes under keys sandbox-files/sha256/<hex> and sandbox-artifacts/sha256/<hex>
+// of their uncompressed bytes, stored zstd-compressed (or raw where that does
+// not pay) in the blob directory beside the database, written once, and
+// verified against their key on every read.
+//
+// Small blobs are appended to pack files and large ones get a file each
+// (format.go); an index in the caller's bbolt file says where each blob is
+// and when it was last uploaded. Writes go through a Batch, which makes all
+// of its bytes durable with one barrier and then commits its index entries
+// in one transaction. Store also has the object-store methods the contract's
+// R2 binding uses: Put, Get, Head, List and Delete.
+//
+// cas knows nothing of checkpoints or reference counts.
+package cas
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	bolt "go.etcd.io/bbolt"
+)
+
+// DB runs the index's transactions. *bbolt.DB satisfies it; the engine
+// passes an adapter that routes writes through its group commit.
+type DB interface {
+	View(fn func(*bolt.Tx) error) error
+	Update(fn func(*bolt.Tx) error) error
+}
+
+// Options configures a Store. The zero value gives the defaults.
+type Options struct {
+	// Now is the clock for upload times. Default time.Now.
+	Now func() time.Time
+	// ReadOnly refuses writes and creates nothing.
+	ReadOnly bool
+	// NoSync skips fsync. Unsafe: for tests and benchmarks only.
+	NoSync bool
+	// PackSize is the size at which a batch starts a new pack file.
+	// Default 64 MiB.
+	PackSize int64
+}
+
+// MaxPacked is the largest blob Put and Batch.Add store in a pack; larger
+// ones are written as a file of their own. Readers refuse packed entries
+// claiming more, so a damaged index cannot make Get allocate without bound.
+const MaxPacked = 4 << 20
+
+// DefaultPackSize is the size at which a batch starts a new pack.
+const DefaultPackSize = 64 << 20
+
+// Info describes a stored blob.
+type Info struct {
+	Key      string
+	Size     int64     // uncompressed bytes
+	Stored   int64     // bytes on disk, frame header excluded
+	Uploaded time.Time // last Put or Batch commit naming the key
+}
+
+// Store is an open blob store. It is safe for concurrent use.
+type Store struct {
+	dir  string
+	db   DB
+	opts Options
+
+	enc *zstd.Encoder // EncodeAll only; safe for concurrent use
+	dec *zstd.Decoder // DecodeAll of packed blobs, output bounded by MaxPacked
+
+	streamEnc sync.Pool // *zstd.Encoder for large blobs, one goroutine each
+	streamDec sync.Pool // *zstd.Decoder likewise
+
+	mu    sync.Mutex
+	packs map[uint64]*os.File // open pack files for reading
+}
+
+// Open opens the blob store in dir (created unless read-only) with its
+// index in db.
+func Open(dir string, db DB, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PackSize <= 0 {
+		opts.PackSize = DefaultPackSize
+	}
+	s := &Store{dir: dir, db: db, opts: opts, packs: map[uint64]*os.File{}}
+	if !opts.ReadOnly {
+		for _, d := range []string{"packs", "large", "tmp"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				return nil, err
+			}
+		}
+		// Files in tmp/ belong to batches that never committed.
+		if ents, err := os.ReadDir(filepath.Join(dir, "tmp")); err == nil {
+			for _, e := range ents {
+				os.Remove(filepath.Join(dir, "tmp", e.Name()))
+			}
+		}
+		if err := db.Update(initIndex); err != nil {
+			return nil, err
+		}
+	} else if err := db.View(checkFormat); err != nil {
+		return nil, err
+	}
+	var err error
+	s.enc, err = zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.SpeedDefault),
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+		zstd.WithEncoderCRC(false), // the sha256 of the raw bytes is checked instead
+		zstd.WithZeroFrames(true))
+	if err != nil {
+		return nil, err
+	}
+	s.dec, err = zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
+		zstd.WithDecoderMaxMemory(MaxPacked),
+		zstd.WithDecodeAllCapLimit(true)) // output bounded by the size the index records
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ErrFormat reports a blob index written by a newer build.
+var ErrFormat = errors.New("cas: unsupported blob format")
+
+func initIndex(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketMeta, bucketIndex, bucketPacks} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if meta.Get(keyFormat) == nil {
+		return meta.Put(keyFormat, []byte{FormatVersion})
+	}
+	return checkFormat(tx)
+}
+
+func checkFormat(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return nil // a store that never held a blob
+	}
+	if v := meta.Get(keyFormat); len(v) != 1 || v[0] != FormatVersion {
+		return fmt.Errorf("%w: blob index has format %v, this build reads %d", ErrFormat, v, FormatVersion)
+	}
+	return nil
+}
+
+// Dir returns the blob directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close closes the files the store holds open. Batches must be finished.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, f := range s.packs {
+		f.Close()
+		delete(s.packs, id)
+	}
+	return nil
+}
+
+// lookup returns the index entry of key; ok is false when there is none.
+func lookup(tx *bolt.Tx, key string) (e entry, ok bool, err error) {
+	b := tx.Bucket(bucketIndex)
+	if b == nil {
+		return e, false, nil
+	}
+	v := b.Get([]byte(key))
+	if v == nil {
+		return e, false, nil
+	}
+	e, err = decodeEntry(key, v)
+	if err != nil {
+		return e, false, corrupt(key, "index entry: "+err.Error())
+	}
+	return e, true, nil
+}
+
+func (s *Store) entry(key string) (e entry, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		e, ok, err = lookup(tx, key)
+		if err == nil && !ok {
+			err = &Error{Key: key, Err: ErrNotFound}
+		}
+		return err
+	})
+	return e, err
+}
+
+func (e *entry) info(key string) Info {
+	return Info{Key: key, Size: int64(e.raw), Stored: int64(e.stored), Uploaded: time.UnixMilli(e.uploaded)}
+}
+
+// Head returns what the index says of key, or an error matching ErrNotFound.
+// It reads no blob bytes.
+func (s *Store) Head(ctx context.Context, key string) (Info, error) {
+	if _, _, err := ParseKey(key); err != nil {
+		return Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	e, err := s.entry(key)
+	if err != nil {
+		return Info{}, err
+	}
+	return e.info(key), nil
+}
+
+// Missing returns the keys of keys that the store does not hold, in the
+// order given, in one read transaction.
+func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
+	var missing []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIndex)
+		for i, k := range keys {
+			if i%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			if b == nil || b.Get([]byte(k)) == nil {
+				missing = append(missing, k)
+			}
+		}
+		return nil
+	})
+	return missing, err
+}
+
+// List returns every blob whose key starts with prefix, in key byte order,
+// with its upload time.
+func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
+	var out []Info
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIndex)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek([]byte(prefix)); k != nil && bytes.HasPrefix(k, []byte(prefix)); k, v = c.Next() {
+			if len(out)%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			e, err := decodeEntry(string(k), v)
+			if err != nil {
+				return corrupt(string(k), "index entry: "+err.Error())
+			}
+			out = append(out, e.info(string(k)))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Get returns the verified bytes of key: an error matching ErrNotFound when
+// it is not stored, ErrCorrupt when what is stored does not hash to the key
+// or has the wrong size. It never returns wrong bytes.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	r, err := s.Open(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if r.packed != nil {
+		return r.packed, nil
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, min(r.size, 64<<20)))
+	if _, err := io.Copy(buf, r); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Put stores data under key unless the store holds it already, in which
+// case it writes no bytes and refreshes the key's upload time. A key that is
+// not the sha256 of data is refused with ErrKeyMismatch.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	ns, sum, err := ParseKey(key)
+	if err != nil {
+		return err
+	}
+	if sha256.Sum256(data) != sum {
+		return &Error{Key: key, Err: ErrKeyMismatch}
+	}
+	b := s.NewBatch()
+	defer b.Abort()
+	if len(data) <= MaxPacked {
+		_, err = b.Add(ctx, ns, data)
+	} else {
+		_, err = b.AddReader(ctx, ns, bytes.NewReader(data))
+	}
+	if err != nil {
+		return err
+	}
+	return b.Commit(ctx)
+}
+
+// Delete removes key. Deleting a key that is not stored is not an error,
+// as with an object store. A packed blob's bytes become dead space in its
+// pack; a large blob's file is removed after the index commits.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	ns, sum, err := ParseKey(key)
+	if err != nil {
+		return err
+	}
+	if s.opts.ReadOnly {
+		return &Error{Key: key, Err: ErrReadOnly}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var large bool
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		e, ok, err := lookup(tx, key)
+		if err != nil || !ok {
+			return err
+		}
+		if err := tx.Bucket(bucketIndex).Delete([]byte(key)); err != nil {
+			return err
+		}
+		if e.where == whereLarge {
+			large = true
+			return nil
+		}
+		return addDead(tx, e.pack, headerSize+e.stored)
+	})
+	if err != nil || !large {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.dir, largePath(ns, sum))); err != nil && !os.IsNotExist(err) {
+		return &Error{Key: key, Err: err, Detail: "index entry removed, file left behind"}
+	}
+	return nil
+}
+
+func addDead(tx *bolt.Tx, pack uint64, n uint64) error {
+	b := tx.Bucket(bucketPacks)
+	k := packKey(pack)
+	st, err := decodePackStats(b.Get(k))
+	if err != nil {
+		return fmt.Errorf("%w: pack %016x stats: %v", ErrCorrupt, pack, err)
+	}
+	st.dead += n
+	return b.Put(k, st.encode())
+}
+
+// packFile returns an open pack file for reading.
+func (s *Store) packFile(id uint64) (*os.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.packs[id]; f != nil {
+		return f, nil
+	}
+	f, err := os.Open(filepath.Join(s.dir, packPath(id)))
+	if err != nil {
+		return nil, err
+	}
+	s.packs[id] = f
+	return f, nil
+}
+
+// Open returns a reader of key's verified bytes. For a large blob the bytes
+// are streamed and checked as they go: the Read that would return io.EOF
+// returns an ErrCorrupt error instead if the bytes did not hash to the key
+// or had the wrong length, so a caller must treat everything it read as
+// unverified until Read returns io.EOF.
+func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
+	ns, sum, err := ParseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e, err := s.entry(key)
+	if err != nil {
+		return nil, err
+	}
+	if e.where == wherePack {
+		data, err := s.readPacked(key, ns, sum, &e)
+		if err != nil {
+			return nil, err
+		}
+		return &Reader{key: key, size: int64(len(data)), packed: data, r: bytes.NewReader(data)}, nil
+	}
+	f, err := os.Open(filepath.Join(s.dir, largePath(ns, sum)))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, corrupt(key, "indexed file is missing")
+		}
+		return nil, &Error{Key: key, Err: err}
+	}
+	var hb [headerSize]byte
+	if _, err := io.ReadFull(f, hb[:]); err != nil {
+		f.Close()
+		return nil, corrupt(key, "truncated frame header")
+	}
+	if err := checkFrame(key, ns, sum, &e, hb[:]); err != nil {
+		f.Close()
+		return nil, err
+	}
+	r := &Reader{key: key, size: int64(e.raw), want: sum, verify: sha256.New(), closers: []io.Closer{f}}
+	body := io.LimitReader(f, int64(e.stored))
+	switch e.codec {
+	case codecRaw:
+		r.r = body
+	case codecZstd:
+		d, _ := s.streamDec.Get().(*zstd.Decoder)
+		if d == nil {
+			d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+				zstd.WithDecoderMaxWindow(64<<20))
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		if err := d.Reset(body); err != nil {
+			f.Close()
+			return nil, corrupt(key, err.Error())
+		}
+		r.r, r.zstd = d, true
+		r.release = func() { d.Reset(nil); s.streamDec.Put(d) }
+	}
+	return r, nil
+}
+
+// checkFrame checks a frame header against the key and the index entry.
+func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) error {
+	h, err := decodeHeader(hb)
+	if err != nil {
+		return corrupt(key, err.Error())
+	}
+	if h.sum != sum || h.ns != ns || h.codec != e.codec || h.raw != e.raw || h.stored != e.stored {
+		return corrupt(key, "frame header does not match the index")
+	}
+	return nil
+}
+
+// readPacked reads, decodes and verifies a packed blob.
+func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry) ([]byte, error) {
+	if e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8 {
+		return nil, corrupt(key, "index entry claims an oversized packed blob")
+	}
+	f, err := s.packFile(e.pack)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
+		}
+		return nil, &Error{Key: key, Err: err}
+	}
+	frame := make([]byte, headerSize+e.stored)
+	if n, err := f.ReadAt(frame, int64(e.offset)); n != len(frame) {
+		return nil, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
+	}
+	if err := checkFrame(key, ns, sum, e, frame[:headerSize]); err != nil {
+		return nil, err
+	}
+	data := frame[headerSize:]
+	if e.codec == codecZstd {
+		data, err = s.dec.DecodeAll(data, make([]byte, 0, e.raw))
+		if err != nil {
+			return nil, corrupt(key, "zstd: "+err.Error())
+		}
+	}
+	if uint64(len(data)) != e.raw {
+		return nil, corrupt(key, fmt.Sprintf("%d bytes, index says %d", len(data), e.raw))
+	}
+	if sha256.Sum256(data) != sum {
+		return nil, corrupt(key, "sha256 of the bytes does not match the key")
+	}
+	return data, nil
+}
+
+// Reader reads one blob's bytes, verifying them (see Store.Open).
+type Reader struct {
+	key     string
+	size    int64
+	packed  []byte // the whole verified blob, for a packed one
+	r       io.Reader
+	want    [32]byte
+	verify  hash.Hash
+	zstd    bool // a read error is a decoding error: the bytes are damaged
+	n       int64
+	err     error
+	closers []io.Closer
+	release func()
+}
+
+// Size returns the blob's length in bytes (what the index records).
+func (r *Reader) Size() int64 { return r.size }
+
+// Key returns the blob's key.
+func (r *Reader) Key() string { return r.key }
+
+func (r *Reader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.r.Read(p)
+	if r.verify != nil {
+		r.verify.Write(p[:n])
+	}
+	r.n += int64(n)
+	switch {
+	case r.n > r.size:
+		r.err = corrupt(r.key, fmt.Sprintf("more than the %d bytes the index records", r.size))
+		return 0, r.err
+	case err == io.EOF && r.verify != nil:
+		if r.n != r.size {
+			r.err = corrupt(r.key, fmt.Sprintf("%d bytes, index says %d", r.n, r.size))
+		} else if !bytes.Equal(r.verify.Sum(nil), r.want[:]) {
+			r.err = corrupt(r.key, "sha256 of the bytes does not match the key")
+		} else {
+			r.err = io.EOF
+		}
+		return n, r.err
+	case err != nil && err != io.EOF:
+		if r.zstd {
+			err = corrupt(r.key, "zstd: "+err.Error())
+		} else {
+			err = &Error{Key: r.key, Err: err}
+		}
+		r.err = err
+	}
+	return n, err
+}
+
+// Close releases the reader's file.
+func (r *Reader) Close() error {
+	for _, c := range r.closers {
+		c.Close()
+	}
+	r.closers = nil
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
+	return nil
+}
+
+// keysSorted is a helper for deterministic commits.
+func keysSorted[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
