@@ -1,0 +1,517 @@
+package workspace_test
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/workspace"
+)
+
+const (
+	file = chain.KindFile
+	dir  = chain.KindDir
+	link = chain.KindSymlink
+)
+
+const testHash = "0123abcd"
+
+// TestDefaultExclude covers every default exclusion of SPEC §6.4 and every
+// look-alike that must be kept, under DefaultExclude and under the zero
+// Policy.
+func TestDefaultExclude(t *testing.T) {
+	tests := []struct {
+		path string
+		kind chain.Kind
+		want bool
+	}{
+		// .git at any depth, any kind.
+		{".git", dir, true},
+		{".git", file, true},
+		{"sub/.git", dir, true},
+		{"a/b/.git", file, true},
+		{".git/config", file, true},
+		{"a/.git/HEAD", file, true},
+		// node_modules at any depth.
+		{"node_modules", dir, true},
+		{"web/node_modules", dir, true},
+		{"web/node_modules/react/index.js", file, true},
+		{"node_modules", link, true},
+		// Segments starting with .env.
+		{".env", file, true},
+		{".env.local", file, true},
+		{".envrc", file, true},
+		{".env.d", dir, true},
+		{"svc/.env", file, true},
+		{"svc/.env.production", file, true},
+		{".envs/x", file, true},
+		// Root CLAUDE.md and GEMINI.md.
+		{"CLAUDE.md", file, true},
+		{"GEMINI.md", file, true},
+		// Exactly three segments under the skills directories.
+		{".claude/skills/review", dir, true},
+		{".claude/skills/notes.md", file, true},
+		{".codex/skills/review", dir, true},
+		{".grok/skills/review", dir, true},
+		{".grok/skills/x", link, true},
+		// The marker, root level, when the hash is known.
+		{".tanstack-projected-" + testHash, dir, true},
+		{".tanstack-projected-" + testHash, file, true},
+
+		// Look-alikes that are kept.
+		{".gitkeep", file, false},
+		{".gitignore", file, false},
+		{".github/workflows/ci.yml", file, false},
+		{"a/.gitkeep", file, false},
+		{"git", dir, false},
+		{"x.git", dir, false},
+		{"node_modules.txt", file, false},
+		{"a/node_modules.txt", file, false},
+		{"node_module", dir, false},
+		{"my_node_modules", dir, false},
+		{"env", file, false},
+		{"x.env", file, false},
+		{"a.env/b", file, false},
+		{".tanstack", dir, false},
+		{".tanstack/x", file, false},
+		{".sandbox", dir, false},
+		{".sandbox/x", file, false},
+		{".tanstack-projected-other", dir, false},
+		{".tanstack-projected-", dir, false},
+		{".tanstack-projected-" + testHash + "x", dir, false},
+		{"a/.tanstack-projected-" + testHash, dir, false},
+		{"a/CLAUDE.md", file, false},
+		{"a/GEMINI.md", file, false},
+		{"claude.md", file, false},
+		{"CLAUDE.md.bak", file, false},
+		{"CLAUDE.md/x", file, false},
+		{"AGENTS.md", file, false},
+		{".claude", dir, false},
+		{".claude/settings.json", file, false},
+		{".claude/skills", dir, false},
+		{".claude/skills/review/SKILL.md", file, false}, // four segments: its parent is what is excluded
+		{".claude/agents/x", file, false},
+		{"a/.claude/skills/x", dir, false},
+		{".codex/skills", dir, false},
+		{".grok/skills/a/b", file, false},
+		{".gemini/skills/x", dir, false},
+		{"src/main.go", file, false},
+	}
+	exclude := workspace.DefaultExclude(testHash)
+	policy := &workspace.Policy{WorkspaceHash: testHash}
+	for _, tt := range tests {
+		if got := exclude(tt.path, tt.kind); got != tt.want {
+			t.Errorf("DefaultExclude(%q)(%q, %s) = %v, want %v", testHash, tt.path, tt.kind, got, tt.want)
+		}
+		if got := policy.Skip(tt.path, tt.kind); got != tt.want {
+			t.Errorf("Skip(%q, %s) = %v, want %v", tt.path, tt.kind, got, tt.want)
+		}
+	}
+}
+
+// TestDefaultExcludeUnknownHash: without a hash no marker name is excluded.
+func TestDefaultExcludeUnknownHash(t *testing.T) {
+	for _, name := range []string{".tanstack-projected-", ".tanstack-projected-" + testHash} {
+		if workspace.DefaultExclude("")(name, dir) {
+			t.Errorf("DefaultExclude(\"\")(%q) = true, want false", name)
+		}
+		var zero workspace.Policy
+		if zero.Skip(name, dir) {
+			t.Errorf("zero Policy Skip(%q) = true, want false", name)
+		}
+	}
+}
+
+// TestProtectedMarker: a caller's Exclude replaces the default exclusions but
+// cannot expose the marker, nor anything beneath it on restore.
+func TestProtectedMarker(t *testing.T) {
+	marker := ".tanstack-projected-" + testHash
+	p := &workspace.Policy{
+		Exclude:       func(string, chain.Kind) bool { return false },
+		Include:       func(string, chain.Kind) bool { return true },
+		WorkspaceHash: testHash,
+	}
+	for _, kind := range []chain.Kind{file, dir, link} {
+		if !p.Skip(marker, kind) {
+			t.Errorf("Skip(marker, %s) = false under a keep-all Exclude", kind)
+		}
+		if p.Admits(marker, kind) {
+			t.Errorf("Admits(marker, %s) = true under a keep-all Exclude", kind)
+		}
+	}
+	if p.Admits(marker+"/state.json", file) {
+		t.Error("Admits(marker/state.json) = true: an entry beneath the marker was admitted")
+	}
+	// The replaced defaults are really gone, and only the exact root marker
+	// is protected.
+	for _, name := range []string{".git/config", "node_modules", ".env", "CLAUDE.md", "a/" + marker, ".tanstack-projected-other"} {
+		if p.Skip(name, file) {
+			t.Errorf("Skip(%q) = true, want false: a caller Exclude replaces the defaults", name)
+		}
+	}
+	// The marker is protected even when WithGlobs wraps a custom Exclude.
+	q, err := p.WithGlobs([]string{"*.tmp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.Skip(marker, dir) || q.Skip(".git", dir) || !q.Skip("x.tmp", file) {
+		t.Error("WithGlobs over a custom Exclude: wrong marker, default or glob decision")
+	}
+}
+
+// TestNilPolicy: a nil *Policy is the default policy.
+func TestNilPolicy(t *testing.T) {
+	var p *workspace.Policy
+	if !p.Skip(".git", dir) || p.Skip("src", dir) {
+		t.Error("nil Policy Skip does not apply the default exclusions")
+	}
+	if !p.Wants("src/a.go", file) {
+		t.Error("nil Policy Wants(file) = false")
+	}
+	if !p.Admits("src/a.go", file) || p.Admits("node_modules/x/index.js", file) {
+		t.Error("nil Policy Admits is not the default")
+	}
+}
+
+func TestWants(t *testing.T) {
+	p := &workspace.Policy{Include: func(path string, kind chain.Kind) bool {
+		return kind == file && strings.HasSuffix(path, ".go")
+	}}
+	tests := []struct {
+		path string
+		kind chain.Kind
+		want bool
+	}{
+		{"a.go", file, true},
+		{"a.txt", file, false},
+		{"src", dir, true}, // directories are always walked
+		{"notes", dir, true},
+		{"link.go", link, false}, // Include sees the kind and may refuse links
+	}
+	for _, tt := range tests {
+		if got := p.Wants(tt.path, tt.kind); got != tt.want {
+			t.Errorf("Wants(%q, %s) = %v, want %v", tt.path, tt.kind, got, tt.want)
+		}
+	}
+	var zero workspace.Policy
+	if !zero.Wants("a.txt", file) || !zero.Wants("l", link) {
+		t.Error("zero Policy does not want every entry")
+	}
+}
+
+func TestAdmits(t *testing.T) {
+	p, err := workspace.Policy{WorkspaceHash: testHash}.WithGlobs([]string{"build/", "*.log"}, []string{"src/**", "README.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path string
+		kind chain.Kind
+		want bool
+	}{
+		{"src/a.go", file, true},
+		{"src/pkg/b.go", file, true},
+		{"src", dir, true},
+		{"src/empty", dir, true},
+		{"README.md", file, true},
+		{"docs/README.md", file, true}, // a slash-free include matches at any depth
+		{"docs", dir, true},            // directories are walked, so admitted
+		{"notes.txt", file, false},     // not included
+		{"src/debug.log", file, false}, // excluded by glob
+		{"src/build", dir, false},      // excluded directory
+		{"src/build/out.o", file, false},
+		{"build/README.md", file, false}, // beneath an excluded directory
+		{"src/node_modules/x/y.js", file, false},
+		{"src/.git/config", file, false},
+		{".claude/skills/review/SKILL.md", file, false}, // beneath an excluded three-segment skill
+		{".tanstack-projected-" + testHash + "/src/a.go", file, false},
+		{"src/.env/x.go", file, false},
+	}
+	for _, tt := range tests {
+		if got := p.Admits(tt.path, tt.kind); got != tt.want {
+			t.Errorf("Admits(%q, %s) = %v, want %v", tt.path, tt.kind, got, tt.want)
+		}
+	}
+	var zero workspace.Policy
+	if zero.Admits("node_modules/left-pad/index.js", file) {
+		t.Error("default Admits accepted an entry beneath node_modules")
+	}
+	if !zero.Admits("a/b/c.txt", file) {
+		t.Error("default Admits rejected an ordinary path")
+	}
+}
+
+func TestMatch(t *testing.T) {
+	tests := []struct {
+		pattern, path string
+		kind          chain.Kind
+		want          bool
+	}{
+		// Unanchored: the last segment at any depth.
+		{"*.log", "x.log", file, true},
+		{"*.log", "a/b/x.log", file, true},
+		{"*.log", "x.log/y", file, false},
+		{"*.log", "x.logs", file, false},
+		{"x.log", "a/x.log", file, true},
+		{"x.log", "a/xx.log", file, false},
+		{"build", "build", dir, true},
+		{"build", "a/build", dir, true},
+		{"build", "build/x", file, false}, // the path itself, not its ancestors
+		{"*", "a/b/c", file, true},
+		{"?.go", "pkg/a.go", file, true},
+		{"?.go", "pkg/ab.go", file, false},
+		{"*.env*", "a/prod.env.local", file, true},
+		// Anchored by an inner slash.
+		{"src/*.go", "src/a.go", file, true},
+		{"src/*.go", "lib/src/a.go", file, false},
+		{"src/*.go", "src/pkg/a.go", file, false},
+		{"a/b", "a/b", file, true},
+		{"a/b", "x/a/b", file, false},
+		// Anchored by a leading slash.
+		{"/TODO", "TODO", file, true},
+		{"/TODO", "a/TODO", file, false},
+		{"/src/*.go", "src/a.go", file, true},
+		// ** as a whole segment.
+		{"build/**", "build/x.o", file, true},
+		{"build/**", "build/a/b/x.o", file, true},
+		{"build/**", "build", dir, true},
+		{"build/**", "src/build/x.o", file, false},
+		{"**/x.go", "x.go", file, true},
+		{"**/x.go", "a/b/x.go", file, true},
+		{"a/**/b", "a/b", file, true},
+		{"a/**/b", "a/x/b", file, true},
+		{"a/**/b", "a/x/y/b", file, true},
+		{"a/**/b", "a/x/y/c", file, false},
+		{"a/**/b/**/c", "a/b/x/b/y/c", file, true},
+		{"a/**/b/**/c", "a/b/c/b", file, false},
+		{"**", "anything/at/all", file, true},
+		{"**/**", "x", file, true},
+		{"a/**/**/b", "a/b", file, true},
+		{"a**b", "axyb", file, true}, // not a whole segment: two *'s
+		{"a**b", "ax/yb", file, false},
+		// Trailing slash: directories only.
+		{"build/", "build", dir, true},
+		{"build/", "a/build", dir, true},
+		{"build/", "build", file, false},
+		{"build/", "build", link, false},
+		{"build/", "build/x.o", file, false},
+		{"/build/", "a/build", dir, false},
+		{"src/gen/", "src/gen", dir, true},
+		// Classes and escapes as in path.Match.
+		{"[abc].txt", "b.txt", file, true},
+		{"[abc].txt", "d.txt", file, false},
+		{"[^abc].txt", "d.txt", file, true},
+		{"[^abc].txt", "a.txt", file, false},
+		{"file[0-9]", "x/file7", file, true},
+		{"file[0-9]", "x/filex", file, false},
+		{`\*.go`, "*.go", file, true},
+		{`\*.go`, "a.go", file, false},
+		// * never crosses a slash.
+		{"src/*", "src/a/b", file, false},
+		{"s*c/a", "src/a", file, true},
+		// Invalid patterns match nothing.
+		{"[", "[", file, false},
+		{"", "", file, false},
+	}
+	for _, tt := range tests {
+		if got := workspace.Match(tt.pattern, tt.path, tt.kind); got != tt.want {
+			t.Errorf("Match(%q, %q, %s) = %v, want %v", tt.pattern, tt.path, tt.kind, got, tt.want)
+		}
+	}
+}
+
+// TestMatchAgreesWithPathMatch: for anchored patterns without **, Match is
+// path.Match (which never lets * cross a slash).
+func TestMatchAgreesWithPathMatch(t *testing.T) {
+	patterns := []string{"a/*", "*/b", "a/?", "[ab]/*/c", "*/*"}
+	paths := []string{"a/b", "b/b", "a/bb", "a/b/c", "b/x/c", "c", "a/x"}
+	for _, pat := range patterns {
+		for _, p := range paths {
+			want, _ := path.Match(pat, p)
+			if got := workspace.Match(pat, p, file); got != want {
+				t.Errorf("Match(%q, %q) = %v, path.Match = %v", pat, p, got, want)
+			}
+		}
+	}
+}
+
+func TestCheckPattern(t *testing.T) {
+	valid := []string{"*.log", "build/", "/TODO", "a/**/b", "**", "[a-z]*", `\[x\]`, "x]", ".env*", "a b"}
+	for _, pat := range valid {
+		if err := workspace.CheckPattern(pat); err != nil {
+			t.Errorf("CheckPattern(%q) = %v, want nil", pat, err)
+		}
+	}
+	invalid := []struct{ pattern, fault string }{
+		{"", "empty pattern"},
+		{"/", "no path segment"},
+		{"//", "no path segment"},
+		{"a//b", "empty segment"},
+		{"//a", "empty segment"},
+		{"a//", "empty segment"},
+		{"./a", `"." segment`},
+		{"a/../b", `".." segment`},
+		{"[", "malformed segment"},
+		{"src/[a-", "malformed segment"},
+		{"a/[]", "malformed segment"},
+		{`x\`, "malformed segment"},
+	}
+	for _, tt := range invalid {
+		err := workspace.CheckPattern(tt.pattern)
+		if err == nil {
+			t.Errorf("CheckPattern(%q) = nil, want an error", tt.pattern)
+			continue
+		}
+		if !errors.Is(err, path.ErrBadPattern) {
+			t.Errorf("CheckPattern(%q) = %v, does not wrap path.ErrBadPattern", tt.pattern, err)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, fmt.Sprintf("%q", tt.pattern)) || !strings.Contains(msg, tt.fault) {
+			t.Errorf("CheckPattern(%q) = %q, want it to name the pattern and %q", tt.pattern, msg, tt.fault)
+		}
+	}
+}
+
+func TestWithGlobs(t *testing.T) {
+	base := workspace.Policy{WorkspaceHash: testHash}
+
+	t.Run("invalid", func(t *testing.T) {
+		for _, tt := range []struct {
+			excludes, includes []string
+			want               string
+		}{
+			{[]string{"ok", "bad["}, nil, `exclude pattern "bad["`},
+			{nil, []string{"*.go", ""}, `include pattern ""`},
+		} {
+			p, err := base.WithGlobs(tt.excludes, tt.includes)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("WithGlobs(%q, %q) error = %v, want one containing %s", tt.excludes, tt.includes, err, tt.want)
+			}
+			if p.Exclude != nil || p.Include != nil || p.WorkspaceHash != testHash {
+				t.Errorf("WithGlobs(%q, %q) failed but did not return the policy unchanged", tt.excludes, tt.includes)
+			}
+		}
+	})
+
+	t.Run("no globs", func(t *testing.T) {
+		p, err := base.WithGlobs(nil, nil)
+		if err != nil || p.Exclude != nil || p.Include != nil {
+			t.Fatalf("WithGlobs(nil, nil) = %+v, %v; want the policy unchanged", p, err)
+		}
+	})
+
+	t.Run("exclude keeps defaults", func(t *testing.T) {
+		p, err := base.WithGlobs([]string{"*.log", "dist/"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			path string
+			kind chain.Kind
+			want bool
+		}{
+			{".git", dir, true},
+			{"CLAUDE.md", file, true},
+			{".tanstack-projected-" + testHash, dir, true},
+			{"a/x.log", file, true},
+			{"dist", dir, true},
+			{"a/dist", dir, true},
+			{"dist", file, false}, // dist/ is for directories only
+			{"a/x.txt", file, false},
+		} {
+			if got := p.Skip(tt.path, tt.kind); got != tt.want {
+				t.Errorf("Skip(%q, %s) = %v, want %v", tt.path, tt.kind, got, tt.want)
+			}
+		}
+		if p.Include != nil {
+			t.Error("WithGlobs with no includes set Include")
+		}
+	})
+
+	t.Run("exclude wraps custom", func(t *testing.T) {
+		custom := workspace.Policy{Exclude: func(path string, _ chain.Kind) bool { return path == "secret" }}
+		p, err := custom.WithGlobs([]string{"*.tmp"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.Skip("secret", file) || !p.Skip("x.tmp", file) || p.Skip(".git", dir) {
+			t.Error("WithGlobs did not OR the globs with the custom Exclude")
+		}
+	})
+
+	t.Run("include", func(t *testing.T) {
+		prev := func(path string, _ chain.Kind) bool { return !strings.HasPrefix(path, "src/vendor/") }
+		p, err := workspace.Policy{Include: prev}.WithGlobs(nil, []string{"*.go", "docs/", "/Makefile"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			path string
+			kind chain.Kind
+			want bool
+		}{
+			{"main.go", file, true},
+			{"src/a/b.go", file, true},
+			{"src/vendor/x.go", file, false}, // the old Include still applies
+			{"src/a/b.txt", file, false},
+			{"docs/guide/intro.md", file, true}, // an include matching an ancestor dir takes its subtree
+			{"docs", file, false},               // docs/ is for directories only
+			{"Makefile", file, true},
+			{"sub/Makefile", file, false},
+			{"src", dir, true}, // directories are always walked
+			{"anything", dir, true},
+			{"link.go", link, true},
+			{"link", link, false},
+		} {
+			if got := p.Wants(tt.path, tt.kind); got != tt.want {
+				t.Errorf("Wants(%q, %s) = %v, want %v", tt.path, tt.kind, got, tt.want)
+			}
+		}
+		// Includes never widen the exclusions.
+		if !p.Skip(".git", dir) || p.Admits("node_modules/x.go", file) {
+			t.Error("WithGlobs includes changed the default exclusions")
+		}
+	})
+}
+
+func ExamplePolicy_WithGlobs() {
+	// As a command line would build it from
+	//	--exclude '*.log' --exclude 'build/' --include 'src/**' --include README.md
+	policy, err := workspace.Policy{}.WithGlobs(
+		[]string{"*.log", "build/"},
+		[]string{"src/**", "README.md"},
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, e := range []struct {
+		path string
+		kind chain.Kind
+	}{
+		{"src/main.go", chain.KindFile},
+		{"src/debug.log", chain.KindFile},
+		{"src/build", chain.KindDir},
+		{"src/build/out.o", chain.KindFile},
+		{"src/node_modules/x.js", chain.KindFile},
+		{"docs/README.md", chain.KindFile},
+		{"notes.txt", chain.KindFile},
+	} {
+		fmt.Printf("%-22s %v\n", e.path, policy.Admits(e.path, e.kind))
+	}
+
+	_, err = workspace.Policy{}.WithGlobs([]string{"src/[a-"}, nil)
+	fmt.Println(err)
+	// Output:
+	// src/main.go            true
+	// src/debug.log          false
+	// src/build              false
+	// src/build/out.o        false
+	// src/node_modules/x.js  false
+	// docs/README.md         true
+	// notes.txt              false
+	// workspace: exclude pattern "src/[a-": malformed segment "[a-" (unclosed [ class or trailing \): syntax error in pattern
+}
