@@ -70,6 +70,10 @@ func (e *Encoder) String(s string) {
 	e.Uvarint(uint64(len(s)))
 	e.b = append(e.b, s...)
 }
+
+// Fixed appends p with no length prefix: the reader knows its size.
+func (e *Encoder) Fixed(p []byte) { e.b = append(e.b, p...) }
+
 func (e *Encoder) Raw(p []byte) {
 	e.Uvarint(uint64(len(p)))
 	e.b = append(e.b, p...)
@@ -152,6 +156,10 @@ func (d *Decoder) take(n uint64, what string) []byte {
 	d.b = d.b[n:]
 	return p
 }
+
+// Fixed reads n bytes that have no length prefix (Encoder.Fixed wrote
+// them); the result aliases the input.
+func (d *Decoder) Fixed(n int) []byte { return d.take(uint64(n), "fixed bytes") }
 
 func (d *Decoder) String() string { return string(d.take(d.Uvarint(), "string")) }
 

@@ -23,6 +23,19 @@ const (
 	CodeForkDestinationNotEmpty  = "SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY"
 )
 
+// The operations layer's codes (SPEC §6.8) that capture, restore and
+// artifact reads return.
+const (
+	CodeInvalidPath               = "SANDBOX_SNAPSHOT_INVALID_PATH"
+	CodeInvalidWorkspace          = "SANDBOX_SNAPSHOT_INVALID_WORKSPACE"
+	CodeUnsupportedEntry          = "SANDBOX_SNAPSHOT_UNSUPPORTED_ENTRY"
+	CodeMissingBlob               = "SANDBOX_SNAPSHOT_MISSING_BLOB"
+	CodeInvalidBlob               = "SANDBOX_SNAPSHOT_INVALID_BLOB"
+	CodeMissingCheckpointArtifact = "SANDBOX_SNAPSHOT_MISSING_CHECKPOINT_ARTIFACT"
+	CodeForeignCheckpointArtifact = "SANDBOX_SNAPSHOT_FOREIGN_CHECKPOINT_ARTIFACT"
+	CodeInvalidArtifactBytes      = "SANDBOX_SNAPSHOT_INVALID_ARTIFACT_BYTES"
+)
+
 // codeError is the type of the sentinel errors: its value is the contract
 // code. Errors returned by operations wrap one sentinel, so errors.Is matches
 // the sentinel and Code recovers the string.
@@ -45,6 +58,15 @@ var (
 	ErrForkSourceNotFound       = error(codeError(CodeForkSourceNotFound))
 	ErrForkSourceThreadMismatch = error(codeError(CodeForkSourceThreadMismatch))
 	ErrForkDestinationNotEmpty  = error(codeError(CodeForkDestinationNotEmpty))
+
+	ErrInvalidPath               = error(codeError(CodeInvalidPath))
+	ErrInvalidWorkspace          = error(codeError(CodeInvalidWorkspace))
+	ErrUnsupportedEntry          = error(codeError(CodeUnsupportedEntry))
+	ErrMissingBlob               = error(codeError(CodeMissingBlob))
+	ErrInvalidBlob               = error(codeError(CodeInvalidBlob))
+	ErrMissingCheckpointArtifact = error(codeError(CodeMissingCheckpointArtifact))
+	ErrForeignCheckpointArtifact = error(codeError(CodeForeignCheckpointArtifact))
+	ErrInvalidArtifactBytes      = error(codeError(CodeInvalidArtifactBytes))
 )
 
 // ErrCorrupt reports a stored record that failed its checksum or could not be

@@ -6,6 +6,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
@@ -23,6 +25,8 @@ import (
 const (
 	// DBFile is the bbolt file holding all metadata.
 	DBFile = "sbx.db"
+	// BlobDir is the blob store's directory (cas/format.go).
+	BlobDir = "blobs"
 	// ownerFile records the pid of the process holding the store for
 	// writing, so a second process can name it.
 	ownerFile = "sbx.owner"
@@ -45,10 +49,11 @@ var (
 // DB is an open store. It is safe for concurrent use by many goroutines;
 // one process at a time may open a store for writing.
 type DB struct {
-	dir  string
-	opts Options
-	bolt *bolt.DB
-	c    *committer
+	dir   string
+	opts  Options
+	bolt  *bolt.DB
+	c     *committer
+	blobs *cas.Store
 
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
 	// empty in production.
@@ -107,6 +112,11 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 		os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 		db.c = newCommitter(db)
 	}
+	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening the blob store: %w", err)
+	}
 	return db, nil
 }
 
@@ -119,6 +129,23 @@ func holder(dir string) string {
 	return "another process"
 }
 
+// Blobs returns the store's blob store, which holds file and artifact bytes
+// beside the database and keeps its index in it.
+func (db *DB) Blobs() *cas.Store { return db.blobs }
+
+// blobIndex runs the blob index's transactions: reads like every read of
+// the engine (a damaged page is an error, not a panic), writes through group
+// commit, sharing transactions and fsyncs with concurrent appends.
+type blobIndex struct{ db *DB }
+
+func (b blobIndex) View(fn func(*bolt.Tx) error) error { return b.db.view(fn) }
+func (b blobIndex) Update(fn func(*bolt.Tx) error) error {
+	if b.db.c == nil {
+		return ErrReadOnly
+	}
+	return b.db.write(context.Background(), fn)
+}
+
 // Dir returns the store directory.
 func (db *DB) Dir() string { return db.dir }
 
@@ -127,6 +154,9 @@ func (db *DB) Dir() string { return db.dir }
 func (db *DB) Close() error {
 	if db.c != nil {
 		db.c.close()
+	}
+	if db.blobs != nil {
+		db.blobs.Close()
 	}
 	return db.bolt.Close()
 }

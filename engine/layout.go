@@ -27,6 +27,8 @@ import (
 //	writers       threadId → writer state: last fence, live lease if any
 //	instances     sha256(key) → instance record holding the full key (admits
 //	              the empty key and keys past bbolt's 32 KiB limit)
+//	cas_meta, cas_index, cas_packs
+//	              the blob store's index, laid out in cas/format.go
 //
 // Every value is sealed (chain.Seal): a record-version byte, the payload, and
 // an xxhash64 of bucket, key and payload, checked on every read. Identifiers

@@ -1,28 +1,24 @@
-// Command quickstart records a real directory as a chain of checkpoints in
-// an sbxdb store, the way an agent host does after each run, and prints the
-// thread's log.
+// Command quickstart is sbxdb's main job on defaults: it captures a real
+// directory as a checkpoint in an embedded store, the way an agent host does
+// after each run, then restores that checkpoint into a new, empty directory
+// and checks that the copy is byte-exact.
 //
-//	go run ./examples/quickstart [-db DIR] [-thread T] [WORKSPACE]
+//	go run ./examples/quickstart [-db DIR] [-thread T] [-out DIR] [WORKSPACE]
 //
-// Each run takes the thread's writer lease, walks WORKSPACE (default ".",
-// skipping .git, node_modules and .env*), hashes every regular file into its
-// content-addressed key, and appends a checkpoint on the current head. The
-// engine core stores manifests, chains, leases and reference counts; storing
-// the blob bytes themselves (capture and restore) comes with the blob store.
+// WORKSPACE defaults to "." and the store to $SBXDB_DIR or ./.sbxdb (never
+// captured itself). The default policy skips .git, node_modules and .env*.
+// Each run appends one checkpoint on the thread's head, so running it twice
+// makes a chain; the second run reads only the files that changed.
 package main
 
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -35,18 +31,19 @@ func main() {
 	}
 	dir := flag.String("db", defDir, "store directory ($SBXDB_DIR, default .sbxdb)")
 	thread := flag.String("thread", "quickstart", "thread to append to")
+	out := flag.String("out", "", "restore into this new directory (default: a new temporary directory, removed after the check)")
 	flag.Parse()
 	workspace := "."
 	if flag.NArg() > 0 {
 		workspace = flag.Arg(0)
 	}
-	if err := run(context.Background(), *dir, *thread, workspace); err != nil {
+	if err := run(context.Background(), *dir, *thread, workspace, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dir, thread, workspace string) error {
+func run(ctx context.Context, dir, thread, workspace, out string) error {
 	db, err := engine.Open(dir, nil)
 	if err != nil {
 		return err
@@ -57,110 +54,77 @@ func run(ctx context.Context, dir, thread, workspace string) error {
 	if err != nil {
 		return err
 	}
-	defer w.Release(ctx)
+	res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: workspace})
+	if rerr := w.Release(ctx); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return err
+	}
+	s := res.Stats
+	fmt.Printf("captured %s: %d files (%.1f MB), %d empty dirs, %d symlinks; %d unchanged, %d read, %d new blobs (%.1f MB stored)\n",
+		res.Checkpoint.ID, s.Files, float64(s.Bytes)/1e6, s.Dirs, s.Symlinks, s.Unchanged, s.FilesRead, s.BlobsNew, float64(s.BytesNew)/1e6)
 
-	files, bytes, err := manifest(workspace, filepath.Clean(dir))
+	if out == "" {
+		tmp, err := os.MkdirTemp("", "sbxdb-quickstart-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		out = filepath.Join(tmp, "restored")
+	}
+	rs, err := db.Restore(ctx, res.Checkpoint.ID, out, nil)
 	if err != nil {
 		return err
 	}
-	head, err := db.Head(ctx, thread)
-	if err != nil {
-		return err
+	if err := verify(res.Checkpoint, out); err != nil {
+		return fmt.Errorf("restored copy differs: %w", err)
 	}
-	now := time.Now()
-	cp := &chain.Checkpoint{
-		ID:        fmt.Sprintf("%s-%d", thread, now.UnixNano()),
-		ThreadID:  thread,
-		ParentID:  head,
-		CreatedAt: now.UnixMilli(),
-		Reason:    chain.ReasonAutomatic,
-		Files:     files,
-	}
-	if _, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: w.Writer}); err != nil {
-		return err
-	}
-	fmt.Printf("appended %s: %d entries, %d bytes hashed, in %s\n", cp.ID, len(files), bytes, dir)
+	fmt.Printf("restored into %s: %d files (%.1f MB), byte-exact\n", out, rs.Files, float64(rs.Bytes)/1e6)
 
 	list, err := db.List(ctx, thread)
 	if err != nil {
 		return err
 	}
-	refs, err := db.BlobReferences(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("thread %q: %d checkpoints, head %s; %d distinct blobs referenced\n", thread, len(list), cp.ID, len(refs))
+	fmt.Printf("thread %s: %d checkpoints in %s\n", thread, len(list), dir)
 	return nil
 }
 
-// manifest lists the regular files (with their sha256 keys), empty
-// directories and symlinks under root, in path order, skipping the store
-// itself.
-func manifest(root, store string) ([]chain.Entry, int64, error) {
-	var entries []chain.Entry
-	var total int64
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+// verify re-reads the restored tree and compares it with the manifest.
+func verify(cp *chain.Checkpoint, root string) error {
+	for _, e := range cp.Files {
+		p := filepath.Join(root, filepath.FromSlash(e.Path))
+		st, err := os.Lstat(p)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, path)
-		if rel == "." {
-			return nil
-		}
-		name := d.Name()
-		if name == ".git" || name == "node_modules" || strings.HasPrefix(name, ".env") || filepath.Clean(path) == store {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(path)
+		switch e.Kind {
+		case chain.KindFile:
+			f, err := os.Open(p)
 			if err != nil {
 				return err
 			}
-			entries = append(entries, chain.Entry{Path: rel, Kind: chain.KindSymlink, Target: target})
-		case d.IsDir():
-			if empty, _ := isEmptyDir(path); empty {
-				entries = append(entries, chain.Entry{Path: rel, Kind: chain.KindDir})
-			}
-		case info.Mode().IsRegular():
-			key, n, err := hashFile(path)
+			h := sha256.New()
+			n, err := io.Copy(h, f)
+			f.Close()
 			if err != nil {
 				return err
 			}
-			total += n
-			entries = append(entries, chain.Entry{Path: rel, Kind: chain.KindFile, BlobKey: key, Size: n,
-				Executable: info.Mode()&0o111 != 0})
+			if n != e.Size || fmt.Sprintf("%s%x", chain.FilePrefix, h.Sum(nil)) != e.BlobKey {
+				return fmt.Errorf("%s: content differs", e.Path)
+			}
+			if (st.Mode()&0o111 != 0) != e.Executable {
+				return fmt.Errorf("%s: executable bit differs", e.Path)
+			}
+		case chain.KindSymlink:
+			if t, err := os.Readlink(p); err != nil || t != e.Target {
+				return fmt.Errorf("%s: symlink target differs", e.Path)
+			}
+		case chain.KindDir:
+			if !st.IsDir() {
+				return fmt.Errorf("%s: not a directory", e.Path)
+			}
 		}
-		return nil
-	})
-	return entries, total, err
-}
-
-func isEmptyDir(path string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
 	}
-	defer f.Close()
-	_, err = f.Readdirnames(1)
-	return err == io.EOF, nil
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	return chain.FilePrefix + hex.EncodeToString(h.Sum(nil)), n, err
+	return nil
 }

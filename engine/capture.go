@@ -1,0 +1,421 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/lease"
+	"github.com/sbxdb/sbxdb/workspace"
+	bolt "go.etcd.io/bbolt"
+)
+
+// CaptureInput says what to capture and how to label the checkpoint.
+type CaptureInput struct {
+	// Writer is the caller's lease on the thread (Writer.ThreadID).
+	Writer lease.Writer
+	// Dir is the workspace root.
+	Dir string
+	// ID of the new checkpoint; "" makes a random UUID.
+	ID string
+	// Reason defaults to automatic.
+	Reason             chain.Reason
+	Label, SourceRunID string
+	// CreatedAt in epoch milliseconds; 0 means now (Options.Now).
+	CreatedAt    int64
+	Conversation []json.RawMessage
+	// Artifacts already stored with PutArtifact.
+	Artifacts []chain.Artifact
+	// Policy chooses the files (SPEC §6.4); the zero value is the default.
+	Policy workspace.Policy
+	// Secrets are zero-filled wherever they occur in file bytes before
+	// hashing and storing (SPEC §6.3).
+	Secrets []string
+	// AllowEscapingSymlinks records symlinks whose target is absolute or
+	// leaves the workspace instead of refusing them.
+	AllowEscapingSymlinks bool
+	// Progress, if set, is called from one goroutine about every 100 ms
+	// while files are read, and once at the end.
+	Progress func(Progress)
+}
+
+// Progress reports a capture's or restore's advance.
+type Progress struct {
+	Files, TotalFiles int   // files read (capture) or written (restore)
+	Bytes, TotalBytes int64 // their bytes
+	Done              bool  // the last report
+}
+
+// CaptureStats counts what a capture did.
+type CaptureStats struct {
+	Files, Dirs, Symlinks int   // manifest entries by kind
+	Bytes                 int64 // total size of the files recorded
+	Unchanged             int   // files taken from the stat cache, not read
+	FilesRead             int   // files read and hashed
+	BytesRead             int64
+	BlobsNew              int   // blobs written
+	BytesNew              int64 // bytes they take on disk (compressed)
+	Deduplicated          int   // files read whose blob was stored already
+}
+
+// CaptureResult is the appended checkpoint and what it took.
+type CaptureResult struct {
+	Checkpoint *chain.Checkpoint
+	Stats      CaptureStats
+}
+
+// smallFile is the size up to which a file is read whole into memory and
+// packed; larger files are streamed into a blob file of their own.
+const smallFile = 1 << 20
+
+// Capture records the workspace in.Dir as a new checkpoint on the head of
+// in.Writer.ThreadID. It walks the tree under the policy, takes unchanged
+// files from the stat cache, hashes and compresses the others in parallel,
+// makes every new blob durable with one barrier, and then appends the
+// checkpoint in one transaction: blob bytes are durable before the
+// checkpoint that names them commits. Any error appends nothing. The store's
+// own directory is never captured, even when it lies inside in.Dir.
+func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, error) {
+	if db.c == nil {
+		return nil, ErrReadOnly
+	}
+	if err := chain.CheckID("threadId", in.Writer.ThreadID); err != nil {
+		return nil, err
+	}
+	root, err := filepath.Abs(in.Dir)
+	if err != nil {
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %q: %v", in.Dir, err)
+	}
+	// Fail early, before reading gigabytes, if the lease is not ours; the
+	// append checks it again.
+	if err := db.checkWriter(in.Writer); err != nil {
+		return nil, err
+	}
+	redactor := workspace.NewRedactor(in.Secrets)
+	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
+	cache := loadStatCache(cachePath, redactor.Fingerprint())
+
+	started := time.Now()
+	storeDir, _ := filepath.Abs(db.dir)
+	tree, err := walkTree(ctx, root, storeDir, &in.Policy, in.AllowEscapingSymlinks)
+	if err != nil {
+		return nil, err
+	}
+	c := &capture{db: db, root: root, redactor: redactor, batch: db.blobs.NewBatch()}
+	defer c.batch.Abort() // no-op after Commit
+	next := newStatCache(started.UnixNano(), redactor.Fingerprint())
+	files, err := c.plan(ctx, tree, cache, next)
+	if err != nil {
+		return nil, err
+	}
+	stop := reportProgress(in.Progress, &c.progress)
+	err = c.hashAll(ctx, files)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.batch.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("capture: storing blobs: %w", err)
+	}
+	cp, err := db.appendCapture(ctx, &in, c.entries(tree))
+	if err != nil {
+		return nil, err
+	}
+	if c.stats.FilesRead > 0 || len(next.entries) != len(cache.entries) {
+		slices.SortFunc(next.entries, func(a, b statEntry) int { return strings.Compare(a.path, b.path) })
+		next.save(cachePath)
+	}
+	return &CaptureResult{Checkpoint: cp, Stats: c.stats}, nil
+}
+
+// capture is the state of one Capture call.
+type capture struct {
+	db       *DB
+	root     string
+	redactor *workspace.Redactor
+	batch    *cas.Batch
+	progress progressCounters
+
+	mu      sync.Mutex
+	stats   CaptureStats
+	keys    map[string]string // path → blob key, for every file
+	sizes   map[string]int64  // path → size of the bytes stored
+	pending *statCache        // the cache this capture will leave
+}
+
+// plan fills next with the cache entries to keep, takes the digests the
+// cache can vouch for, and returns the files that must be read.
+func (c *capture) plan(ctx context.Context, tree []walked, cache, next *statCache) ([]*walked, error) {
+	c.keys = make(map[string]string, len(tree))
+	c.sizes = make(map[string]int64, len(tree))
+	var toRead []*walked
+	var cachedKeys []string
+	cursor := 0
+	for i := range tree {
+		w := &tree[i]
+		switch w.kind {
+		case chain.KindDir:
+			c.stats.Dirs++
+			continue
+		case chain.KindSymlink:
+			c.stats.Symlinks++
+			continue
+		}
+		c.stats.Files++
+		if sum, ok := cache.lookup(&cursor, w.path, w.st); ok {
+			key := cas.Files.Key(sum)
+			c.keys[w.path], c.sizes[w.path] = key, w.st.size
+			cachedKeys = append(cachedKeys, key)
+			next.entries = append(next.entries, statEntry{path: w.path, st: w.st, sum: sum})
+			continue
+		}
+		toRead = append(toRead, w)
+	}
+	// A cached digest is only good while its blob is stored.
+	missing, err := c.db.blobs.Missing(ctx, cachedKeys)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		gone := make(map[string]bool, len(missing))
+		for _, k := range missing {
+			gone[k] = true
+		}
+		kept := next.entries[:0]
+		for _, e := range next.entries {
+			if gone[c.keys[e.path]] {
+				delete(c.keys, e.path)
+				toRead = append(toRead, findWalked(tree, e.path))
+				continue
+			}
+			kept = append(kept, e)
+		}
+		next.entries = kept
+	}
+	c.stats.Unchanged = c.stats.Files - len(toRead)
+	for _, w := range toRead {
+		c.progress.totalFiles.Add(1)
+		c.progress.totalBytes.Add(w.st.size)
+	}
+	c.pending = next
+	return toRead, nil
+}
+
+func findWalked(tree []walked, p string) *walked {
+	for i := range tree {
+		if tree[i].path == p {
+			return &tree[i]
+		}
+	}
+	return nil
+}
+
+// hashAll reads, hashes and stores files on GOMAXPROCS+2 goroutines (two
+// more than the cores, so one waiting on the disk does not idle a core).
+func (c *capture) hashAll(ctx context.Context, files []*walked) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan *walked)
+	var wg sync.WaitGroup
+	var firstErr error
+	var errOnce sync.Once
+	for range runtime.GOMAXPROCS(0) + 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 64<<10)
+			for w := range work {
+				var err error
+				buf, err = c.hashFile(ctx, w, buf)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+				}
+			}
+		}()
+	}
+	for _, w := range files {
+		select {
+		case work <- w:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// hashFile stores one file's (redacted) bytes and records its key. buf is a
+// reusable buffer, returned possibly grown.
+func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, error) {
+	if ctx.Err() != nil {
+		return buf, ctx.Err()
+	}
+	f, err := os.Open(filepath.Join(c.root, filepath.FromSlash(w.path)))
+	if err != nil {
+		return buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+	}
+	defer f.Close()
+	var res cas.AddResult
+	if w.st.size <= smallFile {
+		buf, err = readAll(f, buf[:0], smallFile)
+		if err == errTooBig { // it grew since the walk: stream it
+			if _, err = f.Seek(0, io.SeekStart); err == nil {
+				res, err = c.batch.AddReader(ctx, cas.Files, c.redactor.Reader(f))
+			}
+		} else if err == nil {
+			c.redactor.Redact(buf)
+			res, err = c.batch.Add(ctx, cas.Files, buf)
+		}
+	} else {
+		res, err = c.batch.AddReader(ctx, cas.Files, c.redactor.Reader(f))
+	}
+	if err != nil {
+		return buf, fmt.Errorf("capture %q: %w", w.path, err)
+	}
+	c.progress.files.Add(1)
+	c.progress.bytes.Add(res.Size)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keys[w.path], c.sizes[w.path] = res.Key, res.Size
+	c.stats.FilesRead++
+	c.stats.BytesRead += res.Size
+	if res.New {
+		c.stats.BlobsNew++
+		c.stats.BytesNew += res.Stored
+	} else {
+		c.stats.Deduplicated++
+	}
+	_, sum, _ := cas.ParseKey(res.Key)
+	c.pending.entries = append(c.pending.entries, statEntry{path: w.path, st: w.st, sum: sum})
+	return buf, nil
+}
+
+// entries builds the manifest from the walk and the keys found.
+func (c *capture) entries(tree []walked) []chain.Entry {
+	out := make([]chain.Entry, len(tree))
+	for i := range tree {
+		w := &tree[i]
+		e := chain.Entry{Path: w.path, Kind: w.kind}
+		switch w.kind {
+		case chain.KindFile:
+			e.BlobKey, e.Size, e.Executable = c.keys[w.path], c.sizes[w.path], w.exec
+		case chain.KindSymlink:
+			e.Target = w.target
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// appendCapture appends the captured checkpoint on the thread's current
+// head.
+func (db *DB) appendCapture(ctx context.Context, in *CaptureInput, files []chain.Entry) (*chain.Checkpoint, error) {
+	head, err := db.Head(ctx, in.Writer.ThreadID)
+	if err != nil {
+		return nil, err
+	}
+	cp := &chain.Checkpoint{
+		ID: in.ID, ThreadID: in.Writer.ThreadID, ParentID: head, CreatedAt: in.CreatedAt,
+		Reason: in.Reason, Label: in.Label, SourceRunID: in.SourceRunID,
+		Files: files, Conversation: in.Conversation, Artifacts: in.Artifacts,
+	}
+	if cp.ID == "" {
+		cp.ID = lease.NewToken()
+	}
+	if cp.Reason == "" {
+		cp.Reason = chain.ReasonAutomatic
+	}
+	if cp.CreatedAt == 0 {
+		cp.CreatedAt = db.opts.nowMs()
+	}
+	if _, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: in.Writer}); err != nil {
+		return nil, err
+	}
+	return cp.Clone(), nil
+}
+
+// errTooBig reports a file that grew past the in-memory limit.
+var errTooBig = errors.New("file grew past the in-memory limit")
+
+// readAll reads r to EOF into buf, or fails with errTooBig past limit bytes.
+func readAll(r io.Reader, buf []byte, limit int) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) > limit {
+				return buf, errTooBig
+			}
+			buf = slices.Grow(buf, max(cap(buf), 4096))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if len(buf) > limit {
+				return buf, errTooBig
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// progressCounters are updated by the workers and read by the reporter.
+type progressCounters struct {
+	files, totalFiles atomic.Int64
+	bytes, totalBytes atomic.Int64
+}
+
+func (p *progressCounters) snapshot(done bool) Progress {
+	return Progress{Files: int(p.files.Load()), TotalFiles: int(p.totalFiles.Load()),
+		Bytes: p.bytes.Load(), TotalBytes: p.totalBytes.Load(), Done: done}
+}
+
+// reportProgress calls fn every 100 ms from one goroutine until the
+// returned stop is called, which makes the final report.
+func reportProgress(fn func(Progress), p *progressCounters) (stop func()) {
+	if fn == nil {
+		return func() {}
+	}
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				fn(p.snapshot(false))
+			case <-quit:
+				fn(p.snapshot(true))
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-exited }
+}
+
+// checkWriter fails unless w holds the live lease of its thread.
+func (db *DB) checkWriter(w lease.Writer) error {
+	return db.view(func(tx *bolt.Tx) error {
+		return lease.Check(tx, w.ThreadID, w, db.opts.nowMs())
+	})
+}

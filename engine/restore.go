@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/workspace"
+)
+
+// RestoreOptions adjusts a restore. The zero value (or nil) is the default.
+type RestoreOptions struct {
+	// Policy must be the one the capture used (SPEC §10 Q22): an entry it
+	// would not have recorded is SANDBOX_SNAPSHOT_INVALID_PATH.
+	Policy workspace.Policy
+	// AllowEscapingSymlinks restores symlinks whose target is absolute or
+	// leaves the tree. They are still created last and never followed.
+	AllowEscapingSymlinks bool
+	// Progress, if set, is called from one goroutine about every 100 ms
+	// while files are written, and once at the end.
+	Progress func(Progress)
+}
+
+// RestoreStats counts what a restore wrote.
+type RestoreStats struct {
+	Files, Dirs, Symlinks int
+	Bytes                 int64
+}
+
+// Restore writes the tree of checkpoint id into dir, which must not exist or
+// be an empty directory (SPEC §10 Q20). Everything is written into a staging
+// directory beside dir, each blob verified (present, sha256, size) as it is
+// written, and the staging directory is renamed to dir only when all is
+// well: on any error nothing is left behind. A missing blob is
+// SANDBOX_SNAPSHOT_MISSING_BLOB and a damaged one
+// SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key.
+//
+// No write escapes dir: paths are checked (no "..", no absolute or drive
+// paths, nothing beneath a file or symlink), files are created with
+// O_EXCL|O_NOFOLLOW, and symlinks are created last. Files get mode 0755 when
+// recorded executable, 0644 otherwise. Restored files are not fsynced: like
+// tar, a restore produces a working copy that the store can reproduce.
+func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions) (RestoreStats, error) {
+	var o RestoreOptions
+	if opts != nil {
+		o = *opts
+	}
+	var stats RestoreStats
+	cp, err := db.Get(ctx, id)
+	if err != nil {
+		return stats, err
+	}
+	if cp == nil {
+		return stats, chain.Errorf(chain.ErrCheckpointNotFound, "checkpoint %q not found", id)
+	}
+	if err := checkRestoreManifest(cp.Files, &o); err != nil {
+		return stats, err
+	}
+	target, err := filepath.Abs(dir)
+	if err != nil {
+		return stats, err
+	}
+	if err := checkTarget(target); err != nil {
+		return stats, err
+	}
+	parent := filepath.Dir(target)
+	created, err := mkdirAllTracked(parent)
+	if err != nil {
+		return stats, fmt.Errorf("restore: creating %s: %w", parent, err)
+	}
+	staging, err := os.MkdirTemp(parent, ".sbxdb-restore-*")
+	if err != nil {
+		removeCreated(created)
+		return stats, fmt.Errorf("restore: %w", err)
+	}
+	if err := db.restoreInto(ctx, cp, staging, &o, &stats); err != nil {
+		os.RemoveAll(staging)
+		removeCreated(created)
+		return RestoreStats{}, err
+	}
+	// An empty target directory is replaced; rename cannot replace a
+	// directory on every system, and must not replace a non-empty one.
+	if st, err := os.Lstat(target); err == nil && st.IsDir() {
+		if err := os.Remove(target); err != nil {
+			os.RemoveAll(staging)
+			return RestoreStats{}, fmt.Errorf("restore: target %s: %w", target, err)
+		}
+	}
+	if err := os.Rename(staging, target); err != nil {
+		os.RemoveAll(staging)
+		removeCreated(created)
+		return RestoreStats{}, fmt.Errorf("restore: %w", err)
+	}
+	return stats, nil
+}
+
+// checkRestoreManifest refuses, before anything is written, a manifest a
+// restore must not write (SPEC §6.5): bad paths (the restore side also
+// refuses any "X:" prefix), entries the policy would not have captured,
+// duplicates, entries beneath a file or symlink, symlinks that escape.
+func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
+	if err := chain.ValidateFiles(files); err != nil {
+		return chain.Errorf(chain.ErrInvalidPath, "%v", err)
+	}
+	for i := range files {
+		e := &files[i]
+		p := e.Path
+		if err := chain.ValidatePath(p); err != nil || (len(p) >= 2 && p[1] == ':') {
+			return chain.Errorf(chain.ErrInvalidPath, "manifest path %q cannot be restored", p)
+		}
+		if !o.Policy.Admits(p, e.Kind) {
+			return chain.Errorf(chain.ErrInvalidPath, "manifest path %q is excluded by the restore policy", p)
+		}
+		if e.Kind == chain.KindSymlink {
+			if err := checkLinkTarget(p, e.Target, o.AllowEscapingSymlinks); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkTarget accepts a target that does not exist or is an empty
+// directory.
+func checkTarget(target string) error {
+	st, err := os.Lstat(target)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
+	}
+	if !st.IsDir() {
+		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
+	}
+	f, err := os.Open(target)
+	if err != nil {
+		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
+	}
+	defer f.Close()
+	if names, _ := f.Readdirnames(1); len(names) > 0 {
+		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
+	}
+	return nil
+}
+
+// restoreInto writes cp's tree into the empty directory root.
+func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string, o *RestoreOptions, stats *RestoreStats) error {
+	if err := os.Chmod(root, 0o755); err != nil {
+		return err
+	}
+	// Directories first, parents before children: every ancestor of an
+	// entry and every dir entry.
+	dirs := map[string]bool{}
+	var files, links []*chain.Entry
+	var prog progressCounters
+	for i := range cp.Files {
+		e := &cp.Files[i]
+		for j := 0; j < len(e.Path); j++ {
+			if e.Path[j] == '/' {
+				dirs[e.Path[:j]] = true
+			}
+		}
+		switch e.Kind {
+		case chain.KindDir:
+			dirs[e.Path] = true
+			stats.Dirs++
+		case chain.KindFile:
+			files = append(files, e)
+			prog.totalFiles.Add(1)
+			prog.totalBytes.Add(e.Size)
+		case chain.KindSymlink:
+			links = append(links, e)
+		}
+	}
+	ordered := make([]string, 0, len(dirs))
+	for d := range dirs {
+		ordered = append(ordered, d)
+	}
+	slices.SortFunc(ordered, func(a, b string) int {
+		if c := strings.Count(a, "/") - strings.Count(b, "/"); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	for _, d := range ordered {
+		if err := os.Mkdir(filepath.Join(root, filepath.FromSlash(d)), 0o755); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+	}
+	stop := reportProgress(o.Progress, &prog)
+	err := db.writeFiles(ctx, root, files, &prog)
+	stop()
+	if err != nil {
+		return err
+	}
+	stats.Files = len(files)
+	stats.Bytes = prog.bytes.Load()
+	// Links last, so no write above can pass through one.
+	for _, e := range links {
+		if err := os.Symlink(e.Target, filepath.Join(root, filepath.FromSlash(e.Path))); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		stats.Symlinks++
+	}
+	return nil
+}
+
+// writeFiles writes files on several goroutines, a directory at a time:
+// creating names in one directory serializes on its lock, so workers that
+// share a directory mostly wait for each other. The first error stops all.
+func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progressCounters) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan []*chain.Entry)
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	for range runtime.GOMAXPROCS(0) + 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 256<<10)
+			for group := range work {
+				for _, e := range group {
+					if err := db.writeFile(ctx, root, e, buf); err != nil {
+						once.Do(func() { firstErr = err; cancel() })
+						break
+					}
+					prog.files.Add(1)
+					prog.bytes.Add(e.Size)
+				}
+			}
+		}()
+	}
+	// files are sorted by path, so each directory's files are adjacent
+	// unless a subdirectory's sort between them; groups are cut at every
+	// change of parent, and at 64 files so one big directory still spreads.
+feed:
+	for start := 0; start < len(files); {
+		end := start + 1
+		dir := path.Dir(files[start].Path)
+		for end < len(files) && end-start < 64 && path.Dir(files[end].Path) == dir {
+			end++
+		}
+		select {
+		case work <- files[start:end]:
+		case <-ctx.Done():
+			break feed
+		}
+		start = end
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// writeFile writes one verified file.
+func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r, err := db.blobs.Open(ctx, e.BlobKey)
+	if err != nil {
+		return blobError(e, err)
+	}
+	defer r.Close()
+	if r.Size() != e.Size {
+		return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s has %d bytes, the manifest says %d", e.Path, e.BlobKey, r.Size(), e.Size)
+	}
+	mode := os.FileMode(0o644)
+	if e.Executable {
+		mode = 0o755
+	}
+	f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(e.Path)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return fmt.Errorf("restore %q: %w", e.Path, err)
+	}
+	_, err = io.CopyBuffer(f, r, buf)
+	if err == nil {
+		err = f.Chmod(mode) // exact, whatever the umask
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return blobError(e, err)
+	}
+	return nil
+}
+
+// blobError turns a blob store error into the contract's code, naming the
+// path and the key.
+func blobError(e *chain.Entry, err error) error {
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return chain.Errorf(chain.ErrMissingBlob, "%q: blob %s is missing", e.Path, e.BlobKey)
+	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrInvalidKey):
+		return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s: %v", e.Path, e.BlobKey, err)
+	}
+	return fmt.Errorf("restore %q: %w", e.Path, err)
+}
+
+// mkdirAllTracked is os.MkdirAll that returns the directories it created,
+// deepest first, so a failed restore can remove them.
+func mkdirAllTracked(dir string) ([]string, error) {
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return created, nil
+}
+
+func removeCreated(dirs []string) {
+	for _, d := range dirs {
+		os.Remove(d)
+	}
+}

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/workspace"
+)
+
+// walked is one manifest entry found by the walk, with the stat of a file.
+type walked struct {
+	path   string
+	kind   chain.Kind
+	exec   bool
+	target string // symlinks
+	st     fileStat
+}
+
+// walkTree lists what a capture records of the tree at root under pol
+// (SPEC §6.4, §10 Q5): regular files, directories with nothing recorded
+// beneath them, and symlinks, sorted by path bytes. Directories are read in
+// parallel; an excluded directory is not read at all.
+// A directory whose absolute path is skip (the store's own directory, when
+// it lies inside the workspace) is not walked either.
+func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, allowEscape bool) ([]walked, error) {
+	st, err := os.Stat(root)
+	if err != nil {
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %v", root, err)
+	}
+	if !st.IsDir() {
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s is not a directory", root)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &walker{ctx: ctx, root: root, skip: skip, pol: pol, allowEscape: allowEscape,
+		sem: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), cancel: cancel}
+	w.wg.Add(1)
+	go w.dir("")
+	w.wg.Wait()
+	if w.err != nil {
+		return nil, w.err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(w.out, func(a, b walked) int { return strings.Compare(a.path, b.path) })
+	return w.out, nil
+}
+
+type walker struct {
+	ctx         context.Context
+	cancel      context.CancelFunc
+	root        string
+	skip        string
+	pol         *workspace.Policy
+	allowEscape bool
+	sem         chan struct{} // bounds the directories read at once
+	wg          sync.WaitGroup
+
+	mu  sync.Mutex
+	out []walked
+	err error
+}
+
+func (w *walker) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	w.cancel()
+}
+
+// dir reads the directory rel ("" is the root) and starts a goroutine for
+// each subdirectory to walk.
+func (w *walker) dir(rel string) {
+	defer w.wg.Done()
+	w.sem <- struct{}{}
+	found, subdirs, err := w.read(rel)
+	<-w.sem
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	if rel != "" && len(found) == 0 && len(subdirs) == 0 {
+		// Nothing recorded beneath it: the directory is an entry itself.
+		found = append(found, walked{path: rel, kind: chain.KindDir})
+	}
+	w.mu.Lock()
+	w.out = append(w.out, found...)
+	w.mu.Unlock()
+	for _, sub := range subdirs {
+		w.wg.Add(1)
+		go w.dir(sub)
+	}
+}
+
+func (w *walker) read(rel string) (found []walked, subdirs []string, err error) {
+	if err := w.ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	abs := filepath.Join(w.root, filepath.FromSlash(rel))
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
+	}
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
+	}
+	for _, d := range ents {
+		name := d.Name()
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
+		if err := checkName(p, name); err != nil {
+			return nil, nil, err
+		}
+		t := d.Type()
+		switch {
+		case t.IsDir():
+			if !w.pol.Skip(p, chain.KindDir) && filepath.Join(abs, name) != w.skip {
+				subdirs = append(subdirs, p)
+			}
+		case t.IsRegular():
+			if w.pol.Skip(p, chain.KindFile) || !w.pol.Wants(p, chain.KindFile) {
+				continue // not read, not even stat'ed
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "lstat %q: %v", p, err)
+			}
+			found = append(found, walked{path: p, kind: chain.KindFile, exec: fi.Mode()&0o111 != 0, st: statOf(fi)})
+		case t&os.ModeSymlink != 0:
+			if w.pol.Skip(p, chain.KindSymlink) || !w.pol.Wants(p, chain.KindSymlink) {
+				continue
+			}
+			target, err := os.Readlink(filepath.Join(abs, name))
+			if err != nil {
+				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "readlink %q: %v", p, err)
+			}
+			if err := checkLinkTarget(p, target, w.allowEscape); err != nil {
+				return nil, nil, err
+			}
+			found = append(found, walked{path: p, kind: chain.KindSymlink, target: target})
+		default:
+			if w.pol.Skip(p, chain.KindFile) {
+				continue
+			}
+			return nil, nil, chain.Errorf(chain.ErrUnsupportedEntry, "%q is a %v, not a regular file, directory or symlink", p, t)
+		}
+	}
+	return found, subdirs, nil
+}
+
+// checkName refuses names a manifest path cannot hold (SPEC §1.2) and names
+// that are not UTF-8, which the JSON form of a checkpoint cannot carry.
+func checkName(p, name string) error {
+	if strings.ContainsAny(name, "\\\x00") || !utf8.ValidString(name) {
+		return chain.Errorf(chain.ErrUnsupportedEntry, "%q: a file name with a backslash, NUL or invalid UTF-8 cannot be recorded", p)
+	}
+	if chain.ValidatePath(p) != nil {
+		return chain.Errorf(chain.ErrInvalidWorkspace, "%q is not a valid manifest path", p)
+	}
+	return nil
+}
+
+// checkLinkTarget applies SPEC §10 Q5: a symlink target must be non-empty,
+// without NUL, relative, and stay inside the workspace when resolved against
+// the link's directory, unless the caller allows escaping targets.
+func checkLinkTarget(linkPath, target string, allowEscape bool) error {
+	if target == "" || strings.IndexByte(target, 0) >= 0 || !utf8.ValidString(target) {
+		return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q has an empty or invalid target", linkPath)
+	}
+	if allowEscape {
+		return nil
+	}
+	if linkEscapes(linkPath, target) {
+		return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace", linkPath, target)
+	}
+	return nil
+}
+
+// linkEscapes reports whether target, resolved lexically against the
+// directory of linkPath, is absolute or leaves the root.
+func linkEscapes(linkPath, target string) bool {
+	if path.IsAbs(target) || strings.HasPrefix(target, "\\") || filepath.IsAbs(target) {
+		return true
+	}
+	resolved := path.Join(path.Dir(linkPath), target)
+	return resolved == ".." || strings.HasPrefix(resolved, "../")
+}
