@@ -222,20 +222,44 @@ func (s *Store) Head(ctx context.Context, key string) (Info, error) {
 	return e.info(key), nil
 }
 
-// Missing returns the keys of keys that the store does not hold, in the
-// order given, in one read transaction.
+// Missing returns the keys of keys that the store does not hold, sorted, in
+// one read transaction. It sorts keys (in place) and walks the index with
+// one cursor, stepping forward when the next key is near and seeking when it
+// is far, so checking a workspace's worth of keys costs about one scan of
+// their part of the index rather than a root-to-leaf search per key.
 func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
+	slices.Sort(keys)
 	var missing []string
 	err := s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIndex)
-		for i, k := range keys {
+		if b == nil {
+			missing = slices.Compact(slices.Clone(keys))
+			return nil
+		}
+		c := b.Cursor()
+		var k []byte
+		for i, key := range keys {
 			if i%4096 == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
-			if b == nil || b.Get([]byte(k)) == nil {
-				missing = append(missing, k)
+			if i > 0 && key == keys[i-1] {
+				continue
+			}
+			// Up to 8 steps forward before falling back to a seek.
+			for step := 0; k != nil && string(k) < key; step++ {
+				if step == 8 {
+					k = nil
+					break
+				}
+				k, _ = c.Next()
+			}
+			if k == nil || string(k) < key || i == 0 {
+				k, _ = c.Seek([]byte(key))
+			}
+			if k == nil || string(k) != key {
+				missing = append(missing, key)
 			}
 		}
 		return nil

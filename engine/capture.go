@@ -174,6 +174,7 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache, next *statCach
 			continue
 		}
 		c.stats.Files++
+		c.stats.Bytes += w.st.size
 		if sum, ok := cache.lookup(&cursor, w.path, w.st); ok {
 			key := cas.Files.Key(sum)
 			c.keys[w.path], c.sizes[w.path] = key, w.st.size
@@ -297,6 +298,7 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	c.keys[w.path], c.sizes[w.path] = res.Key, res.Size
 	c.stats.FilesRead++
 	c.stats.BytesRead += res.Size
+	c.stats.Bytes += res.Size - w.st.size // what was read, if it changed since the walk
 	if res.New {
 		c.stats.BlobsNew++
 		c.stats.BytesNew += res.Stored

@@ -274,14 +274,11 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r, err := db.blobs.Open(ctx, e.BlobKey)
+	r, err := db.OpenEntry(ctx, e)
 	if err != nil {
-		return blobError(e, err)
+		return err
 	}
 	defer r.Close()
-	if r.Size() != e.Size {
-		return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s has %d bytes, the manifest says %d", e.Path, e.BlobKey, r.Size(), e.Size)
-	}
 	mode := os.FileMode(0o644)
 	if e.Executable {
 		mode = 0o755
@@ -297,11 +294,46 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return blobError(e, err)
+	if err != nil && chain.Code(err) == "" {
+		err = fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	return nil
+	return err
 }
+
+// OpenEntry returns a reader of the verified bytes of the file entry e
+// (streamed; see cas.Store.Open: the bytes are only known good once Read
+// returns io.EOF). Every blob error, at open or while reading, is
+// SANDBOX_SNAPSHOT_MISSING_BLOB or SANDBOX_SNAPSHOT_INVALID_BLOB naming the
+// path and the key; a blob whose size is not the entry's is INVALID_BLOB.
+func (db *DB) OpenEntry(ctx context.Context, e *chain.Entry) (io.ReadCloser, error) {
+	if e.Kind != chain.KindFile {
+		return nil, fmt.Errorf("%q is a %s, not a file", e.Path, e.Kind)
+	}
+	r, err := db.blobs.Open(ctx, e.BlobKey)
+	if err != nil {
+		return nil, blobError(e, err)
+	}
+	if r.Size() != e.Size {
+		r.Close()
+		return nil, chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s has %d bytes, the manifest says %d", e.Path, e.BlobKey, r.Size(), e.Size)
+	}
+	return &entryReader{r: r, e: e}, nil
+}
+
+type entryReader struct {
+	r *cas.Reader
+	e *chain.Entry
+}
+
+func (er *entryReader) Read(p []byte) (int, error) {
+	n, err := er.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = blobError(er.e, err)
+	}
+	return n, err
+}
+
+func (er *entryReader) Close() error { return er.r.Close() }
 
 // blobError turns a blob store error into the contract's code, naming the
 // path and the key.
@@ -310,7 +342,14 @@ func blobError(e *chain.Entry, err error) error {
 	case errors.Is(err, cas.ErrNotFound):
 		return chain.Errorf(chain.ErrMissingBlob, "%q: blob %s is missing", e.Path, e.BlobKey)
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrInvalidKey):
-		return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s: %v", e.Path, e.BlobKey, err)
+		why := err.Error()
+		if ce, ok := errors.AsType[*cas.Error](err); ok {
+			why = ce.Err.Error()
+			if ce.Detail != "" {
+				why += ": " + ce.Detail
+			}
+		}
+		return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s is damaged: %s", e.Path, e.BlobKey, why)
 	}
 	return fmt.Errorf("restore %q: %w", e.Path, err)
 }

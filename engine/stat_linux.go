@@ -2,15 +2,24 @@ package engine
 
 import (
 	"os"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// statOf extracts what the stat cache compares from an lstat result.
-func statOf(fi os.FileInfo) fileStat {
-	st := fileStat{size: fi.Size(), mtime: fi.ModTime().UnixNano(), mode: uint32(fi.Mode())}
-	if s, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = s.Ino
-		st.ctime = s.Ctim.Nano()
+// lstatAt stats name inside the open directory dir without following a
+// symlink. fstatat on the directory's descriptor resolves one name, not the
+// whole path from the root: about a third of a capture's walk is lstat.
+func lstatAt(dir *os.File, name string) (fileStat, error) {
+	var s unix.Stat_t
+	for {
+		err := unix.Fstatat(int(dir.Fd()), name, &s, unix.AT_SYMLINK_NOFOLLOW)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fileStat{}, &os.PathError{Op: "lstat", Path: name, Err: err}
+		}
+		break
 	}
-	return st
+	return fileStat{size: s.Size, mtime: s.Mtim.Nano(), ctime: s.Ctim.Nano(), ino: s.Ino, mode: s.Mode}, nil
 }

@@ -2,11 +2,18 @@
 
 package engine
 
-import "os"
+import (
+	"os"
+	"path/filepath"
+)
 
-// statOf extracts what the stat cache compares from an lstat result. Off
-// Linux it has no inode or ctime; size, mtime and mode still catch ordinary
-// edits, and the racy-clean rule applies as everywhere.
-func statOf(fi os.FileInfo) fileStat {
-	return fileStat{size: fi.Size(), mtime: fi.ModTime().UnixNano(), mode: uint32(fi.Mode())}
+// lstatAt stats name inside dir. Off Linux it has no inode or ctime; size,
+// mtime and mode still catch ordinary edits, and the racy-clean rule
+// applies as everywhere.
+func lstatAt(dir *os.File, name string) (fileStat, error) {
+	fi, err := os.Lstat(filepath.Join(dir.Name(), name))
+	if err != nil {
+		return fileStat{}, err
+	}
+	return fileStat{size: fi.Size(), mtime: fi.ModTime().UnixNano(), mode: uint32(fi.Mode())}, nil
 }

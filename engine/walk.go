@@ -112,8 +112,8 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 	if err != nil {
 		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
 	}
+	defer f.Close()
 	ents, err := f.ReadDir(-1)
-	f.Close()
 	if err != nil {
 		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
 	}
@@ -136,11 +136,11 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 			if w.pol.Skip(p, chain.KindFile) || !w.pol.Wants(p, chain.KindFile) {
 				continue // not read, not even stat'ed
 			}
-			fi, err := d.Info()
+			st, err := lstatAt(f, name)
 			if err != nil {
 				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "lstat %q: %v", p, err)
 			}
-			found = append(found, walked{path: p, kind: chain.KindFile, exec: fi.Mode()&0o111 != 0, st: statOf(fi)})
+			found = append(found, walked{path: p, kind: chain.KindFile, exec: st.mode&0o111 != 0, st: st})
 		case t&os.ModeSymlink != 0:
 			if w.pol.Skip(p, chain.KindSymlink) || !w.pol.Wants(p, chain.KindSymlink) {
 				continue

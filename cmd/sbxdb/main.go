@@ -1,4 +1,5 @@
-// Command sbxdb inspects an sbxdb checkpoint store.
+// Command sbxdb inspects an sbxdb checkpoint store, captures workspaces into
+// it and restores them.
 //
 // Usage:
 //
@@ -6,15 +7,27 @@
 //
 // The commands are:
 //
-//	threads          list threads: head, checkpoint count, latest time, writer lease
-//	log THREAD       list a thread's chain from the head back through parents
-//	show CHECKPOINT  show one checkpoint: header, files, artifacts, conversation size
-//	refs             list blob keys with their reference counts
-//	help [COMMAND]   print the command list, or one command's help
+//	threads               list threads: head, checkpoint count, latest time, writer lease
+//	log THREAD            list a thread's chain from the head back through parents
+//	show CHECKPOINT       show one checkpoint: header, files, artifacts, conversation size
+//	refs                  list blob keys with their reference counts
+//	capture DIR           record the workspace DIR as a new checkpoint on --thread's head
+//	restore CHECKPOINT DIR
+//	                      write a checkpoint's tree (or --thread's head) into DIR
+//	diff A B              compare the file manifests of checkpoints A and B
+//	cat CHECKPOINT PATH   write one file's verified bytes to standard output
+//	help [COMMAND]        print the command list, or one command's help
 //
-// Every command opens the store read-only. --db names the store directory
-// (default $SBXDB_DIR, else .sbxdb in the current directory); --json prints
-// JSON instead of a table. Flags may also follow the arguments.
+// Every command but capture opens the store read-only; capture opens it for
+// writing, creating it if needed, and holds the thread's writer lease while
+// it runs. --db names the store directory (default $SBXDB_DIR, else .sbxdb
+// in the current directory); --json prints JSON instead of a table (cat has
+// no --json). Flags may also follow the arguments. A store that another
+// process holds is reported as busy, naming that process, after about a
+// second.
+//
+// capture and restore draw a progress line on standard error when it is a
+// terminal, and print one summary line on standard output.
 //
 // Exit status: 0 on success; 1 on failure, with one line "sbxdb: message" on
 // standard error; 2 on a usage error.
@@ -28,8 +41,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -63,28 +78,74 @@ var lockTimeout = time.Second
 type command struct {
 	name    string
 	args    string // positional arguments, as shown in usage
-	nargs   int    // exact number of positional arguments
+	nargs   int    // exact number of positional arguments, unless check is set
 	summary string // one line for the command list
 	detail  string // the rest of the command's help
 	run     func(inv *invocation, args []string) error
+
+	// writes makes the command open the store for writing (creating it if
+	// needed); the others open it read-only.
+	writes bool
+	// noJSON leaves out the --json flag, for a command whose output is not
+	// a report (cat).
+	noJSON bool
+	// flagsUsage shows the command's own flags in the usage line, between
+	// the common flags and the arguments.
+	flagsUsage string
+	// usageArgs, when set, replaces args in the usage line (args stays in
+	// the command list).
+	usageArgs string
+	// flags binds the command's own flags to inv.
+	flags func(fset *flag.FlagSet, inv *invocation)
+	// check, when set, replaces the nargs check: it returns a usage error
+	// for positional arguments or flags that do not go together.
+	check func(inv *invocation, args []string) error
 }
 
 // commands is the command table, in the order `sbxdb help` lists it.
-var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd}
+var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, captureCmd, restoreCmd, diffCmd, catCmd}
 
-// invocation is one run of a command: its common flags and its output.
+// invocation is one run of a command: its common flags, the command's own
+// flags, and its output.
 type invocation struct {
-	ctx  context.Context
-	dir  string // --db
-	json bool   // --json
-	out  io.Writer
+	ctx      context.Context
+	dir      string // --db
+	json     bool   // --json
+	out      io.Writer
+	errOut   io.Writer // standard error, for the progress line
+	progress bool      // draw a progress line on errOut (it is a terminal)
+	writes   bool      // open the store for writing (command.writes)
+
+	// The flags of capture and restore.
+	thread        string     // --thread
+	id            string     // --id
+	label         string     // --label
+	excludes      stringList // --exclude
+	includes      stringList // --include
+	secretEnvs    stringList // --secret-env
+	allowEscaping bool       // --allow-escaping-symlinks
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// An interrupt cancels the command's context, so that capture releases
+	// its writer lease and restore removes its staging directory. Once it
+	// has, the default handling is back: a second interrupt kills the
+	// process as usual.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	code := runContext(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
 // run executes the command line args (without the program name) and returns
 // the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext is run under ctx, which an interrupt cancels.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		printCommands(stderr)
 		return 2
@@ -107,7 +168,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sbxdb: unknown command %q\nusage: sbxdb <command> [flags] [arguments]; run 'sbxdb help' for the list\n", name)
 		return 2
 	}
-	inv := &invocation{ctx: context.Background(), out: stdout}
+	inv := &invocation{ctx: ctx, out: stdout, errOut: stderr, progress: isTerminal(stderr), writes: c.writes}
 	fset := c.flagSet(inv)
 	pos, err := parseArgs(fset, args)
 	switch {
@@ -115,10 +176,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		c.printHelp(stdout, fset)
 		return 0
 	case err != nil:
-	case len(pos) < c.nargs:
-		err = fmt.Errorf("missing %s", c.args)
-	case len(pos) > c.nargs:
-		err = fmt.Errorf("unexpected argument %q", pos[c.nargs])
+	case c.check != nil:
+		err = c.check(inv, pos)
+	default:
+		err = checkCount(pos, c.nargs, c.args)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sbxdb %s: %v\nusage: %s\n", c.name, err, c.usage())
@@ -128,10 +189,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		inv.dir = defaultDir()
 	}
 	if err := c.run(inv, pos); err != nil {
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			err = errors.New("interrupted")
+		}
 		fmt.Fprintf(stderr, "sbxdb: %s\n", message(err))
 		return 1
 	}
 	return 0
+}
+
+// checkCount is the usage check of a command that takes exactly n
+// positional arguments, named by what.
+func checkCount(pos []string, n int, what string) error {
+	switch {
+	case len(pos) < n:
+		return fmt.Errorf("missing %s", strings.Join(strings.Fields(what)[len(pos):], " "))
+	case len(pos) > n:
+		return fmt.Errorf("unexpected argument %q", pos[n])
+	}
+	return nil
 }
 
 func lookup(name string) *command {
@@ -145,7 +221,7 @@ func lookup(name string) *command {
 
 // printCommands writes the command list.
 func printCommands(w io.Writer) {
-	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store.\n\nusage: sbxdb <command> [--db DIR] [--json] [arguments]\n\ncommands:\n")
+	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store, captures workspaces into it and\nrestores them.\n\nusage: sbxdb <command> [--db DIR] [--json] [arguments]\n\ncommands:\n")
 	tw := table(w)
 	for _, c := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
@@ -161,12 +237,25 @@ func (c *command) flagSet(inv *invocation) *flag.FlagSet {
 	fset := flag.NewFlagSet("sbxdb "+c.name, flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
 	fset.StringVar(&inv.dir, "db", "", "the store directory `DIR` (default $"+dirEnv+", else "+fallbackDir+")")
-	fset.BoolVar(&inv.json, "json", false, "print JSON instead of a table")
+	if !c.noJSON {
+		fset.BoolVar(&inv.json, "json", false, "print JSON instead of a table")
+	}
+	if c.flags != nil {
+		c.flags(fset, inv)
+	}
 	return fset
 }
 
 func (c *command) usage() string {
-	return strings.TrimSpace("sbxdb " + c.name + " [--db DIR] [--json] " + c.args)
+	common := "[--db DIR] [--json]"
+	if c.noJSON {
+		common = "[--db DIR]"
+	}
+	args := c.args
+	if c.usageArgs != "" {
+		args = c.usageArgs
+	}
+	return strings.Join(strings.Fields("sbxdb "+c.name+" "+common+" "+c.flagsUsage+" "+args), " ")
 }
 
 func (c *command) printHelp(w io.Writer, fset *flag.FlagSet) {
@@ -198,10 +287,13 @@ func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// openStore opens the store read-only and words the failures an operator
-// meets: no store, or a writer holding it.
+// openStore opens the store, read-only unless the command writes (then
+// creating it if needed), and words the failures an operator meets: no
+// store, or another process holding it. Only one process at a time can hold
+// a store for writing, and none can read it meanwhile; the second one is told
+// the store is busy, naming the holder, after lockTimeout.
 func (inv *invocation) openStore() (*engine.DB, error) {
-	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: true, LockTimeout: lockTimeout})
+	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout})
 	if err == nil {
 		return db, nil
 	}
@@ -220,6 +312,21 @@ func (inv *invocation) openStore() (*engine.DB, error) {
 // of their own, sometimes nested; the report prints the prefix once.
 func message(err error) string {
 	return strings.NewReplacer("sbxdb: ", "", "\r", " ", "\n", " ").Replace(err.Error())
+}
+
+// stringList is a repeatable string flag: each use appends a value.
+type stringList []string
+
+func (l *stringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ", ")
+}
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
 
 // writeJSON prints v as one line of JSON.

@@ -345,7 +345,13 @@ func TestHelp(t *testing.T) {
 			t.Errorf("help lacks %s: %q", c.name, c.summary)
 		}
 		out := ok(t, c.name, "-h")
-		for _, s := range []string{"usage: " + c.usage() + "\n", c.summary, "-db DIR", "-json"} {
+		want := []string{"usage: " + c.usage() + "\n", c.summary, c.detail, "-db DIR"}
+		if !c.noJSON {
+			want = append(want, "-json")
+		} else if strings.Contains(out, "-json") {
+			t.Errorf("%s -h offers -json:\n%s", c.name, out)
+		}
+		for _, s := range want {
 			if !strings.Contains(out, s) {
 				t.Errorf("%s -h lacks %q:\n%s", c.name, s, out)
 			}

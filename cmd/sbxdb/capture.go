@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/lease"
+	"github.com/sbxdb/sbxdb/workspace"
+)
+
+var captureCmd = &command{
+	name:       "capture",
+	args:       "DIR",
+	nargs:      1,
+	writes:     true,
+	flagsUsage: "--thread THREAD [--id ID] [--label LABEL] [--exclude GLOB]... [--include GLOB]... [--secret-env NAME]...",
+	summary:    "Record the workspace DIR as a new checkpoint on the head of a thread",
+	detail: `capture opens the store for writing, creating it if it does not exist, and
+holds the thread's writer lease while it runs; a live lease of another writer
+is SANDBOX_SNAPSHOT_WRITER_CONFLICT. The new checkpoint's parent is the
+thread's head; its reason is "named" with --label, else "automatic".
+
+The default policy skips .git, node_modules and .env* at any depth, the root
+CLAUDE.md and GEMINI.md, and .claude/.codex/.grok skill directories.
+--exclude skips more (a skipped directory is not walked); --include records
+only the files that match, or lie beneath a directory that matches. A glob
+without a slash matches a name at any depth ("*.log"), one with a slash is
+anchored at DIR ("src/*.go"), "**" matches any number of directories, and a
+trailing "/" matches directories only ("build/"). Restore with the same
+--exclude and --include flags, or the restore refuses the checkpoint.
+
+--secret-env NAME zero-fills the value of the environment variable NAME
+wherever it occurs in the files' bytes, before they are hashed and stored.
+The variable must be set and not empty. Secrets are never taken on the
+command line, where other users can read them.
+
+Files whose size, times, inode and mode are as the thread's previous capture
+of DIR found them, and that were not modified just before it, are not read
+again. On a terminal a progress line shows the files and bytes read and the
+rate. The summary line counts the files recorded, those unchanged, those
+read, the new blobs stored (with their compressed size) and the files whose
+bytes were stored already (deduplicated). With --json: {id, threadId,
+parentCheckpointId, reason, label, stats, seconds}.`,
+	flags: func(fset *flag.FlagSet, inv *invocation) {
+		fset.StringVar(&inv.thread, "thread", "", "capture onto the head of thread `THREAD` (required)")
+		fset.StringVar(&inv.id, "id", "", "the new checkpoint's `ID` (default a random UUID)")
+		fset.StringVar(&inv.label, "label", "", "label the checkpoint `LABEL`, making its reason \"named\"")
+		policyFlags(fset, inv, false)
+		fset.Var(&inv.secretEnvs, "secret-env", "zero-fill the value of environment variable `NAME` in stored bytes (repeatable)")
+	},
+	check: func(inv *invocation, args []string) error {
+		if inv.thread == "" {
+			return errors.New("missing --thread THREAD")
+		}
+		if err := inv.checkPolicy(); err != nil {
+			return err
+		}
+		return checkCount(args, 1, "DIR")
+	},
+	run: runCapture,
+}
+
+// policyFlags binds the flags that choose the workspace policy, which
+// capture and restore share; restore must be given the capture's.
+func policyFlags(fset *flag.FlagSet, inv *invocation, restore bool) {
+	if restore {
+		fset.Var(&inv.excludes, "exclude", "an --exclude `GLOB` the capture was given (repeatable)")
+		fset.Var(&inv.includes, "include", "an --include `GLOB` the capture was given (repeatable)")
+		fset.BoolVar(&inv.allowEscaping, "allow-escaping-symlinks", false, "create symlinks whose target is absolute or leaves the tree")
+		return
+	}
+	fset.Var(&inv.excludes, "exclude", "also skip paths matching `GLOB` (repeatable)")
+	fset.Var(&inv.includes, "include", "record only files matching `GLOB` or beneath a matching directory (repeatable)")
+	fset.BoolVar(&inv.allowEscaping, "allow-escaping-symlinks", false, "record symlinks whose target is absolute or leaves the tree")
+}
+
+// checkPolicy reports a malformed --exclude or --include glob.
+func (inv *invocation) checkPolicy() error {
+	_, err := inv.policy()
+	return err
+}
+
+// policy is the default workspace policy extended by --exclude and
+// --include.
+func (inv *invocation) policy() (workspace.Policy, error) {
+	return workspace.Policy{}.WithGlobs(inv.excludes, inv.includes)
+}
+
+// captureJSON is what `sbxdb capture --json` prints.
+type captureJSON struct {
+	ID       string       `json:"id"`
+	ThreadID string       `json:"threadId"`
+	ParentID *string      `json:"parentCheckpointId"`
+	Reason   chain.Reason `json:"reason"`
+	Label    string       `json:"label,omitempty"`
+	Stats    captureStats `json:"stats"`
+	Seconds  float64      `json:"seconds"`
+}
+
+// captureStats is engine.CaptureStats with JSON names.
+type captureStats struct {
+	Files        int   `json:"files"`
+	Dirs         int   `json:"dirs"`
+	Symlinks     int   `json:"symlinks"`
+	Bytes        int64 `json:"bytes"`
+	Unchanged    int   `json:"unchanged"`
+	FilesRead    int   `json:"filesRead"`
+	BytesRead    int64 `json:"bytesRead"`
+	BlobsNew     int   `json:"blobsNew"`
+	BytesNew     int64 `json:"bytesNew"`
+	Deduplicated int   `json:"deduplicated"`
+}
+
+func runCapture(inv *invocation, args []string) error {
+	dir := args[0]
+	pol, err := inv.policy()
+	if err != nil {
+		return err
+	}
+	secrets, err := secretsFromEnv(inv.secretEnvs)
+	if err != nil {
+		return err
+	}
+	reason := chain.ReasonAutomatic
+	if inv.label != "" {
+		reason = chain.ReasonNamed
+	}
+	db, err := inv.openStore()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	start := time.Now()
+	var res *engine.CaptureResult
+	err = withLease(inv.ctx, db, inv.thread, func(ctx context.Context, w lease.Writer) (err error) {
+		res, err = db.Capture(ctx, engine.CaptureInput{
+			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
+			Policy: pol, Secrets: secrets, AllowEscapingSymlinks: inv.allowEscaping,
+			Progress: inv.progressFunc("reading", start),
+		})
+		return err
+	})
+	if err != nil {
+		if res != nil {
+			return fmt.Errorf("captured %s, but %w", res.Checkpoint.ID, err)
+		}
+		return err
+	}
+	elapsed := time.Since(start)
+
+	cp, st := res.Checkpoint, res.Stats
+	if inv.json {
+		return writeJSON(inv.out, captureJSON{
+			ID: cp.ID, ThreadID: cp.ThreadID, ParentID: nullable(cp.ParentID), Reason: cp.Reason, Label: cp.Label,
+			Stats: captureStats{
+				Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes,
+				Unchanged: st.Unchanged, FilesRead: st.FilesRead, BytesRead: st.BytesRead,
+				BlobsNew: st.BlobsNew, BytesNew: st.BytesNew, Deduplicated: st.Deduplicated,
+			},
+			Seconds: elapsed.Seconds(),
+		})
+	}
+	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated in %s\n",
+		cell(cp.ID), cell(cp.ThreadID), count(st.Files, "file"), size(st.Bytes), st.Unchanged,
+		st.FilesRead, size(st.BytesRead), count(st.BlobsNew, "new blob"), size(st.BytesNew),
+		st.Deduplicated, seconds(elapsed))
+	return err
+}
+
+// releaseTimeout bounds the release of a writer lease.
+const releaseTimeout = 5 * time.Second
+
+// withLease runs fn holding the writer lease of thread, renewing it in the
+// background. A renewal that fails means the lease is lost: fn's context is
+// cancelled, since fn could not publish anyway, and that failure is the
+// error. The lease is released afterwards even when ctx was cancelled (an
+// interrupt), since a lease left behind would block the thread's next writer
+// until it expires. fn's error wins over a release error.
+func withLease(ctx context.Context, db *engine.DB, thread string, fn func(ctx context.Context, w lease.Writer) error) error {
+	l, err := db.AcquireWriter(ctx, thread)
+	if err != nil {
+		return err
+	}
+	work, cancel := context.WithCancelCause(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		if err := l.KeepAlive(work); err != nil {
+			cancel(fmt.Errorf("renewing the writer lease of thread %s: %w", thread, err))
+		}
+	}()
+	err = fn(work, l.Writer)
+	if cause := context.Cause(work); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	cancel(nil)
+	<-kept
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer rcancel()
+	if rerr := l.Release(rctx); err == nil && rerr != nil {
+		err = fmt.Errorf("releasing the writer lease of thread %s: %w", thread, rerr)
+	}
+	return err
+}
+
+// secretsFromEnv returns the values of the environment variables named by
+// --secret-env. An unset or empty one is an error: capturing without the
+// redaction asked for would store the secret.
+func secretsFromEnv(names []string) ([]string, error) {
+	secrets := make([]string, 0, len(names))
+	for _, name := range names {
+		v, ok := os.LookupEnv(name)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--secret-env %s: the environment variable is not set", name)
+		case v == "":
+			return nil, fmt.Errorf("--secret-env %s: the environment variable is empty", name)
+		}
+		secrets = append(secrets, v)
+	}
+	return secrets, nil
+}
