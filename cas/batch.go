@@ -46,9 +46,10 @@ type Batch struct {
 // AddResult says what Add did with one blob.
 type AddResult struct {
 	Key    string
-	Size   int64 // uncompressed bytes
-	Stored int64 // bytes written, frame header excluded; 0 when not new
-	New    bool  // false: the store or this batch held the key already
+	Sum    [32]byte // sha256 of the raw bytes, the key's digest
+	Size   int64    // uncompressed bytes
+	Stored int64    // bytes written, frame header excluded; 0 when not new
+	New    bool     // false: the store or this batch held the key already
 }
 
 // NewBatch starts a batch.
@@ -59,12 +60,17 @@ func (s *Store) NewBatch() *Batch {
 // Add stores data (at most MaxPacked bytes) in a pack unless the key it
 // hashes to is held already.
 func (b *Batch) Add(ctx context.Context, ns Namespace, data []byte) (AddResult, error) {
+	return b.add(ctx, ns, sha256.Sum256(data), data)
+}
+
+// add is Add for a caller that has hashed data already: sum must be its
+// sha256.
+func (b *Batch) add(ctx context.Context, ns Namespace, sum [32]byte, data []byte) (AddResult, error) {
 	if len(data) > MaxPacked {
 		return AddResult{}, fmt.Errorf("cas: Add of %d bytes: more than MaxPacked; use AddReader", len(data))
 	}
-	sum := sha256.Sum256(data)
 	key := ns.Key(sum)
-	res := AddResult{Key: key, Size: int64(len(data))}
+	res := AddResult{Key: key, Sum: sum, Size: int64(len(data))}
 	if known, err := b.known(ctx, key); known || err != nil {
 		return res, err
 	}
@@ -196,7 +202,7 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 		return AddResult{}, err
 	}
 	key := ns.Key(h.sum)
-	res := AddResult{Key: key, Size: int64(h.raw)}
+	res := AddResult{Key: key, Sum: h.sum, Size: int64(h.raw)}
 	known, err := b.known(ctx, key)
 	if err == nil && !known {
 		b.mu.Lock()

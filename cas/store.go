@@ -327,7 +327,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 	b := s.NewBatch()
 	defer b.Abort()
 	if len(data) <= MaxPacked {
-		_, err = b.Add(ctx, ns, data)
+		_, err = b.add(ctx, ns, sum, data)
 	} else {
 		_, err = b.AddReader(ctx, ns, bytes.NewReader(data))
 	}
