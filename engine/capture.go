@@ -8,9 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,13 +113,12 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}
 	c := &capture{db: db, root: root, redactor: redactor, batch: db.blobs.NewBatch()}
 	defer c.batch.Abort() // no-op after Commit
-	next := newStatCache(started.UnixNano(), redactor.Fingerprint())
-	files, err := c.plan(ctx, tree, cache, next)
+	files, err := c.plan(ctx, tree, cache)
 	if err != nil {
 		return nil, err
 	}
 	stop := reportProgress(in.Progress, &c.progress)
-	err = c.hashAll(ctx, files)
+	err = parallel(ctx, files, c.newHasher)
 	stop()
 	if err != nil {
 		return nil, err
@@ -129,13 +126,12 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err := c.batch.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("capture: storing blobs: %w", err)
 	}
-	cp, err := db.appendCapture(ctx, &in, c.entries(tree))
+	cp, err := db.appendCapture(ctx, &in, manifest(tree))
 	if err != nil {
 		return nil, err
 	}
-	if c.stats.FilesRead > 0 || len(next.entries) != len(cache.entries) {
-		slices.SortFunc(next.entries, func(a, b statEntry) int { return strings.Compare(a.path, b.path) })
-		next.save(cachePath)
+	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
+		newStatCache(started.UnixNano(), redactor.Fingerprint(), tree).save(cachePath)
 	}
 	return &CaptureResult{Checkpoint: cp, Stats: c.stats}, nil
 }
@@ -148,20 +144,15 @@ type capture struct {
 	batch    *cas.Batch
 	progress progressCounters
 
-	mu      sync.Mutex
-	stats   CaptureStats
-	keys    map[string]string // path → blob key, for every file
-	sizes   map[string]int64  // path → size of the bytes stored
-	pending *statCache        // the cache this capture will leave
+	mu    sync.Mutex // guards stats while files are read
+	stats CaptureStats
 }
 
-// plan fills next with the cache entries to keep, takes the digests the
-// cache can vouch for, and returns the files that must be read.
-func (c *capture) plan(ctx context.Context, tree []walked, cache, next *statCache) ([]*walked, error) {
-	c.keys = make(map[string]string, len(tree))
-	c.sizes = make(map[string]int64, len(tree))
-	var toRead []*walked
-	var cachedKeys []string
+// plan takes the digests the stat cache can vouch for and returns the files
+// that must be read.
+func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]*walked, error) {
+	var toRead, hits []*walked
+	var hitKeys []string
 	cursor := 0
 	for i := range tree {
 		w := &tree[i]
@@ -176,95 +167,52 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache, next *statCach
 		c.stats.Files++
 		c.stats.Bytes += w.st.size
 		if sum, ok := cache.lookup(&cursor, w.path, w.st); ok {
-			key := cas.Files.Key(sum)
-			c.keys[w.path], c.sizes[w.path] = key, w.st.size
-			cachedKeys = append(cachedKeys, key)
-			next.entries = append(next.entries, statEntry{path: w.path, st: w.st, sum: sum})
+			w.sum, w.size = sum, w.st.size
+			hits = append(hits, w)
+			hitKeys = append(hitKeys, cas.Files.Key(sum))
 			continue
 		}
 		toRead = append(toRead, w)
 	}
 	// A cached digest is only good while its blob is stored.
-	missing, err := c.db.blobs.Missing(ctx, cachedKeys)
+	missing, err := c.db.blobs.Missing(ctx, hitKeys)
 	if err != nil {
 		return nil, err
 	}
 	if len(missing) > 0 {
-		gone := make(map[string]bool, len(missing))
+		gone := make(map[[32]byte]bool, len(missing))
 		for _, k := range missing {
-			gone[k] = true
+			_, sum, _ := cas.ParseKey(k)
+			gone[sum] = true
 		}
-		kept := next.entries[:0]
-		for _, e := range next.entries {
-			if gone[c.keys[e.path]] {
-				delete(c.keys, e.path)
-				toRead = append(toRead, findWalked(tree, e.path))
-				continue
+		for _, w := range hits {
+			if gone[w.sum] {
+				toRead = append(toRead, w)
 			}
-			kept = append(kept, e)
 		}
-		next.entries = kept
 	}
 	c.stats.Unchanged = c.stats.Files - len(toRead)
 	for _, w := range toRead {
 		c.progress.totalFiles.Add(1)
 		c.progress.totalBytes.Add(w.st.size)
 	}
-	c.pending = next
 	return toRead, nil
 }
 
-func findWalked(tree []walked, p string) *walked {
-	for i := range tree {
-		if tree[i].path == p {
-			return &tree[i]
-		}
+// newHasher returns one reading goroutine's function: it stores a file's
+// (redacted) bytes and records their digest and size in the walked entry,
+// which no other goroutine touches. Its buffer is reused from file to file.
+func (c *capture) newHasher() func(context.Context, *walked) error {
+	buf := make([]byte, 0, 64<<10)
+	return func(ctx context.Context, w *walked) error {
+		var err error
+		buf, err = c.hashFile(ctx, w, buf)
+		return err
 	}
-	return nil
 }
 
-// hashAll reads, hashes and stores files on GOMAXPROCS+2 goroutines (two
-// more than the cores, so one waiting on the disk does not idle a core).
-func (c *capture) hashAll(ctx context.Context, files []*walked) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan *walked)
-	var wg sync.WaitGroup
-	var firstErr error
-	var errOnce sync.Once
-	for range runtime.GOMAXPROCS(0) + 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 0, 64<<10)
-			for w := range work {
-				var err error
-				buf, err = c.hashFile(ctx, w, buf)
-				if err != nil {
-					errOnce.Do(func() { firstErr = err; cancel() })
-				}
-			}
-		}()
-	}
-	for _, w := range files {
-		select {
-		case work <- w:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	return ctx.Err()
-}
-
-// hashFile stores one file's (redacted) bytes and records its key. buf is a
-// reusable buffer, returned possibly grown.
+// hashFile stores one file's (redacted) bytes. buf is a reusable buffer,
+// returned possibly grown.
 func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, error) {
 	if ctx.Err() != nil {
 		return buf, ctx.Err()
@@ -291,11 +239,11 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	if err != nil {
 		return buf, fmt.Errorf("capture %q: %w", w.path, err)
 	}
+	w.sum, w.size = res.Sum, res.Size
 	c.progress.files.Add(1)
 	c.progress.bytes.Add(res.Size)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.keys[w.path], c.sizes[w.path] = res.Key, res.Size
 	c.stats.FilesRead++
 	c.stats.BytesRead += res.Size
 	c.stats.Bytes += res.Size - w.st.size // what was read, if it changed since the walk
@@ -305,20 +253,19 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	} else {
 		c.stats.Deduplicated++
 	}
-	_, sum, _ := cas.ParseKey(res.Key)
-	c.pending.entries = append(c.pending.entries, statEntry{path: w.path, st: w.st, sum: sum})
 	return buf, nil
 }
 
-// entries builds the manifest from the walk and the keys found.
-func (c *capture) entries(tree []walked) []chain.Entry {
+// manifest builds the checkpoint's entries from the walk, every file's
+// digest and size known.
+func manifest(tree []walked) []chain.Entry {
 	out := make([]chain.Entry, len(tree))
 	for i := range tree {
 		w := &tree[i]
 		e := chain.Entry{Path: w.path, Kind: w.kind}
 		switch w.kind {
 		case chain.KindFile:
-			e.BlobKey, e.Size, e.Executable = c.keys[w.path], c.sizes[w.path], w.exec
+			e.BlobKey, e.Size, e.Executable = cas.Files.Key(w.sum), w.size, w.exec
 		case chain.KindSymlink:
 			e.Target = w.target
 		}

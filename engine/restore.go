@@ -8,10 +8,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/sbxdb/sbxdb/cas"
@@ -116,7 +114,9 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 	for i := range files {
 		e := &files[i]
 		p := e.Path
-		if err := chain.ValidatePath(p); err != nil || (len(p) >= 2 && p[1] == ':') {
+		// ValidateFiles applied the store's path rules; the restore side
+		// also refuses any drive-like "X:" prefix (SPEC §6.5).
+		if len(p) >= 2 && p[1] == ':' {
 			return chain.Errorf(chain.ErrInvalidPath, "manifest path %q cannot be restored", p)
 		}
 		if !o.Policy.Admits(p, e.Kind) {
@@ -221,52 +221,32 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 // creating names in one directory serializes on its lock, so workers that
 // share a directory mostly wait for each other. The first error stops all.
 func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progressCounters) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan []*chain.Entry)
-	var wg sync.WaitGroup
-	var firstErr error
-	var once sync.Once
-	for range runtime.GOMAXPROCS(0) + 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 256<<10)
-			for group := range work {
-				for _, e := range group {
-					if err := db.writeFile(ctx, root, e, buf); err != nil {
-						once.Do(func() { firstErr = err; cancel() })
-						break
-					}
-					prog.files.Add(1)
-					prog.bytes.Add(e.Size)
-				}
-			}
-		}()
-	}
 	// files are sorted by path, so each directory's files are adjacent
 	// unless a subdirectory's sort between them; groups are cut at every
 	// change of parent, and at 64 files so one big directory still spreads.
-feed:
+	var groups [][]*chain.Entry
 	for start := 0; start < len(files); {
 		end := start + 1
 		dir := path.Dir(files[start].Path)
 		for end < len(files) && end-start < 64 && path.Dir(files[end].Path) == dir {
 			end++
 		}
-		select {
-		case work <- files[start:end]:
-		case <-ctx.Done():
-			break feed
-		}
+		groups = append(groups, files[start:end])
 		start = end
 	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	return ctx.Err()
+	return parallel(ctx, groups, func() func(context.Context, []*chain.Entry) error {
+		buf := make([]byte, 256<<10)
+		return func(ctx context.Context, group []*chain.Entry) error {
+			for _, e := range group {
+				if err := db.writeFile(ctx, root, e, buf); err != nil {
+					return err
+				}
+				prog.files.Add(1)
+				prog.bytes.Add(e.Size)
+			}
+			return nil
+		}
+	})
 }
 
 // writeFile writes one verified file.

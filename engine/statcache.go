@@ -70,12 +70,19 @@ func statCachePath(storeDir, threadID, root string) string {
 	return filepath.Join(storeDir, "cache", "stat-"+hex.EncodeToString(h.Sum(nil)[:16]))
 }
 
-// newStatCache starts an empty cache for a capture that began at taken,
-// under the secrets whose fingerprint is secrets.
-func newStatCache(taken int64, secrets [32]byte) *statCache {
+// newStatCache returns the cache a capture leaves: every file of its walk
+// (sorted by path, as the walk is) with the stat the walk saw and the
+// digest stored, for a capture that began walking at taken under the
+// secrets whose fingerprint is secrets.
+func newStatCache(taken int64, secrets [32]byte, tree []walked) *statCache {
 	c := &statCache{taken: taken}
 	rand.Read(c.salt[:])
 	c.verifier = secretsVerifier(c.salt, secrets)
+	for i := range tree {
+		if w := &tree[i]; w.kind == chain.KindFile {
+			c.entries = append(c.entries, statEntry{path: w.path, st: w.st, sum: w.sum})
+		}
+	}
 	return c
 }
 

@@ -15,13 +15,17 @@ import (
 	"github.com/sbxdb/sbxdb/workspace"
 )
 
-// walked is one manifest entry found by the walk, with the stat of a file.
+// walked is one manifest entry found by the walk. For a file, the capture
+// fills in sum and size once it knows them (from the stat cache, or by
+// reading the file).
 type walked struct {
 	path   string
 	kind   chain.Kind
 	exec   bool
-	target string // symlinks
-	st     fileStat
+	target string   // symlinks
+	st     fileStat // files: as the walk found them
+	sum    [32]byte // files: sha256 of the bytes stored
+	size   int64    // files: their length
 }
 
 // walkTree lists what a capture records of the tree at root under pol
