@@ -2,8 +2,6 @@ package peers
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sbxdb/sbxdb/bench/workload"
+	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
 // small is the tree the tests run the peers on: a few hundred files, one
@@ -37,42 +36,10 @@ func generate(t *testing.T) (string, workload.Stats) {
 	return dir, st
 }
 
-// entry is what the round-trip test compares of one tree entry.
-type entry struct {
-	mode   fs.FileMode
-	target string
-	sum    [32]byte
-}
-
-// tree reads dir into a map keyed by relative path, the root and anything
-// under skip excluded.
-func tree(t *testing.T, dir, skip string) map[string]entry {
+// tree reads dir for comparison, anything under skip excluded.
+func tree(t *testing.T, dir string, skip ...string) map[string]fstree.Node {
 	t.Helper()
-	out := map[string]entry{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == skip {
-			return fs.SkipDir
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		e := entry{mode: fi.Mode() & (fs.ModeType | fs.ModePerm)}
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			e.target, err = os.Readlink(p)
-		case fi.Mode().IsRegular():
-			var b []byte
-			b, err = os.ReadFile(p)
-			e.sum = sha256.Sum256(b)
-		}
-		out[rel] = e
-		return err
-	})
+	out, err := fstree.Read(dir, skip...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +81,7 @@ func TestTarZstdRoundTrip(t *testing.T) {
 	if res.Bytes != st.Bytes || res.Elapsed <= 0 {
 		t.Errorf("UntarZstd result %+v, want %d bytes", res, st.Bytes)
 	}
-	want, got := tree(t, dir, ""), tree(t, out, "")
+	want, got := tree(t, dir), tree(t, out)
 	if len(want) != st.Files+st.Dirs+st.Symlinks {
 		t.Fatalf("source tree has %d entries, stats say %+v", len(want), st)
 	}
@@ -199,7 +166,7 @@ func TestGitCommitAll(t *testing.T) {
 	edited := tree(t, dir, ".git")
 	var sum int64
 	for p, e := range edited {
-		if e.mode.IsRegular() {
+		if e.Mode.IsRegular() {
 			fi, err := os.Stat(filepath.Join(dir, p))
 			if err != nil {
 				t.Fatal(err)

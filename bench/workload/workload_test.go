@@ -2,7 +2,6 @@ package workload
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"io/fs"
 	"maps"
 	"math"
@@ -11,71 +10,32 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
 // node is what the tests compare of one tree entry.
-type node struct {
-	mode   fs.FileMode // type and permission bits
-	target string      // symlinks
-	size   int64       // regular files
-	sum    [32]byte    // regular files: SHA-256 of the content
-}
+type node = fstree.Node
 
 // snapshot reads the tree under dir (the root excluded), keyed by
 // slash-separated relative path.
 func snapshot(t *testing.T, dir string) map[string]node {
 	t.Helper()
-	out := map[string]node{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		n := node{mode: fi.Mode() & (fs.ModeType | fs.ModePerm)}
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if n.target, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			n.size, n.sum = int64(len(b)), sha256.Sum256(b)
-		}
-		out[filepath.ToSlash(rel)] = n
-		return nil
-	})
+	tree, err := fstree.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return tree
 }
 
 // diffTrees reports the first few differences between two snapshots.
 func diffTrees(t *testing.T, what string, a, b map[string]node) {
 	t.Helper()
-	n := 0
-	for _, p := range slices.Sorted(maps.Keys(a)) {
-		if bn, ok := b[p]; !ok || bn != a[p] {
-			t.Errorf("%s: %q differs: %+v vs %+v (present %v)", what, p, a[p], bn, ok)
-			if n++; n > 5 {
-				return
-			}
+	for i, d := range fstree.Diff(a, b) {
+		if i == 6 {
+			return
 		}
-	}
-	for p := range b {
-		if _, ok := a[p]; !ok {
-			t.Errorf("%s: %q only in the second tree", what, p)
-			if n++; n > 5 {
-				return
-			}
-		}
+		t.Errorf("%s: %s", what, d)
 	}
 }
 
@@ -108,36 +68,36 @@ func TestGenerateDeterministic(t *testing.T) {
 	for p, n := range a {
 		maxDepth = max(maxDepth, strings.Count(p, "/"))
 		switch {
-		case n.mode.IsDir():
+		case n.Mode.IsDir():
 			got.Dirs++
-		case n.mode&fs.ModeSymlink != 0:
+		case n.Mode&fs.ModeSymlink != 0:
 			got.Symlinks++
-			if filepath.IsAbs(n.target) {
-				t.Errorf("symlink %s -> %s is absolute", p, n.target)
+			if filepath.IsAbs(n.Target) {
+				t.Errorf("symlink %s -> %s is absolute", p, n.Target)
 			}
-			resolved := filepath.ToSlash(filepath.Join(filepath.Dir(p), n.target))
-			if tn, ok := a[resolved]; !ok || !tn.mode.IsRegular() {
-				t.Errorf("symlink %s -> %s does not point to a regular file of the tree", p, n.target)
+			resolved := filepath.ToSlash(filepath.Join(filepath.Dir(p), n.Target))
+			if tn, ok := a[resolved]; !ok || !tn.Mode.IsRegular() {
+				t.Errorf("symlink %s -> %s does not point to a regular file of the tree", p, n.Target)
 			}
-		case n.mode.IsRegular():
+		case n.Mode.IsRegular():
 			got.Files++
-			got.Bytes += n.size
-			if n.size == 0 {
+			got.Bytes += n.Size
+			if n.Size == 0 {
 				empties++
 			}
-			switch n.mode.Perm() {
+			switch n.Mode.Perm() {
 			case 0o755:
 				execs++
 			case 0o644:
 			default:
-				t.Errorf("%s has mode %v", p, n.mode)
+				t.Errorf("%s has mode %v", p, n.Mode)
 			}
-			sums[n.sum]++
+			sums[n.Sum]++
 		default:
-			t.Errorf("%s: unexpected mode %v", p, n.mode)
+			t.Errorf("%s: unexpected mode %v", p, n.Mode)
 		}
-		if n.mode.IsDir() && n.mode.Perm() != 0o755 {
-			t.Errorf("%s has mode %v", p, n.mode)
+		if n.Mode.IsDir() && n.Mode.Perm() != 0o755 {
+			t.Errorf("%s has mode %v", p, n.Mode)
 		}
 	}
 	if got != stA {
@@ -160,7 +120,7 @@ func TestGenerateDeterministic(t *testing.T) {
 	}
 	emptyDirs := 0
 	for p, n := range a {
-		if n.mode.IsDir() && !hasChild(a, p) {
+		if n.Mode.IsDir() && !hasChild(a, p) {
 			emptyDirs++
 		}
 	}
@@ -175,7 +135,7 @@ func TestGenerateDeterministic(t *testing.T) {
 		t.Errorf("%d duplicate files, want at least %d", dups, want)
 	}
 	for _, p := range []string{"docs/résumé.md", "src/日本/readme.md"} {
-		if n, ok := a[p]; !ok || n.size == 0 {
+		if n, ok := a[p]; !ok || n.Size == 0 {
 			t.Errorf("%s missing or empty", p)
 		}
 	}
@@ -274,7 +234,7 @@ func TestEdit(t *testing.T) {
 	var sum int64
 	for _, p := range pathsA {
 		edited[p] = true
-		sum += after[p].size
+		sum += after[p].Size
 	}
 	if sum != bytesA {
 		t.Errorf("Edit says %d bytes, the edited files have %d", bytesA, sum)
@@ -284,8 +244,8 @@ func TestEdit(t *testing.T) {
 		if changed := n != o; changed != edited[p] {
 			t.Errorf("%s: changed %v, reported %v", p, changed, edited[p])
 		}
-		if n.mode != o.mode {
-			t.Errorf("%s: mode %v became %v", p, o.mode, n.mode)
+		if n.Mode != o.Mode {
+			t.Errorf("%s: mode %v became %v", p, o.Mode, n.Mode)
 		}
 	}
 	if len(after) != len(before) {
