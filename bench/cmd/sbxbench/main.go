@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +35,7 @@ import (
 	"github.com/sbxdb/sbxdb/bench/peers"
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
 // row is one line of the report.
@@ -62,12 +62,7 @@ type report struct {
 }
 
 func (r *report) add(name, unit string, values []float64, note string) *row {
-	s := slices.Clone(values)
-	slices.Sort(s)
-	x := &row{Name: name, Unit: unit, Values: values, Median: s[len(s)/2], Min: s[0], Max: s[len(s)-1], Note: note}
-	if len(s)%2 == 0 {
-		x.Median = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
+	x := &row{Name: name, Unit: unit, Values: values, Median: median(values), Min: slices.Min(values), Max: slices.Max(values), Note: note}
 	r.Rows = append(r.Rows, x)
 	r.byName[name] = x
 	fmt.Fprintf(os.Stderr, "  %-44s %10.3f %s  (%.3f–%.3f)\n", name, x.Median, unit, x.Min, x.Max)
@@ -393,8 +388,9 @@ func gitCommit(gitDir, tree string, init bool) (time.Duration, error) {
 	return time.Since(t), nil
 }
 
-// hashCompress times sha256 and zstd (fastest level) of the given files on
-// one core, the floor under capturing them; it returns the compressed size.
+// hashCompress times sha256 and zstd of the given files on one core, at the
+// level the blob store packs small blobs with (zstd.SpeedDefault, see
+// cas.Open): the floor under capturing them. It returns the compressed size.
 func hashCompress(tree string, paths []string) (time.Duration, int64, error) {
 	var data [][]byte
 	for _, p := range paths {
@@ -404,7 +400,7 @@ func hashCompress(tree string, paths []string) (time.Duration, int64, error) {
 		}
 		data = append(data, b)
 	}
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
 	defer enc.Close()
 	var n int64
 	t := time.Now()
@@ -415,52 +411,19 @@ func hashCompress(tree string, paths []string) (time.Duration, int64, error) {
 	return time.Since(t), n, nil
 }
 
-// sameTree compares two trees: paths, kinds, modes' executable bits,
-// symlink targets and bytes.
+// sameTree compares two trees: paths, kinds, modes, symlink targets and
+// bytes.
 func sameTree(a, b string) error {
-	list := func(root string) (map[string]string, error) {
-		m := map[string]string{}
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || p == root {
-				return err
-			}
-			rel, _ := filepath.Rel(root, p)
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			switch {
-			case info.Mode()&fs.ModeSymlink != 0:
-				t, _ := os.Readlink(p)
-				m[rel] = "link:" + t
-			case info.IsDir():
-				m[rel] = "dir"
-			default:
-				b, err := os.ReadFile(p)
-				if err != nil {
-					return err
-				}
-				m[rel] = fmt.Sprintf("file:%v:%x", info.Mode()&0o111 != 0, sha256.Sum256(b))
-			}
-			return nil
-		})
-		return m, err
-	}
-	ma, err := list(a)
+	ta, err := fstree.Read(a)
 	if err != nil {
 		return err
 	}
-	mb, err := list(b)
+	tb, err := fstree.Read(b)
 	if err != nil {
 		return err
 	}
-	for k, v := range ma {
-		if mb[k] != v {
-			return fmt.Errorf("%s differs: %q vs %q", k, v, mb[k])
-		}
-	}
-	if len(ma) != len(mb) {
-		return fmt.Errorf("%d entries vs %d", len(ma), len(mb))
+	if d := fstree.Diff(ta, tb); d != nil {
+		return fmt.Errorf("%d differences, first: %s", len(d), d[0])
 	}
 	return nil
 }
@@ -524,26 +487,14 @@ func writeLarge(path string, n int64) error {
 	return nil
 }
 
-// largeChild captures dir into store and prints the capture's seconds.
+// largeChild captures dir into a new store and prints the seconds it took.
 func largeChild(dir, store string) int {
-	ctx := context.Background()
-	db, err := engine.Open(store, nil)
+	d, err := timeCapture(context.Background(), store, dir, "large")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer db.Close()
-	w, err := db.AcquireWriter(ctx, "large")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	t := time.Now()
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: dir}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(time.Since(t).Seconds())
+	fmt.Println(d.Seconds())
 	return 0
 }
 
