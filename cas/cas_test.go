@@ -434,3 +434,43 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 		t.Fatalf("Put on read-only = %v", err)
 	}
 }
+
+// Missing walks the index with one cursor, stepping or seeking; it must
+// agree with a Head per key whatever the gaps between the keys asked.
+func TestMissingAgreesWithHead(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 6))
+	var all []string
+	for i := range 400 {
+		data := []byte(fmt.Sprint("blob ", i))
+		key := keyOf(Files, data)
+		all = append(all, key)
+		if r.IntN(3) > 0 { // two in three are stored
+			if err := f.s.Put(ctx, key, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for round := range 50 {
+		var ask, want []string
+		for _, k := range all {
+			if r.IntN(100) < round*2+1 { // sparse to dense asks
+				ask = append(ask, k)
+				if r.IntN(10) == 0 {
+					ask = append(ask, k) // duplicates are reported once
+				}
+			}
+		}
+		for _, k := range ask {
+			if _, err := f.s.Head(ctx, k); errors.Is(err, ErrNotFound) && !slices.Contains(want, k) {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		got, err := f.s.Missing(ctx, ask)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("round %d: Missing = %d keys, %v; want %d", round, len(got), err, len(want))
+		}
+	}
+}

@@ -255,7 +255,7 @@ func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
 				}
 				k, _ = c.Next()
 			}
-			if k == nil || string(k) < key || i == 0 {
+			if k == nil || string(k) < key {
 				k, _ = c.Seek([]byte(key))
 			}
 			if k == nil || string(k) != key {
