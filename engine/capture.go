@@ -56,16 +56,24 @@ type Progress struct {
 	Done              bool  // the last report
 }
 
-// CaptureStats counts what a capture did.
+// CaptureStats counts what a capture did. The JSON names are what the CLI
+// prints.
 type CaptureStats struct {
-	Files, Dirs, Symlinks int   // manifest entries by kind
-	Bytes                 int64 // total size of the files recorded
-	Unchanged             int   // files taken from the stat cache, not read
-	FilesRead             int   // files read and hashed
-	BytesRead             int64
-	BlobsNew              int   // blobs written
-	BytesNew              int64 // bytes they take on disk (compressed)
-	Deduplicated          int   // files read whose blob was stored already
+	// Manifest entries by kind, and the total size of the files.
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Symlinks int   `json:"symlinks"`
+	Bytes    int64 `json:"bytes"`
+	// Files taken from the stat cache, not read.
+	Unchanged int `json:"unchanged"`
+	// Files read and hashed, and their bytes.
+	FilesRead int   `json:"filesRead"`
+	BytesRead int64 `json:"bytesRead"`
+	// Blobs written, and the bytes they take on disk (compressed).
+	BlobsNew int   `json:"blobsNew"`
+	BytesNew int64 `json:"bytesNew"`
+	// Files read whose blob was stored already.
+	Deduplicated int `json:"deduplicated"`
 }
 
 // CaptureResult is the appended checkpoint and what it took.

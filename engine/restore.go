@@ -30,10 +30,13 @@ type RestoreOptions struct {
 	Progress func(Progress)
 }
 
-// RestoreStats counts what a restore wrote.
+// RestoreStats counts what a restore wrote. Dirs counts the empty
+// directories recorded. The JSON names are what the CLI prints.
 type RestoreStats struct {
-	Files, Dirs, Symlinks int
-	Bytes                 int64
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Symlinks int   `json:"symlinks"`
+	Bytes    int64 `json:"bytes"`
 }
 
 // Restore writes the tree of checkpoint id into dir, which must not exist or

@@ -94,27 +94,13 @@ func (inv *invocation) policy() (workspace.Policy, error) {
 
 // captureJSON is what `sbxdb capture --json` prints.
 type captureJSON struct {
-	ID       string       `json:"id"`
-	ThreadID string       `json:"threadId"`
-	ParentID *string      `json:"parentCheckpointId"`
-	Reason   chain.Reason `json:"reason"`
-	Label    string       `json:"label,omitempty"`
-	Stats    captureStats `json:"stats"`
-	Seconds  float64      `json:"seconds"`
-}
-
-// captureStats is engine.CaptureStats with JSON names.
-type captureStats struct {
-	Files        int   `json:"files"`
-	Dirs         int   `json:"dirs"`
-	Symlinks     int   `json:"symlinks"`
-	Bytes        int64 `json:"bytes"`
-	Unchanged    int   `json:"unchanged"`
-	FilesRead    int   `json:"filesRead"`
-	BytesRead    int64 `json:"bytesRead"`
-	BlobsNew     int   `json:"blobsNew"`
-	BytesNew     int64 `json:"bytesNew"`
-	Deduplicated int   `json:"deduplicated"`
+	ID       string              `json:"id"`
+	ThreadID string              `json:"threadId"`
+	ParentID *string             `json:"parentCheckpointId"`
+	Reason   chain.Reason        `json:"reason"`
+	Label    string              `json:"label,omitempty"`
+	Stats    engine.CaptureStats `json:"stats"`
+	Seconds  float64             `json:"seconds"`
 }
 
 func runCapture(inv *invocation, args []string) error {
@@ -159,12 +145,7 @@ func runCapture(inv *invocation, args []string) error {
 	if inv.json {
 		return writeJSON(inv.out, captureJSON{
 			ID: cp.ID, ThreadID: cp.ThreadID, ParentID: nullable(cp.ParentID), Reason: cp.Reason, Label: cp.Label,
-			Stats: captureStats{
-				Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes,
-				Unchanged: st.Unchanged, FilesRead: st.FilesRead, BytesRead: st.BytesRead,
-				BlobsNew: st.BlobsNew, BytesNew: st.BytesNew, Deduplicated: st.Deduplicated,
-			},
-			Seconds: elapsed.Seconds(),
+			Stats: st, Seconds: elapsed.Seconds(),
 		})
 	}
 	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated in %s\n",

@@ -266,7 +266,7 @@ func TestCaptureAgain(t *testing.T) {
 	if js.ID != "cp3" || js.ThreadID != "main" || deref(js.ParentID) != "cp2" || js.Reason != chain.ReasonNamed || js.Label != "v1" || js.Seconds <= 0 {
 		t.Errorf("capture --json: %+v", js)
 	}
-	if s := js.Stats; s != (captureStats{Files: 4, Dirs: 4, Symlinks: 2, Bytes: 43, Unchanged: 4}) {
+	if s := js.Stats; s != (engine.CaptureStats{Files: 4, Dirs: 4, Symlinks: 2, Bytes: 43, Unchanged: 4}) {
 		t.Errorf("capture --json stats: %+v", s)
 	}
 	m := decode[map[string]any](t, ok(t, "capture", ws, "--db", store, "--thread", "fresh", "--json", "--exclude", "*.log", "--exclude", "tmp/"))

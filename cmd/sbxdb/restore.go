@@ -50,13 +50,10 @@ symlinks, bytes, seconds}.`,
 
 // restoreJSON is what `sbxdb restore --json` prints.
 type restoreJSON struct {
-	ID       string  `json:"id"`
-	Dir      string  `json:"dir"`
-	Files    int     `json:"files"`
-	Dirs     int     `json:"dirs"` // empty directories recorded
-	Symlinks int     `json:"symlinks"`
-	Bytes    int64   `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
+	ID  string `json:"id"`
+	Dir string `json:"dir"`
+	engine.RestoreStats
+	Seconds float64 `json:"seconds"`
 }
 
 func runRestore(inv *invocation, args []string) error {
@@ -92,8 +89,7 @@ func runRestore(inv *invocation, args []string) error {
 	}
 	elapsed := time.Since(start)
 	if inv.json {
-		return writeJSON(inv.out, restoreJSON{ID: id, Dir: dir, Files: st.Files, Dirs: st.Dirs,
-			Symlinks: st.Symlinks, Bytes: st.Bytes, Seconds: elapsed.Seconds()})
+		return writeJSON(inv.out, restoreJSON{ID: id, Dir: dir, RestoreStats: st, Seconds: elapsed.Seconds()})
 	}
 	_, err = fmt.Fprintf(inv.out, "restored %s into %s: %s (%s), %s, %s in %s\n",
 		cell(id), cell(dir), count(st.Files, "file"), size(st.Bytes), count(st.Dirs, "empty dir"),
