@@ -261,6 +261,7 @@ func TestCaptureRefusals(t *testing.T) {
 		{"escaping symlink", func(ws string) { os.Symlink("../../etc/passwd", filepath.Join(ws, "esc")) }, nil, chain.ErrUnsupportedEntry},
 		{"absolute symlink", func(ws string) { os.Symlink("/etc/passwd", filepath.Join(ws, "abs")) }, nil, chain.ErrUnsupportedEntry},
 		{"backslash name", func(ws string) { os.WriteFile(filepath.Join(ws, `a\b`), nil, 0o644) }, nil, chain.ErrUnsupportedEntry},
+		{"drive-like root name", func(ws string) { write(t, ws, "C:/x", nil, 0o644) }, nil, chain.ErrInvalidWorkspace},
 		{"lost lease", nil, func(in *engine.CaptureInput) { in.Writer.Fence++ }, chain.ErrWriterLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -168,12 +168,15 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 }
 
 // checkName refuses names a manifest path cannot hold (SPEC §1.2) and names
-// that are not UTF-8, which the JSON form of a checkpoint cannot carry.
+// that are not UTF-8, which the JSON form of a checkpoint cannot carry. A
+// directory entry's name is never empty, ".", ".." or holds "/" or NUL, so
+// of the path rules only the backslash and, at the root, the drive prefix
+// ("C:") can fail; the whole-path check runs for root names only.
 func checkName(p, name string) error {
 	if strings.ContainsAny(name, "\\\x00") || !utf8.ValidString(name) {
 		return chain.Errorf(chain.ErrUnsupportedEntry, "%q: a file name with a backslash, NUL or invalid UTF-8 cannot be recorded", p)
 	}
-	if chain.ValidatePath(p) != nil {
+	if p == name && chain.ValidatePath(p) != nil {
 		return chain.Errorf(chain.ErrInvalidWorkspace, "%q is not a valid manifest path", p)
 	}
 	return nil
