@@ -38,7 +38,7 @@ type Batch struct {
 	refresh map[string]struct{} // existing blobs to freshen at Commit
 	pack    *packWriter         // the pack being filled
 	packs   []*packWriter       // every pack this batch wrote
-	larges  map[string]string   // key → temp file of a new large blob
+	larges  map[string]string   // key → temp file of a new large blob, until renamed into place
 	done    bool
 	err     error // first write error; the batch can only be aborted
 }
@@ -322,7 +322,7 @@ func (b *Batch) commit(ctx context.Context) error {
 		if err := os.Rename(tmp, dst); err != nil {
 			return err
 		}
-		b.larges[key] = dst
+		delete(b.larges, key) // in place: a failure from here on leaves it (see removeFiles)
 		for d := filepath.Dir(dst); len(d) > len(s.dir); d = filepath.Dir(d) {
 			dirs[d] = true
 		}
@@ -400,10 +400,8 @@ func (b *Batch) removeFiles() {
 		p.f.Close()
 		os.Remove(p.path)
 	}
-	for _, path := range b.larges {
-		if filepath.Base(filepath.Dir(path)) == "tmp" {
-			os.Remove(path)
-		}
+	for _, tmp := range b.larges {
+		os.Remove(tmp)
 	}
 }
 
