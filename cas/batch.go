@@ -334,7 +334,11 @@ func (b *Batch) commit(ctx context.Context) error {
 			}
 		}
 	}
-	// 3. One transaction indexes everything.
+	// 3. One transaction indexes everything; a batch that wrote and met
+	// nothing (a capture of an unchanged tree) costs no commit.
+	if len(b.packs) == 0 && len(b.added) == 0 && len(b.refresh) == 0 {
+		return nil
+	}
 	now := s.opts.Now().UnixMilli()
 	return s.db.Update(func(tx *bolt.Tx) error {
 		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)

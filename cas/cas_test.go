@@ -474,3 +474,26 @@ func TestMissingAgreesWithHead(t *testing.T) {
 		}
 	}
 }
+
+// An empty batch commits no transaction: a capture of an unchanged tree
+// must not pay for an index commit.
+func TestEmptyBatchCommitsNothing(t *testing.T) {
+	f := open(t)
+	txid := func() (id int) {
+		f.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	before := txid()
+	if err := f.s.NewBatch().Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := txid(); after != before {
+		t.Fatalf("empty batch committed %d transactions", after-before)
+	}
+	b := f.s.NewBatch()
+	b.Add(context.Background(), Files, []byte("x"))
+	b.Commit(context.Background())
+	if after := txid(); after != before+1 {
+		t.Fatalf("a batch of one blob committed %d transactions, want 1", after-before)
+	}
+}
