@@ -156,8 +156,59 @@ func CheckBlobKey(key, prefix string) bool {
 
 // ValidateFiles checks a manifest in list order (SPEC §1.2): each path, no
 // duplicate path, nothing beneath a file or symlink in either order, and the
-// fields each kind allows. Cost is linear in the total path length.
+// fields each kind allows. Cost is linear in the total path length. A
+// manifest in path byte order (what capture writes) takes a path without
+// maps; both report the same first error.
 func ValidateFiles(files []Entry) error {
+	for i := 1; i < len(files); i++ {
+		if files[i].Path < files[i-1].Path {
+			return validateFilesAnyOrder(files)
+		}
+	}
+	return validateSortedFiles(files)
+}
+
+// validateSortedFiles is ValidateFiles for paths in non-decreasing byte
+// order. A duplicate is then the previous entry, and nothing can come before
+// a file it lies beneath. The paths beneath a file f are exactly those with
+// the prefix f+"/", and strings sharing a prefix are contiguous in sorted
+// order, so a stack of the files and symlinks whose block may still come
+// replaces the maps: a block is over once a path is past it.
+func validateSortedFiles(files []Entry) error {
+	var open []*Entry // files and symlinks, increasing paths
+	for i := range files {
+		e := &files[i]
+		if err := ValidatePath(e.Path); err != nil {
+			return err
+		}
+		if i > 0 && files[i-1].Path == e.Path {
+			return Errorf(ErrInvalidEntry, "checkpoint entry path %q is listed twice", e.Path)
+		}
+		for len(open) > 0 {
+			f := open[len(open)-1]
+			p := e.Path
+			if len(p) > len(f.Path) && p[:len(f.Path)] == f.Path {
+				if p[len(f.Path)] == '/' {
+					return Errorf(ErrInvalidEntry, "checkpoint entry %q lies beneath %s %q", p, f.Kind, f.Path)
+				}
+				if p[len(f.Path)] < '/' {
+					break // f's block is still ahead; so are those below it
+				}
+			}
+			open = open[:len(open)-1] // p is past f's block
+		}
+		if err := validateEntryFields(e); err != nil {
+			return err
+		}
+		if e.Kind != KindDir {
+			open = append(open, e)
+		}
+	}
+	return nil
+}
+
+// validateFilesAnyOrder is ValidateFiles for a manifest in any order.
+func validateFilesAnyOrder(files []Entry) error {
 	// seen maps each entry path to its kind; under holds every proper
 	// ancestor of a seen path, so "an earlier entry lies beneath p" is one
 	// lookup.
