@@ -175,9 +175,9 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]
 		c.stats.Files++
 		c.stats.Bytes += w.st.size
 		if sum, ok := cache.lookup(&cursor, w.path, w.st); ok {
-			w.sum, w.size = sum, w.st.size
+			w.sum, w.key, w.size = sum, cas.Files.Key(sum), w.st.size
 			hits = append(hits, w)
-			hitKeys = append(hitKeys, cas.Files.Key(sum))
+			hitKeys = append(hitKeys, w.key)
 			continue
 		}
 		toRead = append(toRead, w)
@@ -188,13 +188,12 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]
 		return nil, err
 	}
 	if len(missing) > 0 {
-		gone := make(map[[32]byte]bool, len(missing))
+		gone := make(map[string]bool, len(missing))
 		for _, k := range missing {
-			_, sum, _ := cas.ParseKey(k)
-			gone[sum] = true
+			gone[k] = true
 		}
 		for _, w := range hits {
-			if gone[w.sum] {
+			if gone[w.key] {
 				toRead = append(toRead, w)
 			}
 		}
@@ -247,7 +246,7 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	if err != nil {
 		return buf, fmt.Errorf("capture %q: %w", w.path, err)
 	}
-	w.sum, w.size = res.Sum, res.Size
+	w.sum, w.key, w.size = res.Sum, res.Key, res.Size
 	c.progress.files.Add(1)
 	c.progress.bytes.Add(res.Size)
 	c.mu.Lock()
@@ -273,7 +272,7 @@ func manifest(tree []walked) []chain.Entry {
 		e := chain.Entry{Path: w.path, Kind: w.kind}
 		switch w.kind {
 		case chain.KindFile:
-			e.BlobKey, e.Size, e.Executable = cas.Files.Key(w.sum), w.size, w.exec
+			e.BlobKey, e.Size, e.Executable = w.key, w.size, w.exec
 		case chain.KindSymlink:
 			e.Target = w.target
 		}

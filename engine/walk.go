@@ -16,7 +16,7 @@ import (
 )
 
 // walked is one manifest entry found by the walk. For a file, the capture
-// fills in sum and size once it knows them (from the stat cache, or by
+// fills in sum, key and size once it knows them (from the stat cache, or by
 // reading the file).
 type walked struct {
 	path   string
@@ -25,6 +25,7 @@ type walked struct {
 	target string   // symlinks
 	st     fileStat // files: as the walk found them
 	sum    [32]byte // files: sha256 of the bytes stored
+	key    string   // files: the blob key of sum, made once for the index check and the manifest
 	size   int64    // files: their length
 }
 
