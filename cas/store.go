@@ -298,14 +298,18 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
 // it is not stored, ErrCorrupt when what is stored does not hash to the key
 // or has the wrong size. It never returns wrong bytes.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	ns, sum, e, err := s.locate(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if e.where == wherePack {
+		return s.readPacked(key, ns, sum, &e, nil)
+	}
 	r, err := s.Open(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	if r.packed != nil {
-		return r.packed, nil
-	}
 	buf := bytes.NewBuffer(make([]byte, 0, min(r.size, 64<<20)))
 	if _, err := io.Copy(buf, r); err != nil {
 		return nil, err
@@ -407,23 +411,21 @@ func (s *Store) packFile(id uint64) (*os.File, error) {
 // or had the wrong length, so a caller must treat everything it read as
 // unverified until Read returns io.EOF.
 func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
-	ns, sum, err := ParseKey(key)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	e, err := s.entry(key)
+	ns, sum, e, err := s.locate(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	if e.where == wherePack {
-		data, err := s.readPacked(key, ns, sum, &e)
+		// The bytes live in a pooled buffer until Close: a restore reads
+		// thousands of packed blobs, and a fresh buffer each was zeroed and
+		// collected each time.
+		buf := getBuf(int(e.raw) + decodeSlack)
+		data, err := s.readPacked(key, ns, sum, &e, (*buf)[:0])
 		if err != nil {
+			putBuf(buf)
 			return nil, err
 		}
-		return &Reader{key: key, size: int64(len(data)), packed: data, r: bytes.NewReader(data)}, nil
+		return &Reader{key: key, size: int64(len(data)), r: bytes.NewReader(data), release: func() { putBuf(buf) }}, nil
 	}
 	f, err := os.Open(filepath.Join(s.dir, largePath(ns, sum)))
 	if err != nil {
@@ -466,6 +468,35 @@ func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
 	return r, nil
 }
 
+// locate checks key and returns where the index says its blob is.
+func (s *Store) locate(ctx context.Context, key string) (Namespace, [32]byte, entry, error) {
+	ns, sum, err := ParseKey(key)
+	if err != nil {
+		return ns, sum, entry{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ns, sum, entry{}, err
+	}
+	e, err := s.entry(key)
+	return ns, sum, e, err
+}
+
+// bufPool holds buffers for packed frames and their decoded bytes, all at
+// most MaxPacked plus a little.
+var bufPool sync.Pool
+
+func getBuf(n int) *[]byte {
+	p, _ := bufPool.Get().(*[]byte)
+	if p == nil || cap(*p) < n {
+		b := make([]byte, n)
+		p = &b
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+func putBuf(p *[]byte) { bufPool.Put(p) }
+
 // checkFrame checks a frame header against the key and the index entry.
 func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) error {
 	h, err := decodeHeader(hb)
@@ -486,8 +517,10 @@ func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) err
 // length but raw is corrupt.
 const decodeSlack = 32
 
-// readPacked reads, decodes and verifies a packed blob.
-func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry) ([]byte, error) {
+// readPacked reads, decodes and verifies a packed blob into out (appending
+// to out[:0]; nil allocates). out needs a capacity of the raw size plus
+// decodeSlack to be used as it is.
+func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out []byte) ([]byte, error) {
 	if e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8 {
 		return nil, corrupt(key, "index entry claims an oversized packed blob")
 	}
@@ -498,19 +531,26 @@ func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry) ([]
 		}
 		return nil, &Error{Key: key, Err: err}
 	}
-	frame := make([]byte, headerSize+e.stored)
+	if out == nil {
+		out = make([]byte, 0, e.raw+decodeSlack)
+	}
+	fb := getBuf(headerSize + int(e.stored))
+	defer putBuf(fb)
+	frame := *fb
 	if n, err := f.ReadAt(frame, int64(e.offset)); n != len(frame) {
 		return nil, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
 	}
 	if err := checkFrame(key, ns, sum, e, frame[:headerSize]); err != nil {
 		return nil, err
 	}
-	data := frame[headerSize:]
+	var data []byte
 	if e.codec == codecZstd {
-		data, err = s.dec.DecodeAll(data, make([]byte, 0, e.raw+decodeSlack))
+		data, err = s.dec.DecodeAll(frame[headerSize:], out[:0])
 		if err != nil {
 			return nil, corrupt(key, "zstd: "+err.Error())
 		}
+	} else {
+		data = append(out[:0], frame[headerSize:]...) // the frame buffer goes back to the pool
 	}
 	if uint64(len(data)) != e.raw {
 		return nil, corrupt(key, fmt.Sprintf("%d bytes, index says %d", len(data), e.raw))
@@ -525,7 +565,6 @@ func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry) ([]
 type Reader struct {
 	key     string
 	size    int64
-	packed  []byte // the whole verified blob, for a packed one
 	r       io.Reader
 	want    [32]byte
 	verify  hash.Hash
