@@ -270,7 +270,9 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	_, err = io.CopyBuffer(f, r, buf)
+	// Hide the file's ReadFrom: io.CopyBuffer would call it, and it
+	// copies through a new 32 KiB buffer per file instead of buf.
+	_, err = io.CopyBuffer(struct{ io.Writer }{f}, r, buf)
 	if err == nil {
 		err = f.Chmod(mode) // exact, whatever the umask
 	}
