@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -23,13 +24,16 @@ import (
 // durable (fsync of the packs and large files written, then of their
 // directories) and then commits all index entries in one transaction, so a
 // crash at any point leaves either the whole batch indexed or none of it
-// (bytes written but never indexed are dead and never read). Abort, or a
-// failed Commit, removes the batch's files.
+// (bytes written but never indexed are dead and never read). Close without
+// Commit, or a failed Commit, removes the batch's files.
 //
 // A key the store already holds, or that the batch already added, is not
 // written again; its upload time is refreshed by Commit, so a sweep that
 // honours an olderThan window does not take a blob a new checkpoint is
-// about to name.
+// about to name. Every key the batch adds or finds is also pinned
+// (pins.go) until Close, so DeleteUnused cannot take it either, whatever the
+// window: call Close once the checkpoint naming the keys has committed or
+// failed.
 type Batch struct {
 	s *Store
 
@@ -39,6 +43,8 @@ type Batch struct {
 	pack    *packWriter         // the pack being filled
 	packs   []*packWriter       // every pack this batch wrote
 	larges  map[string]string   // key → temp file of a new large blob, until renamed into place
+	held    []string            // keys pinned by this batch, released by Close
+	closed  bool
 	done    bool
 	err     error // first write error; the batch can only be aborted
 }
@@ -117,6 +123,16 @@ func (b *Batch) known(ctx context.Context, key string) (bool, error) {
 	b.mu.Unlock()
 	if inBatch || fresh {
 		return true, nil
+	}
+	// Pin before looking: a key that is not dying now cannot be deleted
+	// later without the lookup below seeing it gone (pins.go).
+	dying := false
+	b.s.pins.pin([]string{key}, func(int) { dying = true })
+	b.mu.Lock()
+	b.held = append(b.held, key)
+	b.mu.Unlock()
+	if dying {
+		return false, nil
 	}
 	var ok bool
 	err := b.s.db.View(func(tx *bolt.Tx) (err error) {
@@ -384,16 +400,56 @@ func (b *Batch) commit(ctx context.Context) error {
 	})
 }
 
-// Abort drops the batch: the files it wrote are removed and nothing is
-// indexed. Calling Abort after Commit does nothing.
-func (b *Batch) Abort() {
+// Pin pins keys the caller will rely on without adding their bytes (the
+// digests a stat cache vouches for) and returns those the store does not
+// hold, sorted: their bytes must be added. The pins last until Close.
+func (b *Batch) Pin(ctx context.Context, keys []string) (missing []string, err error) {
+	b.mu.Lock()
+	if err := b.writable(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.held = append(b.held, keys...)
+	b.mu.Unlock()
+	var dying []string
+	b.s.pins.pin(keys, func(i int) { dying = append(dying, keys[i]) })
+	rest := slices.Clone(keys)
+	if len(dying) > 0 {
+		gone := make(map[string]bool, len(dying))
+		for _, k := range dying {
+			gone[k] = true
+		}
+		rest = slices.DeleteFunc(rest, func(k string) bool { return gone[k] })
+	}
+	missing, err = b.s.Missing(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	if len(dying) > 0 {
+		missing = append(missing, dying...)
+		slices.Sort(missing)
+		missing = slices.Compact(missing)
+	}
+	return missing, nil
+}
+
+// Close finishes the batch: if it was not committed, the files it wrote are
+// removed and nothing is indexed; in any case its pins are released. Call it
+// once the checkpoint naming the batch's keys has committed or failed.
+// Calling it again does nothing.
+func (b *Batch) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.done {
+	if b.closed {
 		return
 	}
-	b.done = true
-	b.removeFiles()
+	b.closed = true
+	if !b.done {
+		b.done = true
+		b.removeFiles()
+	}
+	b.s.pins.unpin(b.held)
+	b.held = nil
 }
 
 // removeFiles removes what an uncommitted batch wrote. Large files already

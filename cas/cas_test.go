@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -359,16 +360,16 @@ func TestBatchDeduplicatesAndCommitsOnce(t *testing.T) {
 	}
 }
 
-func TestAbortLeavesNothing(t *testing.T) {
+func TestCloseWithoutCommitLeavesNothing(t *testing.T) {
 	f := open(t)
 	ctx := context.Background()
 	b := f.s.NewBatch()
 	b.Add(ctx, Files, text(5000, 1))
 	b.AddReader(ctx, Files, bytes.NewReader(text(MaxPacked*2, 2)))
-	b.Abort()
+	b.Close()
 	for _, sub := range []string{"packs", "tmp"} {
 		if ents, _ := os.ReadDir(filepath.Join(f.dir, "blobs", sub)); len(ents) != 0 {
-			t.Fatalf("%s holds %d files after Abort", sub, len(ents))
+			t.Fatalf("%s holds %d files after Close", sub, len(ents))
 		}
 	}
 	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
@@ -376,25 +377,78 @@ func TestAbortLeavesNothing(t *testing.T) {
 	}
 }
 
-func TestCommitFailsWhenARefreshedKeyVanished(t *testing.T) {
+func TestBatchPinsKeysUntilClose(t *testing.T) {
 	f := open(t)
 	ctx := context.Background()
-	old := []byte("old content")
-	f.s.Put(ctx, keyOf(Files, old), old)
+	old, cached, gone := []byte("old content"), []byte("a cached file"), []byte("deleted before the pin")
+	for _, d := range [][]byte{old, cached, gone} {
+		f.s.Put(ctx, keyOf(Files, d), d)
+	}
+	f.s.Delete(ctx, keyOf(Files, gone))
 	b := f.s.NewBatch()
 	if res, _ := b.Add(ctx, Files, old); res.New {
 		t.Fatal("existing key reported new")
 	}
-	b.Add(ctx, Files, []byte("new content"))
-	f.s.Delete(ctx, keyOf(Files, old)) // a sweep takes it meanwhile
-	if err := b.Commit(ctx); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Commit = %v, want ErrNotFound", err)
+	missing, err := b.Pin(ctx, []string{keyOf(Files, gone), keyOf(Files, cached)})
+	if err != nil || !cmp.Equal(missing, []string{keyOf(Files, gone)}) {
+		t.Fatalf("Pin = %v, %v; want the deleted key missing", missing, err)
 	}
-	if _, err := f.s.Head(ctx, keyOf(Files, []byte("new content"))); !errors.Is(err, ErrNotFound) {
-		t.Fatal("a failed commit indexed a blob")
+	if _, err := b.Add(ctx, Files, []byte("new content")); err != nil {
+		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(f.dir, "blobs", "packs")); len(ents) != 1 {
-		t.Fatalf("packs: %d files, want the first Put's only", len(ents))
+	// A sweep meanwhile: every key the batch added or found is pinned.
+	for _, d := range [][]byte{old, cached, []byte("new content")} {
+		if err := f.s.Delete(ctx, keyOf(Files, d)); !errors.Is(err, ErrPinned) {
+			t.Fatalf("Delete of a pinned key = %v, want ErrPinned", err)
+		}
+	}
+	if del, err := f.s.DeleteUnused(ctx, []string{keyOf(Files, old), keyOf(Files, cached)}, nil); err != nil || len(del) != 0 {
+		t.Fatalf("DeleteUnused of pinned keys = %v, %v", del, err)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Delete(ctx, keyOf(Files, cached)); !errors.Is(err, ErrPinned) {
+		t.Fatalf("Delete after Commit, before Close = %v, want ErrPinned", err)
+	}
+	b.Close()
+	if del, err := f.s.DeleteUnused(ctx, []string{keyOf(Files, old), keyOf(Files, cached)}, nil); err != nil || len(del) != 2 {
+		t.Fatalf("DeleteUnused after Close = %v, %v; want both deleted", del, err)
+	}
+}
+
+func TestDeleteUnusedAsksInUse(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	small, large := []byte("small"), bytes.Repeat([]byte("large blob "), 200_000)
+	f.s.Put(ctx, keyOf(Files, small), small)
+	f.s.Put(ctx, keyOf(Files, large), large)
+	keep := keyOf(Files, small)
+	calls := 0
+	inUse := func(tx *bolt.Tx) (func(string) (bool, error), error) {
+		calls++
+		return func(k string) (bool, error) { return k == keep, nil }, nil
+	}
+	keys := []string{keyOf(Files, large), "junk", keyOf(Files, []byte("never stored")), keep, keyOf(Files, large)}
+	del, err := f.s.DeleteUnused(ctx, keys, inUse)
+	if err != nil || !cmp.Equal(del, []string{keyOf(Files, large)}) || calls != 1 {
+		t.Fatalf("DeleteUnused = %v, %v (%d calls); want only the large key, one transaction", del, err, calls)
+	}
+	ns, sum, _ := ParseKey(keyOf(Files, large))
+	if _, err := os.Stat(filepath.Join(f.dir, "blobs", largePath(ns, sum))); !os.IsNotExist(err) {
+		t.Fatalf("large file of a deleted blob: %v", err)
+	}
+	if _, err := f.s.Get(ctx, keep); err != nil {
+		t.Fatal(err)
+	}
+	failing := func(*bolt.Tx) (func(string) (bool, error), error) {
+		return func(string) (bool, error) { return false, errors.New("boom") }, nil
+	}
+	if _, err := f.s.DeleteUnused(ctx, []string{keep}, failing); err == nil {
+		t.Fatal("an inUse error was ignored")
+	}
+	if _, err := f.s.Get(ctx, keep); err != nil {
+		t.Fatalf("a failed DeleteUnused deleted: %v", err)
 	}
 }
 

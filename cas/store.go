@@ -83,6 +83,15 @@ type Store struct {
 
 	mu    sync.Mutex
 	packs map[uint64]*os.File // open pack files for reading
+
+	// packsMu is held for reading from locating a packed blob until its
+	// bytes are read, and for writing while Repack removes the packs it
+	// rewrote: a reader never finds its pack gone under it.
+	packsMu sync.RWMutex
+	// repackMu lets one Repack run at a time.
+	repackMu sync.Mutex
+
+	pins pinSet
 }
 
 // Open opens the blob store in dir (created unless read-only) with its
@@ -108,6 +117,9 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 			}
 		}
 		if err := db.Update(initIndex); err != nil {
+			return nil, err
+		}
+		if err := s.removeOrphanPacks(); err != nil {
 			return nil, err
 		}
 	} else if err := db.View(checkFormat); err != nil {
@@ -298,12 +310,15 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
 // it is not stored, ErrCorrupt when what is stored does not hash to the key
 // or has the wrong size. It never returns wrong bytes.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	s.packsMu.RLock()
 	ns, sum, e, err := s.locate(ctx, key)
+	if err == nil && e.where == wherePack {
+		defer s.packsMu.RUnlock()
+		return s.readPacked(key, ns, sum, &e, nil)
+	}
+	s.packsMu.RUnlock()
 	if err != nil {
 		return nil, err
-	}
-	if e.where == wherePack {
-		return s.readPacked(key, ns, sum, &e, nil)
 	}
 	r, err := s.Open(ctx, key)
 	if err != nil {
@@ -329,7 +344,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 		return &Error{Key: key, Err: ErrKeyMismatch}
 	}
 	b := s.NewBatch()
-	defer b.Abort()
+	defer b.Close()
 	if len(data) <= MaxPacked {
 		_, err = b.add(ctx, ns, sum, data)
 	} else {
@@ -342,41 +357,21 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 }
 
 // Delete removes key. Deleting a key that is not stored is not an error,
-// as with an object store. A packed blob's bytes become dead space in its
-// pack; a large blob's file is removed after the index commits.
+// as with an object store; deleting one a batch in progress has pinned is
+// ErrPinned. A packed blob's bytes become dead space in its pack; a large
+// blob's file is removed after the index commits.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	ns, sum, err := ParseKey(key)
-	if err != nil {
+	if _, _, err := ParseKey(key); err != nil {
 		return err
 	}
 	if s.opts.ReadOnly {
 		return &Error{Key: key, Err: ErrReadOnly}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	deleted, err := s.DeleteUnused(ctx, []string{key}, nil)
+	if err == nil && len(deleted) == 0 && s.Pinned(key) {
+		return &Error{Key: key, Err: ErrPinned}
 	}
-	var large bool
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		e, ok, err := lookup(tx, key)
-		if err != nil || !ok {
-			return err
-		}
-		if err := tx.Bucket(bucketIndex).Delete([]byte(key)); err != nil {
-			return err
-		}
-		if e.where == whereLarge {
-			large = true
-			return nil
-		}
-		return addDead(tx, e.pack, headerSize+e.stored)
-	})
-	if err != nil || !large {
-		return err
-	}
-	if err := os.Remove(filepath.Join(s.dir, largePath(ns, sum))); err != nil && !os.IsNotExist(err) {
-		return &Error{Key: key, Err: err, Detail: "index entry removed, file left behind"}
-	}
-	return nil
+	return err
 }
 
 func addDead(tx *bolt.Tx, pack uint64, n uint64) error {
@@ -411,11 +406,10 @@ func (s *Store) packFile(id uint64) (*os.File, error) {
 // or had the wrong length, so a caller must treat everything it read as
 // unverified until Read returns io.EOF.
 func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
+	s.packsMu.RLock()
 	ns, sum, e, err := s.locate(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	if e.where == wherePack {
+	if err == nil && e.where == wherePack {
+		defer s.packsMu.RUnlock()
 		// The bytes live in a pooled buffer until Close: a restore reads
 		// thousands of packed blobs, and a fresh buffer each was zeroed and
 		// collected each time.
@@ -426,6 +420,10 @@ func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
 			return nil, err
 		}
 		return &Reader{key: key, size: int64(len(data)), r: bytes.NewReader(data), release: func() { putBuf(buf) }}, nil
+	}
+	s.packsMu.RUnlock()
+	if err != nil {
+		return nil, err
 	}
 	f, err := os.Open(filepath.Join(s.dir, largePath(ns, sum)))
 	if err != nil {
@@ -521,6 +519,17 @@ const decodeSlack = 32
 // to out[:0]; nil allocates). out needs a capacity of the raw size plus
 // decodeSlack to be used as it is.
 func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out []byte) ([]byte, error) {
+	fb, err := s.readFrame(key, ns, sum, e)
+	if err != nil {
+		return nil, err
+	}
+	defer putBuf(fb)
+	return s.decodeFrame(key, sum, e, *fb, out)
+}
+
+// readFrame reads a packed blob's frame into a pooled buffer (the caller
+// puts it back) and checks its header against the key and the entry.
+func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]byte, error) {
 	if e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8 {
 		return nil, corrupt(key, "index entry claims an oversized packed blob")
 	}
@@ -531,20 +540,27 @@ func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out
 		}
 		return nil, &Error{Key: key, Err: err}
 	}
+	fb := getBuf(headerSize + int(e.stored))
+	if n, err := f.ReadAt(*fb, int64(e.offset)); n != len(*fb) {
+		putBuf(fb)
+		return nil, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
+	}
+	if err := checkFrame(key, ns, sum, e, (*fb)[:headerSize]); err != nil {
+		putBuf(fb)
+		return nil, err
+	}
+	return fb, nil
+}
+
+// decodeFrame decodes a checked frame's bytes into out and verifies their
+// size and sha256.
+func (s *Store) decodeFrame(key string, sum [32]byte, e *entry, frame, out []byte) ([]byte, error) {
 	if out == nil {
 		out = make([]byte, 0, e.raw+decodeSlack)
 	}
-	fb := getBuf(headerSize + int(e.stored))
-	defer putBuf(fb)
-	frame := *fb
-	if n, err := f.ReadAt(frame, int64(e.offset)); n != len(frame) {
-		return nil, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
-	}
-	if err := checkFrame(key, ns, sum, e, frame[:headerSize]); err != nil {
-		return nil, err
-	}
 	var data []byte
 	if e.codec == codecZstd {
+		var err error
 		data, err = s.dec.DecodeAll(frame[headerSize:], out[:0])
 		if err != nil {
 			return nil, corrupt(key, "zstd: "+err.Error())

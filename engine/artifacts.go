@@ -36,7 +36,7 @@ func (db *DB) PutArtifact(ctx context.Context, in ArtifactInput) (chain.Artifact
 		return chain.Artifact{}, chain.Errorf(chain.ErrInvalidEntry, "artifact %q has no data", in.ArtifactID)
 	}
 	b := db.blobs.NewBatch()
-	defer b.Abort()
+	defer b.Close()
 	res, err := b.AddReader(ctx, cas.Artifacts, workspace.NewRedactor(in.Secrets).Reader(in.Data))
 	if err != nil {
 		return chain.Artifact{}, fmt.Errorf("artifact %q: %w", in.ArtifactID, err)

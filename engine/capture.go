@@ -120,9 +120,12 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 		return nil, err
 	}
 	c := &capture{db: db, root: root, redactor: redactor, batch: db.blobs.NewBatch()}
-	defer c.batch.Abort() // no-op after Commit
+	defer c.batch.Close() // after the append: the batch pins its keys until then
 	files, err := c.plan(ctx, tree, cache)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.pinArtifacts(ctx, in.Artifacts); err != nil {
 		return nil, err
 	}
 	stop := reportProgress(in.Progress, &c.progress)
@@ -182,8 +185,9 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]
 		}
 		toRead = append(toRead, w)
 	}
-	// A cached digest is only good while its blob is stored.
-	missing, err := c.db.blobs.Missing(ctx, hitKeys)
+	// A cached digest is only good while its blob is stored; pinned, it
+	// stays stored until the append has committed.
+	missing, err := c.batch.Pin(ctx, hitKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +208,23 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]
 		c.progress.totalBytes.Add(w.st.size)
 	}
 	return toRead, nil
+}
+
+// pinArtifacts pins the blobs of the artifacts the checkpoint will name,
+// which PutArtifact stored earlier, and fails if one is gone.
+func (c *capture) pinArtifacts(ctx context.Context, artifacts []chain.Artifact) error {
+	if len(artifacts) == 0 {
+		return nil
+	}
+	keys := make([]string, len(artifacts))
+	for i, a := range artifacts {
+		keys[i] = a.BlobKey
+	}
+	missing, err := c.batch.Pin(ctx, keys)
+	if err == nil && len(missing) > 0 {
+		err = chain.Errorf(chain.ErrMissingBlob, "artifact blob %s is not stored", missing[0])
+	}
+	return err
 }
 
 // newHasher returns one reading goroutine's function: it stores a file's

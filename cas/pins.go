@@ -1,0 +1,184 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Pins keep a sweep away from keys a writer is about to rely on.
+//
+// A capture that finds a blob already stored does not write it again; it
+// will name the key in a checkpoint a little later. If a sweep deleted the
+// key in between (it was unreferenced, say its last checkpoint had just been
+// pruned), the checkpoint would name a blob that is gone. So a Batch pins
+// every key it adds or finds, and keeps the pins until Close, which the
+// caller calls once its checkpoint has committed or failed. DeleteUnused
+// skips pinned keys.
+//
+// The invariant that makes this race-free, with the index read in separate
+// transactions:
+//
+//	A key is marked dying, under mu, by the transaction that deletes it,
+//	before that transaction commits, and unmarked only after it has
+//	committed or rolled back. Marking happens only if the key is not
+//	pinned; pinning happens under the same mu.
+//
+// So when a batch pins key k and k is not dying at that moment, either no
+// sweep has decided to delete k (and none will while the pin lasts), or the
+// one that did has already committed, and every index read the batch makes
+// afterwards sees k gone. A key that is dying when pinned is treated as
+// missing: the batch writes it again.
+type pinSet struct {
+	mu    sync.Mutex
+	count map[string]int32
+	dying map[string]struct{}
+}
+
+// pin pins keys (each once per call) and reports, per key, whether it is
+// dying.
+func (p *pinSet) pin(keys []string, dying func(i int)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.count == nil {
+		p.count = map[string]int32{}
+	}
+	for i, k := range keys {
+		p.count[k]++
+		if _, d := p.dying[k]; d && dying != nil {
+			dying(i)
+		}
+	}
+}
+
+func (p *pinSet) unpin(keys []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		if n := p.count[k] - 1; n > 0 {
+			p.count[k] = n
+		} else {
+			delete(p.count, k)
+		}
+	}
+}
+
+// markDying marks key dying unless it is pinned, and reports whether it did.
+func (p *pinSet) markDying(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.count[key] > 0 {
+		return false
+	}
+	if p.dying == nil {
+		p.dying = map[string]struct{}{}
+	}
+	p.dying[key] = struct{}{}
+	return true
+}
+
+func (p *pinSet) unmarkDying(keys []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		delete(p.dying, k)
+	}
+}
+
+// Pinned reports whether a batch holds a pin on key.
+func (s *Store) Pinned(key string) bool {
+	s.pins.mu.Lock()
+	defer s.pins.mu.Unlock()
+	return s.pins.count[key] > 0
+}
+
+// ErrPinned reports a Delete of a key that a batch in progress relies on.
+var ErrPinned = errors.New("blob is pinned by a write in progress")
+
+// InUse tells DeleteUnused, inside its transaction, whether something other
+// than a pin still needs a key (the engine: a checkpoint references it). It
+// is called once per transaction and returns the per-key test.
+type InUse func(tx *bolt.Tx) (func(key string) (bool, error), error)
+
+// DeleteUnused deletes those of keys that are stored, not pinned, and not in
+// use by inUse's account (nil: nothing is), all in one index transaction that
+// re-checks each key at the moment of deletion. Keys that are not valid
+// blob keys are skipped. It returns the keys it deleted, sorted. A packed
+// blob's bytes become dead space in its pack (Repack reclaims it); a large
+// blob's file is removed after the transaction commits, outside it.
+func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([]string, error) {
+	if s.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	type largeFile struct{ key, path string }
+	var deleted, marked []string
+	var files []largeFile
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		// The function may run twice (a shared transaction that failed is
+		// retried alone); start clean each time.
+		s.pins.unmarkDying(marked)
+		deleted, marked, files = deleted[:0], marked[:0], files[:0]
+		used := func(string) (bool, error) { return false, nil }
+		if inUse != nil {
+			var err error
+			if used, err = inUse(tx); err != nil {
+				return err
+			}
+		}
+		idx := tx.Bucket(bucketIndex)
+		for _, key := range keys {
+			ns, sum, err := ParseKey(key)
+			if err != nil {
+				continue
+			}
+			e, ok, err := lookup(tx, key)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if u, err := used(key); u || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if !s.pins.markDying(key) {
+				continue
+			}
+			marked = append(marked, key)
+			if err := idx.Delete([]byte(key)); err != nil {
+				return err
+			}
+			if e.where == whereLarge {
+				files = append(files, largeFile{key, largePath(ns, sum)})
+			} else if err := addDead(tx, e.pack, headerSize+e.stored); err != nil {
+				return err
+			}
+			deleted = append(deleted, key)
+		}
+		return nil
+	})
+	s.pins.unmarkDying(marked)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := os.Remove(filepath.Join(s.dir, f.path)); err != nil && !os.IsNotExist(err) {
+			return deleted, &Error{Key: f.key, Err: err, Detail: "index entry removed, file left behind"}
+		}
+	}
+	return deleted, nil
+}

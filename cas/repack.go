@@ -1,0 +1,320 @@
+package cas
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Repacking. Deleting a packed blob only marks its bytes dead (cas_packs
+// counts them); the pack file keeps them. Repack copies the live frames of
+// every pack whose dead share has reached a threshold into new packs and
+// then drops the old ones, in an order that is safe at every step:
+//
+//  1. the live frames are read, each verified (header, size, sha256), and
+//     appended to new pack files, which are fsynced with their directory;
+//  2. one index transaction points each moved entry at its new place, but
+//     only if it still names the old place (a sweep may have deleted it
+//     meanwhile: its copy is then dead in the new pack), registers the new
+//     packs and forgets the old ones;
+//  3. the old pack files are removed, under packsMu so that no reader that
+//     located a blob before step 2 is still reading them.
+//
+// A crash before step 2 leaves new pack files no entry names; a crash
+// between 2 and 3 leaves old ones. Either way the files are not in
+// cas_packs, and Open removes them. Frames are copied as they are, never
+// recompressed.
+
+// DefaultRepackThreshold is the dead share at which a pack is rewritten, in
+// the spirit of restic's prune, which tolerates 5% unused space.
+const DefaultRepackThreshold = 0.05
+
+// RepackStats says what Repack did.
+type RepackStats struct {
+	Packs  int   `json:"packs"`  // packs rewritten or, with nothing live, removed
+	Blobs  int   `json:"blobs"`  // live blobs copied
+	Before int64 `json:"before"` // bytes of the packs rewritten
+	After  int64 `json:"after"`  // bytes of the packs written in their place
+	// Damaged lists the packs left as they were because a blob in them
+	// could not be read back intact; sbxdb check --verify-blobs names it.
+	Damaged []string `json:"damaged,omitempty"`
+}
+
+// Usage is what the blob directory holds, from the index.
+type Usage struct {
+	Packs      int   `json:"packs"`
+	PackBytes  int64 `json:"packBytes"` // pack files' sizes
+	DeadBytes  int64 `json:"deadBytes"` // of which no entry names any more
+	Blobs      int   `json:"blobs"`     // entries in the index
+	LargeBytes int64 `json:"largeBytes"`
+	RawBytes   int64 `json:"rawBytes"` // uncompressed bytes of every blob
+}
+
+// Usage sums the index: packs, their dead bytes, blobs and large files.
+func (s *Store) Usage(ctx context.Context) (Usage, error) {
+	var u Usage
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if err := forEachPack(tx, func(id uint64, st packStats) error {
+			u.Packs++
+			u.PackBytes += int64(st.total)
+			u.DeadBytes += int64(st.dead)
+			return nil
+		}); err != nil {
+			return err
+		}
+		return forEachEntry(ctx, tx, func(key string, e *entry) error {
+			u.Blobs++
+			u.RawBytes += int64(e.raw)
+			if e.where == whereLarge {
+				u.LargeBytes += headerSize + int64(e.stored)
+			}
+			return nil
+		})
+	})
+	return u, err
+}
+
+// Repack rewrites every pack whose dead bytes are at least threshold of its
+// size (0 < threshold <= 1; packs with no dead bytes are never rewritten).
+// Readers and writers go on meanwhile; one Repack runs at a time.
+func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, error) {
+	var st RepackStats
+	if s.opts.ReadOnly {
+		return st, ErrReadOnly
+	}
+	if !(threshold > 0 && threshold <= 1) {
+		return st, fmt.Errorf("cas: repack threshold %v is not in (0, 1]", threshold)
+	}
+	s.repackMu.Lock()
+	defer s.repackMu.Unlock()
+
+	// Which packs, and which of their blobs are live.
+	type move struct {
+		key    string
+		from   entry
+		to     entry
+		copied bool
+	}
+	old := map[uint64]packStats{}
+	var moves []move
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if err := forEachPack(tx, func(id uint64, ps packStats) error {
+			if ps.dead > 0 && float64(ps.dead) >= threshold*float64(ps.total) {
+				old[id] = ps
+			}
+			return nil
+		}); err != nil || len(old) == 0 {
+			return err
+		}
+		return forEachEntry(ctx, tx, func(key string, e *entry) error {
+			if _, ok := old[e.pack]; ok && e.where == wherePack {
+				moves = append(moves, move{key: key, from: *e})
+			}
+			return nil
+		})
+	})
+	if err != nil || len(old) == 0 {
+		return st, err
+	}
+	// Read each old pack front to back.
+	slices.SortFunc(moves, func(a, b move) int {
+		if a.from.pack != b.from.pack {
+			return cmp.Compare(a.from.pack, b.from.pack)
+		}
+		return cmp.Compare(a.from.offset, b.from.offset)
+	})
+
+	// 1. Copy and verify the live frames.
+	w := &Batch{s: s}
+	defer w.removeFiles() // a no-op once the new packs are registered
+	damaged := map[uint64]bool{}
+	out := getBuf(MaxPacked + decodeSlack)
+	defer putBuf(out)
+	for i := range moves {
+		m := &moves[i]
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+		}
+		if damaged[m.from.pack] {
+			continue
+		}
+		ns, sum, _ := ParseKey(m.key)
+		fb, err := s.readFrame(m.key, ns, sum, &m.from)
+		if err == nil {
+			_, err = s.decodeFrame(m.key, sum, &m.from, *fb, (*out)[:0])
+		}
+		if err != nil {
+			if fb != nil {
+				putBuf(fb)
+			}
+			damaged[m.from.pack] = true
+			st.Damaged = append(st.Damaged, fmt.Sprintf("pack %016x: %v", m.from.pack, err))
+			continue
+		}
+		h, _ := decodeHeader((*fb)[:headerSize])
+		m.to, err = w.appendFrame(&h, (*fb)[headerSize:])
+		putBuf(fb)
+		if err != nil {
+			return st, err
+		}
+		m.to.uploaded = m.from.uploaded
+		m.copied = true
+	}
+	for _, p := range w.packs {
+		if err := p.finish(!s.opts.NoSync); err != nil {
+			return st, err
+		}
+	}
+	if len(w.packs) > 0 && !s.opts.NoSync {
+		if err := syncDir(filepath.Join(s.dir, "packs")); err != nil {
+			return st, err
+		}
+	}
+
+	// 2. One transaction moves the entries and swaps the packs.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
+		newStats := map[uint64]*packStats{}
+		for _, p := range w.packs {
+			newStats[p.id] = &packStats{total: uint64(p.size)}
+		}
+		for i := range moves {
+			m := &moves[i]
+			if !m.copied {
+				continue
+			}
+			if damaged[m.from.pack] { // the old pack stays; so does the entry
+				newStats[m.to.pack].dead += headerSize + m.to.stored
+				continue
+			}
+			cur, ok, err := lookup(tx, m.key)
+			if err != nil {
+				return err
+			}
+			if !ok || cur.where != wherePack || cur.pack != m.from.pack || cur.offset != m.from.offset {
+				newStats[m.to.pack].dead += headerSize + m.to.stored // deleted meanwhile
+				continue
+			}
+			m.to.uploaded = cur.uploaded
+			if err := idx.Put([]byte(m.key), m.to.encode(m.key)); err != nil {
+				return err
+			}
+		}
+		for id, ps := range newStats {
+			if err := packs.Put(packKey(id), ps.encode()); err != nil {
+				return err
+			}
+		}
+		for id := range old {
+			if damaged[id] {
+				continue
+			}
+			if err := packs.Delete(packKey(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return st, err
+	}
+	for _, p := range w.packs {
+		st.After += p.size
+	}
+	w.packs = nil // registered: no longer ours to remove
+
+	// 3. Drop the old files once no reader can be inside them.
+	s.packsMu.Lock()
+	s.mu.Lock()
+	for id, ps := range old {
+		if damaged[id] {
+			continue
+		}
+		if f := s.packs[id]; f != nil {
+			f.Close()
+			delete(s.packs, id)
+		}
+		os.Remove(filepath.Join(s.dir, packPath(id)))
+		st.Packs++
+		st.Before += int64(ps.total)
+	}
+	s.mu.Unlock()
+	s.packsMu.Unlock()
+	for _, m := range moves {
+		if m.copied && !damaged[m.from.pack] {
+			st.Blobs++
+		}
+	}
+	return st, nil
+}
+
+// removeOrphanPacks removes pack files that cas_packs does not list: the
+// leftovers of a batch or repack that crashed before its index commit, or
+// of a repack that crashed before removing what it had replaced. Only Open
+// calls it, before any batch can be writing.
+func (s *Store) removeOrphanPacks() error {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "packs"))
+	if err != nil {
+		return err
+	}
+	return s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPacks)
+		for _, e := range ents {
+			name, ok := strings.CutSuffix(e.Name(), ".pack")
+			if !ok || len(name) != 16 {
+				continue
+			}
+			id, err := strconv.ParseUint(name, 16, 64)
+			if err != nil || b.Get(packKey(id)) != nil {
+				continue
+			}
+			os.Remove(filepath.Join(s.dir, "packs", e.Name()))
+		}
+		return nil
+	})
+}
+
+func forEachPack(tx *bolt.Tx, fn func(id uint64, st packStats) error) error {
+	b := tx.Bucket(bucketPacks)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		st, err := decodePackStats(v)
+		if err != nil || len(k) != 8 {
+			return fmt.Errorf("%w: pack stats %x: damaged", ErrCorrupt, k)
+		}
+		return fn(binary.BigEndian.Uint64(k), st)
+	})
+}
+
+// forEachEntry decodes every index entry in key order.
+func forEachEntry(ctx context.Context, tx *bolt.Tx, fn func(key string, e *entry) error) error {
+	b := tx.Bucket(bucketIndex)
+	if b == nil {
+		return nil
+	}
+	n := 0
+	return b.ForEach(func(k, v []byte) error {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		e, err := decodeEntry(string(k), v)
+		if err != nil {
+			return corrupt(string(k), "index entry: "+err.Error())
+		}
+		return fn(string(k), &e)
+	})
+}
