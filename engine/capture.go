@@ -137,6 +137,9 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err := c.batch.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("capture: storing blobs: %w", err)
 	}
+	if err := db.point("capture.beforeAppend"); err != nil {
+		return nil, err
+	}
 	cp, err := db.appendCapture(ctx, &in, manifest(tree))
 	if err != nil {
 		return nil, err

@@ -55,6 +55,10 @@ type DB struct {
 	c     *committer
 	blobs *cas.Store
 
+	// gcMu lets one sweep run at a time: a sweep's missing-blob check
+	// relies on no other sweep deleting meanwhile.
+	gcMu sync.Mutex
+
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
 	// empty in production.
 	pointsMu sync.RWMutex

@@ -47,3 +47,8 @@ func (db *DB) Batches() int64 { return db.c.batches.Load() }
 
 // QueueLen returns how many writes wait for the committer.
 func QueueLen(db *DB) int { return len(db.c.queue) }
+
+// SetHead forces a thread's head, checks bypassed.
+func (db *DB) SetHead(threadID, id string) error {
+	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.SetHead(tx, threadID, id) })
+}

@@ -1,0 +1,142 @@
+package cas
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Check looks for damage in the blob store and calls report once per
+// problem found, with the key concerned ("" for a pack) and an error
+// matching ErrCorrupt: index entries or pack stats that do not decode,
+// entries naming an unregistered pack, a pack or large file that is missing
+// or shorter than its entries say. With deep, it also reads every blob back
+// and checks its bytes against its key and size, in parallel; progress, if
+// set, is called with blobs read so far and the total. Check returns an
+// error only when it could not run.
+func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total int), report func(key string, err error)) error {
+	type item struct {
+		key string
+		e   entry
+	}
+	var items []item
+	packs := map[uint64]packStats{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketPacks); b != nil {
+			b.ForEach(func(k, v []byte) error {
+				st, err := decodePackStats(v)
+				if err != nil || len(k) != 8 {
+					report("", fmt.Errorf("%w: pack stats %x do not decode", ErrCorrupt, k))
+					return nil
+				}
+				packs[binary.BigEndian.Uint64(k)] = st
+				return nil
+			})
+		}
+		b := tx.Bucket(bucketIndex)
+		if b == nil {
+			return nil
+		}
+		n := 0
+		return b.ForEach(func(k, v []byte) error {
+			if n++; n%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			e, err := decodeEntry(string(k), v)
+			if err != nil {
+				report(string(k), corrupt(string(k), "index entry does not decode"))
+				return nil
+			}
+			items = append(items, item{string(k), e})
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	packSize := map[uint64]int64{}
+	for id, st := range packs {
+		fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
+		switch {
+		case err != nil:
+			report("", fmt.Errorf("%w: pack %016x: %v", ErrCorrupt, id, err))
+		case fi.Size() < int64(st.total):
+			report("", fmt.Errorf("%w: pack %016x holds %d bytes, the index says %d", ErrCorrupt, id, fi.Size(), st.total))
+		}
+		if err == nil {
+			packSize[id] = fi.Size()
+		}
+	}
+	for _, it := range items {
+		ns, sum, err := ParseKey(it.key)
+		if err != nil {
+			report(it.key, corrupt(it.key, "the index holds an invalid key"))
+			continue
+		}
+		end := int64(it.e.offset + headerSize + it.e.stored)
+		switch it.e.where {
+		case wherePack:
+			if _, ok := packs[it.e.pack]; !ok {
+				report(it.key, corrupt(it.key, fmt.Sprintf("names pack %016x, which is not registered", it.e.pack)))
+			} else if size, ok := packSize[it.e.pack]; ok && size < end {
+				report(it.key, corrupt(it.key, fmt.Sprintf("pack %016x is truncated", it.e.pack)))
+			}
+		case whereLarge:
+			fi, err := os.Stat(filepath.Join(s.dir, largePath(ns, sum)))
+			if err != nil {
+				report(it.key, corrupt(it.key, "its file is missing"))
+			} else if fi.Size() < end {
+				report(it.key, corrupt(it.key, "its file is truncated"))
+			}
+		}
+	}
+	if !deep {
+		return nil
+	}
+	// Read everything back, several blobs at a time.
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			b := make([]byte, 256<<10)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(items) || ctx.Err() != nil {
+					return
+				}
+				key := items[i].key
+				r, err := s.Open(ctx, key)
+				if err == nil {
+					_, err = io.CopyBuffer(io.Discard, r, b)
+					r.Close()
+				}
+				if err != nil && ctx.Err() == nil {
+					mu.Lock()
+					report(key, err)
+					mu.Unlock()
+				}
+				if n := done.Add(1); progress != nil && n%256 == 0 {
+					mu.Lock()
+					progress(int(n), len(items))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if progress != nil {
+		progress(int(done.Load()), len(items))
+	}
+	return ctx.Err()
+}

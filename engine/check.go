@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/sbxdb/sbxdb/chain"
+	bolt "go.etcd.io/bbolt"
+)
+
+// CheckStoreOptions configures DB.Check. (CheckOptions validates Options.)
+type CheckStoreOptions struct {
+	// VerifyBlobs reads every blob back and checks it against its key.
+	VerifyBlobs bool
+	// Repair rewrites the reference counts from the checkpoints when they
+	// disagree (SPEC §10 Q15). Nothing else is repaired.
+	Repair bool
+	// Progress, if set, is called while blobs are verified with the number
+	// read so far and the total.
+	Progress func(done, total int)
+}
+
+// Severity of a finding: errors make a store unclean; warnings are states
+// the contract allows but an operator may want to know of.
+const (
+	SeverityError   = "error"
+	SeverityWarning = "warning"
+)
+
+// Finding kinds.
+const (
+	FindingRecord         = "damaged-record" // a record that does not decode
+	FindingIndex          = "thread-index"   // index and records disagree
+	FindingHead           = "head"           // a head names a missing checkpoint
+	FindingDanglingParent = "dangling-parent"
+	FindingOffChain       = "off-chain" // a checkpoint no head chain reaches
+	FindingRefCount       = "refcount"  // stored count ≠ recomputed count
+	FindingMissingBlob    = "missing-blob"
+	FindingBlob           = "blob" // damage found by the blob store's check
+)
+
+// Finding is one problem Check found.
+type Finding struct {
+	Severity string `json:"severity"`
+	Kind     string `json:"kind"`
+	Subject  string `json:"subject"` // a checkpoint id, thread id or blob key
+	Detail   string `json:"detail"`
+}
+
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s %s: %s", f.Severity, f.Kind, f.Subject, f.Detail)
+}
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	Threads     int       `json:"threads"`
+	Checkpoints int       `json:"checkpoints"`
+	BlobKeys    int       `json:"blobKeys"` // distinct keys referenced
+	Blobs       int       `json:"blobs"`    // blobs stored
+	Verified    bool      `json:"verified"` // every blob was read back
+	Repaired    int       `json:"repaired"` // counts rewritten by Repair
+	Findings    []Finding `json:"findings"`
+}
+
+// Clean reports whether the check found no errors (warnings allowed).
+func (r *CheckReport) Clean() bool {
+	for _, f := range r.Findings {
+		if f.Severity == SeverityError {
+			return false
+		}
+	}
+	return true
+}
+
+// Check verifies the store (sbxdb check, SPEC §10 Q15): every record
+// decodes; the thread index and the records agree; heads name stored
+// checkpoints of their thread; reference counts equal a recomputation from
+// every checkpoint (distinct keys per checkpoint); every referenced blob is
+// stored; the blob index matches its files, and with VerifyBlobs every
+// blob's bytes match its key. Dangling parents (left by retention) and
+// checkpoints off every head chain are warnings. The error result is for a
+// check that could not run; what it found is in the report.
+func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, error) {
+	if opts.Repair && db.c == nil {
+		return nil, ErrReadOnly
+	}
+	r := &CheckReport{Findings: []Finding{}}
+	add := func(sev, kind, subject, format string, args ...any) {
+		r.Findings = append(r.Findings, Finding{sev, kind, subject, fmt.Sprintf(format, args...)})
+	}
+	var recount map[string]int64
+	err := db.view(func(tx *bolt.Tx) error {
+		var err error
+		recount, err = db.checkChains(ctx, tx, r, add)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.BlobKeys = len(recount)
+
+	// Blobs: the referenced ones are stored; the store's own check.
+	keys := slices.Sorted(maps.Keys(recount))
+	missing, err := db.blobs.Missing(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range missing {
+		add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored", recount[k])
+	}
+	if u, err := db.blobs.Usage(ctx); err == nil {
+		r.Blobs = u.Blobs
+	}
+	err = db.blobs.Check(ctx, opts.VerifyBlobs, opts.Progress, func(key string, err error) {
+		add(SeverityError, FindingBlob, key, "%v", err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Verified = opts.VerifyBlobs
+
+	if opts.Repair && hasKind(r, FindingRefCount) {
+		// Recount inside the write transaction: appends may have run since.
+		err := db.write(ctx, func(tx *bolt.Tx) error {
+			counts, err := countRefs(ctx, tx)
+			if err != nil {
+				return err
+			}
+			r.Repaired = len(counts)
+			return chain.RebuildRefs(tx, counts)
+		})
+		if err != nil {
+			return r, fmt.Errorf("repairing reference counts: %w", err)
+		}
+	}
+	return r, nil
+}
+
+func hasKind(r *CheckReport, kind string) bool {
+	return slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Kind == kind })
+}
+
+// checkChains checks the chain buckets in one read transaction and returns
+// the recomputed reference counts.
+func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (map[string]int64, error) {
+	threadOf := map[string]string{} // checkpoint id → thread
+	parentOf := map[string]string{}
+	counts := map[string]int64{}
+	n := 0
+	err := chain.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
+		if n++; n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			add(SeverityError, FindingRecord, id, "%v", err)
+			return nil
+		}
+		threadOf[id], parentOf[id] = cp.ThreadID, cp.ParentID
+		for _, k := range cp.BlobKeys() {
+			counts[k]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Checkpoints = n
+
+	// The thread index names each checkpoint exactly once, under its thread.
+	indexed := map[string]bool{}
+	err = chain.ForEachIndexed(tx, func(threadID string, createdAt int64, id string) error {
+		t, ok := threadOf[id]
+		switch {
+		case !ok:
+			add(SeverityError, FindingIndex, id, "thread %q lists a checkpoint that is not stored", threadID)
+		case t != threadID:
+			add(SeverityError, FindingIndex, id, "listed under thread %q, belongs to %q", threadID, t)
+		case indexed[id]:
+			add(SeverityError, FindingIndex, id, "listed twice")
+		}
+		indexed[id] = true
+		return nil
+	})
+	if err != nil {
+		add(SeverityError, FindingIndex, "", "%v", err)
+	}
+	for id := range threadOf {
+		if !indexed[id] {
+			add(SeverityError, FindingIndex, id, "stored but not listed under thread %q", threadOf[id])
+		}
+	}
+
+	// Heads, and what their chains reach.
+	reached := map[string]bool{}
+	err = chain.ForEachHead(tx, func(threadID, id string) error {
+		t, ok := threadOf[id]
+		if !ok || t != threadID {
+			add(SeverityError, FindingHead, threadID, "head names checkpoint %q, which is not stored in the thread", id)
+			return nil
+		}
+		for id != "" && !reached[id] && threadOf[id] == threadID {
+			reached[id] = true
+			id = parentOf[id]
+		}
+		return nil
+	})
+	if err != nil {
+		add(SeverityError, FindingHead, "", "%v", err)
+	}
+	threads, err := chain.Threads(tx)
+	if err != nil {
+		return nil, err
+	}
+	r.Threads = len(threads)
+	for _, id := range slices.Sorted(maps.Keys(threadOf)) {
+		if p := parentOf[id]; p != "" {
+			if _, ok := threadOf[p]; !ok {
+				add(SeverityWarning, FindingDanglingParent, id, "parent %q is not stored (pruned by retention?)", p)
+			}
+		}
+		if !reached[id] {
+			add(SeverityWarning, FindingOffChain, id, "no head chain of thread %q reaches it", threadOf[id])
+		}
+	}
+
+	// Reference counts.
+	stored, err := chain.References(tx)
+	if err != nil {
+		add(SeverityError, FindingRefCount, "", "stored counts unreadable: %v", err)
+		return counts, nil
+	}
+	seen := make(map[string]bool, len(stored))
+	var bad []string
+	for _, ref := range stored {
+		seen[ref.Key] = true
+		if want := counts[ref.Key]; ref.References != want {
+			bad = append(bad, fmt.Sprintf("%s\x00stored %d, checkpoints use it %d times", ref.Key, ref.References, want))
+		}
+	}
+	for k, want := range counts {
+		if !seen[k] {
+			bad = append(bad, fmt.Sprintf("%s\x00stored 0, checkpoints use it %d times", k, want))
+		}
+	}
+	slices.Sort(bad)
+	for _, b := range bad {
+		key, detail, _ := strings.Cut(b, "\x00")
+		add(SeverityError, FindingRefCount, key, "%s", detail)
+	}
+	return counts, nil
+}
+
+// countRefs recomputes every key's count from the stored checkpoints.
+func countRefs(ctx context.Context, tx *bolt.Tx) (map[string]int64, error) {
+	counts := map[string]int64{}
+	err := chain.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
+		if err != nil {
+			return err // never rebuild counts from a damaged store
+		}
+		for _, k := range cp.BlobKeys() {
+			counts[k]++
+		}
+		return ctx.Err()
+	})
+	return counts, err
+}

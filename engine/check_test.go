@@ -1,0 +1,85 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/gc"
+)
+
+func findings(rep *engine.CheckReport, kind string) []engine.Finding {
+	var out []engine.Finding
+	for _, f := range rep.Findings {
+		if f.Kind == kind {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func TestCheck(t *testing.T) {
+	f := newGCFixture(t)
+	ctx := context.Background()
+	ws := filepath.Join(f.dir, "ws")
+	var ids []string
+	for i := range 4 {
+		write(t, ws, "a.txt", []byte{byte('a' + i)}, 0o644)
+		write(t, ws, "same.txt", []byte("same"), 0o644)
+		ids = append(ids, f.capture(t, "th", ws).ID)
+	}
+	rep, err := f.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	if err != nil || !rep.Clean() || len(rep.Findings) != 0 || rep.Checkpoints != 4 || rep.BlobKeys != 5 || !rep.Verified {
+		t.Fatalf("fresh store: %+v, %v", rep, err)
+	}
+
+	// Retention leaves a dangling parent: a warning, still clean.
+	if _, err := gc.KeepNewest(ctx, f.db, "th", 2); err != nil {
+		t.Fatal(err)
+	}
+	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{})
+	if d := findings(rep, engine.FindingDanglingParent); !rep.Clean() || len(d) != 1 || d[0].Subject != ids[2] {
+		t.Fatalf("after retention: %+v", rep.Findings)
+	}
+
+	// A count that drifted is found, and repaired.
+	key := "sandbox-files/sha256/" + string(slices.Repeat([]byte("ab"), 32))
+	f.db.SetRefCount(key, 3)
+	cp, _ := f.db.Get(ctx, ids[3])
+	f.db.SetRefCount(cp.Files[0].BlobKey, 7)
+	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{Repair: true})
+	if r := findings(rep, engine.FindingRefCount); rep.Clean() || len(r) != 2 || rep.Repaired == 0 {
+		t.Fatalf("drifted counts: %+v", rep)
+	}
+	if rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{}); !rep.Clean() {
+		t.Fatalf("after repair: %+v", rep.Findings)
+	}
+
+	// A head naming nothing, and a checkpoint off every chain.
+	f.db.SetHead("ghost", "nobody")
+	f.db.InsertRaw(&chain.Checkpoint{ID: "stray", ThreadID: "th", CreatedAt: 1, Reason: chain.ReasonAutomatic, Files: []chain.Entry{}})
+	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{})
+	if h, o := findings(rep, engine.FindingHead), findings(rep, engine.FindingOffChain); rep.Clean() || len(h) != 1 || h[0].Subject != "ghost" || len(o) != 1 || o[0].Subject != "stray" {
+		t.Fatalf("bad head and stray checkpoint: %+v", rep.Findings)
+	}
+	f.db.SetHead("ghost", "")
+
+	// Damaged blob bytes are found only when blobs are read back.
+	packs, _ := filepath.Glob(filepath.Join(f.dir, "store", engine.BlobDir, "packs", "*.pack"))
+	for _, p := range packs {
+		data, _ := os.ReadFile(p)
+		data[len(data)-1] ^= 0xff
+		os.WriteFile(p, data, 0o644)
+	}
+	if rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{}); !rep.Clean() {
+		t.Fatalf("shallow check read blob bytes: %+v", rep.Findings)
+	}
+	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	if b := findings(rep, engine.FindingBlob); rep.Clean() || len(b) == 0 {
+		t.Fatalf("damaged packs not found: %+v", rep.Findings)
+	}
+}

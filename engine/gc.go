@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/gc"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Garbage collection, wired to this store. The algorithm is package gc's;
+// what the engine adds is what makes it safe while captures run (SPEC §5.2):
+// a capture pins every key it relies on from the moment it finds the blob
+// stored until its append has committed or failed (cas/pins.go), and the
+// sweep deletes in transactions of the group commit, where each key is
+// checked again, count 0 and not pinned, at the moment of deletion. Those
+// transactions are the lock appends take, so a sweep never holds a capture
+// up for longer than one of them. OlderThan stays as an independent guard.
+
+// SweepOptions configures DB.Sweep; see gc.SweepInput.
+type SweepOptions struct {
+	// OlderThan: a blob goes only if it was last uploaded (or met by a
+	// capture) more than OlderThan ago. Must be > 0 unless Immediate.
+	OlderThan time.Duration
+	// Immediate allows OlderThan == 0. Pins keep it safe for captures in
+	// this process; nothing else writes to the store.
+	Immediate bool
+	// DryRun reports what would be deleted and deletes nothing.
+	DryRun bool
+}
+
+// Sweep deletes the blobs no checkpoint references that are older than
+// opts.OlderThan (SPEC §5.2) and returns what it deleted. It refuses to run,
+// with an error naming a key, when a referenced blob is missing: the store
+// is damaged, and sbxdb check says how. Deleted packed blobs leave dead
+// space in their packs until Repack.
+func (db *DB) Sweep(ctx context.Context, opts SweepOptions) (gc.SweepResult, error) {
+	if db.c == nil && !opts.DryRun {
+		return gc.SweepResult{}, ErrReadOnly
+	}
+	db.gcMu.Lock()
+	defer db.gcMu.Unlock()
+	return gc.Sweep(ctx, gc.SweepInput{
+		References: checkedRefs{db: db},
+		Blobs:      sweepBlobs{db},
+		OlderThan:  opts.OlderThan,
+		Immediate:  opts.Immediate,
+		Now:        db.opts.Now,
+		DryRun:     opts.DryRun,
+	})
+}
+
+// checkedRefs reads the references for a sweep and refuses when one names
+// a blob the store does not hold. The blob index is read after the
+// references, and only a sweep deletes (one at a time), so a key missing
+// then was missing for good.
+type checkedRefs struct {
+	db      *DB
+	without map[string]int64 // references a dry-run retention would drop
+}
+
+func (r checkedRefs) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
+	refs, err := r.db.BlobReferences(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(refs))
+	for i, ref := range refs {
+		keys[i] = ref.Key
+	}
+	missing, err := r.db.blobs.Missing(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		return nil, chain.Errorf(chain.ErrMissingBlob,
+			"sweep refused: %d referenced blobs are missing (first %s); run sbxdb check", len(missing), missing[0])
+	}
+	if len(r.without) > 0 {
+		out := refs[:0]
+		for _, ref := range refs {
+			ref.References -= r.without[ref.Key]
+			if ref.References > 0 {
+				out = append(out, ref)
+			}
+		}
+		refs = out
+	}
+	return refs, nil
+}
+
+// sweepBlobs is the blob store as the sweep sees it: DeleteKeys deletes in
+// one group-commit transaction per group, re-checking each key there.
+type sweepBlobs struct{ db *DB }
+
+func (b sweepBlobs) List(ctx context.Context, prefix string) ([]cas.Info, error) {
+	return b.db.blobs.List(ctx, prefix)
+}
+
+func (b sweepBlobs) Delete(ctx context.Context, key string) error {
+	_, err := b.DeleteKeys(ctx, []string{key})
+	return err
+}
+
+func (b sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, error) {
+	return b.db.blobs.DeleteUnused(ctx, keys, referenced)
+}
+
+// referenced is the sweep's per-key test inside its delete transaction. It
+// folds pending references first, so each key costs one lookup instead of
+// decoding every pending checkpoint.
+func referenced(tx *bolt.Tx) (func(string) (bool, error), error) {
+	if chain.PendingRefs(tx) > 0 {
+		if err := chain.FoldRefs(tx); err != nil {
+			return nil, err
+		}
+	}
+	rc := chain.NewRefCounter(tx)
+	return rc.Referenced, nil
+}
+
+// Repack rewrites the blob packs whose dead share is at least threshold
+// (0 means cas.DefaultRepackThreshold), giving back the space of swept
+// blobs.
+func (db *DB) Repack(ctx context.Context, threshold float64) (cas.RepackStats, error) {
+	if db.c == nil {
+		return cas.RepackStats{}, ErrReadOnly
+	}
+	if threshold == 0 {
+		threshold = cas.DefaultRepackThreshold
+	}
+	return db.blobs.Repack(ctx, threshold)
+}
+
+// GCOptions configures DB.GC.
+type GCOptions struct {
+	// Keep is how many checkpoints of each thread's head chain to keep,
+	// the head included (gc.KeepNewest). 0 skips retention.
+	Keep int
+	// Threads limits retention to these threads; empty means all.
+	Threads []string
+	// OlderThan, Immediate: the sweep's window (SweepOptions).
+	OlderThan time.Duration
+	Immediate bool
+	// RepackThreshold is the dead share at which a pack is rewritten; 0
+	// means cas.DefaultRepackThreshold.
+	RepackThreshold float64
+	// DryRun changes nothing and reports what would be deleted. Its sweep
+	// counts the references the retention step would drop. It does not
+	// estimate repacking.
+	DryRun bool
+}
+
+// GCResult is what DB.GC did (or, dry, would do).
+type GCResult struct {
+	Retention gc.RetentionResult `json:"retention"`
+	Sweep     gc.SweepResult     `json:"sweep"`
+	Repack    cas.RepackStats    `json:"repack"`
+	// Blob store usage before and after.
+	Before cas.Usage `json:"before"`
+	After  cas.Usage `json:"after"`
+}
+
+// GC runs retention on every thread (or opts.Threads), then the sweep,
+// then repacking. Threads whose writer lease is held are skipped and listed
+// in Retention.Busy.
+func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
+	if db.c == nil && !opts.DryRun {
+		return nil, ErrReadOnly
+	}
+	if opts.Keep < 0 {
+		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be 0 (no retention) or more", opts.Keep)
+	}
+	res := &GCResult{Retention: gc.RetentionResult{Deleted: map[string][]string{}}}
+	var err error
+	if res.Before, err = db.blobs.Usage(ctx); err != nil {
+		return nil, err
+	}
+	sweep := SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate, DryRun: opts.DryRun}
+	if opts.DryRun {
+		without, err := db.planRetention(ctx, opts.Keep, opts.Threads, res, true)
+		if err != nil {
+			return nil, err
+		}
+		db.gcMu.Lock()
+		defer db.gcMu.Unlock()
+		res.Sweep, err = gc.Sweep(ctx, gc.SweepInput{
+			References: checkedRefs{db: db, without: without}, Blobs: sweepBlobs{db},
+			OlderThan: opts.OlderThan, Immediate: opts.Immediate, Now: db.opts.Now, DryRun: true,
+		})
+		res.After = res.Before
+		return res, err
+	}
+	if opts.Keep > 0 {
+		// Only threads with something to delete take a lease: most threads
+		// of a large store have nothing, and each lease is a write.
+		var plan GCResult
+		plan.Retention.Deleted = map[string][]string{}
+		if _, err := db.planRetention(ctx, opts.Keep, opts.Threads, &plan, false); err != nil {
+			return res, err
+		}
+		if len(plan.Retention.Deleted) > 0 {
+			threads := slices.Sorted(maps.Keys(plan.Retention.Deleted))
+			if res.Retention, err = gc.KeepNewestAll(ctx, db, opts.Keep, threads...); err != nil {
+				return res, err
+			}
+		}
+	}
+	if res.Sweep, err = db.Sweep(ctx, sweep); err != nil {
+		return res, err
+	}
+	if res.Repack, err = db.Repack(ctx, opts.RepackThreshold); err != nil {
+		return res, err
+	}
+	res.After, err = db.blobs.Usage(ctx)
+	return res, err
+}
+
+// planRetention fills res.Retention.Deleted with what retention would
+// delete. With refs, it also returns, per blob key, how many references
+// that would drop (decoding those checkpoints; without, only ids are read).
+func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res *GCResult, refs bool) (map[string]int64, error) {
+	if keep == 0 {
+		return nil, nil
+	}
+	without := map[string]int64{}
+	err := db.view(func(tx *bolt.Tx) error {
+		all := threads
+		if len(all) == 0 {
+			var err error
+			if all, err = chain.Threads(tx); err != nil {
+				return err
+			}
+		}
+		for _, t := range all {
+			if err := chain.CheckID("threadId", t); err != nil {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			kept, err := keptSet(tx, t, keep)
+			if err != nil {
+				return err
+			}
+			err = chain.ForEachInThread(tx, t, func(id string) error {
+				if _, ok := kept[id]; ok {
+					return nil
+				}
+				res.Retention.Deleted[t] = append(res.Retention.Deleted[t], id)
+				if !refs {
+					return nil
+				}
+				cp, err := chain.GetCheckpoint(tx, id)
+				if err != nil || cp == nil {
+					return err
+				}
+				for _, k := range cp.BlobKeys() {
+					without[k]++
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return without, err
+}
