@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -435,5 +436,49 @@ func TestGCStress(t *testing.T) {
 	f.checkClean(t)
 	if u, _ := f.db.Blobs().Usage(ctx); u.Blobs == 0 {
 		t.Fatal("no blobs left")
+	}
+}
+
+func TestCompact(t *testing.T) {
+	f := newGCFixture(t)
+	ctx := context.Background()
+	ws := filepath.Join(f.dir, "ws")
+	for i := range 300 {
+		write(t, ws, fmt.Sprintf("f%03d.txt", i), fmt.Appendf(nil, "file %d", i), 0o644)
+	}
+	for i := range 40 {
+		write(t, ws, "changing.txt", fmt.Appendf(nil, "version %d", i), 0o644)
+		f.capture(t, "th", ws)
+	}
+	if _, err := f.db.GC(ctx, engine.GCOptions{Keep: 2, OlderThan: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	wantList, _ := f.db.List(ctx, "th")
+	wantRefs, _ := f.db.BlobReferences(ctx)
+	f.db.Close()
+
+	dir := filepath.Join(f.dir, "store")
+	before, after, err := engine.Compact(ctx, dir, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compacted %d → %d bytes", before, after)
+	if after >= before {
+		t.Fatalf("compaction did not shrink the file: %d → %d", before, after)
+	}
+	db, err := engine.Open(dir, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.db = db
+	t.Cleanup(func() { db.Close() })
+	gotList, _ := db.List(ctx, "th")
+	gotRefs, _ := db.BlobReferences(ctx)
+	if !reflect.DeepEqual(gotList, wantList) || !reflect.DeepEqual(gotRefs, wantRefs) {
+		t.Fatal("compaction changed the store's contents")
+	}
+	f.checkClean(t)
+	if _, _, err := engine.Compact(ctx, dir, &engine.Options{NoSync: true, LockTimeout: 50 * time.Millisecond}); !errors.Is(err, engine.ErrLocked) {
+		t.Fatalf("Compact of an open store = %v, want ErrLocked", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Command sbxdb inspects an sbxdb checkpoint store, captures workspaces into
-// it and restores them.
+// it, restores them, checks the store and collects its garbage.
 //
 // Usage:
 //
@@ -16,11 +16,14 @@
 //	                      write a checkpoint's tree (or --thread's head) into DIR
 //	diff A B              compare the file manifests of checkpoints A and B
 //	cat CHECKPOINT PATH   write one file's verified bytes to standard output
+//	check                 check reference counts, heads, chains and blobs (--repair, --verify-blobs)
+//	gc                    retention (--keep N), the sweep of unused blobs (--older-than), repacking
+//	compact               rewrite the database file without its free pages
 //	help [COMMAND]        print the command list, or one command's help
 //
-// Every command but capture opens the store read-only; capture opens it for
-// writing, creating it if needed, and holds the thread's writer lease while
-// it runs. --db names the store directory (default $SBXDB_DIR, else .sbxdb
+// capture, gc, compact and check --repair open the store for writing
+// (capture creates it if needed; capture holds the thread's writer lease
+// while it runs); the other commands open it read-only. --db names the store directory (default $SBXDB_DIR, else .sbxdb
 // in the current directory); --json prints JSON instead of a table (cat has
 // no --json). Flags may also follow the arguments. A store that another
 // process holds is reported as busy, naming that process, after about a
@@ -103,7 +106,7 @@ type command struct {
 }
 
 // commands is the command table, in the order `sbxdb help` lists it.
-var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, captureCmd, restoreCmd, diffCmd, catCmd}
+var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd}
 
 // invocation is one run of a command: its common flags, the command's own
 // flags, and its output.
@@ -124,6 +127,16 @@ type invocation struct {
 	includes      stringList // --include
 	secretEnvs    stringList // --secret-env
 	allowEscaping bool       // --allow-escaping-symlinks
+
+	// The flags of check, gc and compact.
+	verifyBlobs     bool           // --verify-blobs
+	repair          bool           // --repair
+	keep            int            // --keep
+	olderThan       *time.Duration // --older-than; nil when not given
+	threads         stringList     // --thread (gc)
+	dryRun          bool           // --dry-run
+	repackThreshold float64        // --repack-threshold
+	verbose         bool           // -v
 }
 
 func main() {
@@ -221,7 +234,7 @@ func lookup(name string) *command {
 
 // printCommands writes the command list.
 func printCommands(w io.Writer) {
-	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store, captures workspaces into it and\nrestores them.\n\nusage: sbxdb <command> [--db DIR] [--json] [arguments]\n\ncommands:\n")
+	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store, captures workspaces into it,\nrestores them, checks the store and collects its garbage.\n\nusage: sbxdb <command> [--db DIR] [--json] [arguments]\n\ncommands:\n")
 	tw := table(w)
 	for _, c := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
@@ -294,18 +307,23 @@ func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
 // the store is busy, naming the holder, after lockTimeout.
 func (inv *invocation) openStore() (*engine.DB, error) {
 	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout})
-	if err == nil {
-		return db, nil
+	if err != nil {
+		return nil, openError(inv, err)
 	}
+	return db, nil
+}
+
+// openError words a failure to open the store.
+func openError(inv *invocation, err error) error {
 	switch {
 	case errors.Is(err, engine.ErrNoStore):
-		return nil, fmt.Errorf("no sbxdb store at %s", inv.dir)
+		return fmt.Errorf("no sbxdb store at %s", inv.dir)
 	case errors.Is(err, engine.ErrLocked):
 		// The engine says "…: DIR is held by another process (pid N)".
 		detail := strings.TrimPrefix(err.Error(), engine.ErrLocked.Error()+": "+inv.dir+" is ")
-		return nil, fmt.Errorf("store %s is busy: %s", inv.dir, detail)
+		return fmt.Errorf("store %s is busy: %s", inv.dir, detail)
 	}
-	return nil, err
+	return err
 }
 
 // message renders err as one line. Engine errors carry "sbxdb: " prefixes

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/engine"
+)
+
+// The maintenance commands: check (fsck), gc and compact.
+
+var checkCmd = &command{
+	name:       "check",
+	flagsUsage: "[--verify-blobs] [--repair]",
+	summary:    "Check the store's consistency: reference counts, heads, chains and blobs",
+	detail: `Recomputes every blob key's reference count from the checkpoints and
+compares it with the stored count; checks that the thread index and the
+checkpoint records agree, that every head names a checkpoint of its thread,
+that every referenced blob is stored, and that the blob index matches its
+files. With --verify-blobs every blob is read back and checked against its
+key (sha256) and size. Problems are errors; a parent pruned by retention
+(dangling parent) and a checkpoint no head chain reaches are warnings.
+
+--repair rewrites the reference counts from the checkpoints (opening the
+store for writing); nothing else is changed. Exit status 0 when no errors
+were found, 1 otherwise. With --json: {threads, checkpoints, blobKeys, blobs,
+verified, repaired, findings: [{severity, kind, subject, detail}]}.`,
+	flags: func(fset *flag.FlagSet, inv *invocation) {
+		fset.BoolVar(&inv.verifyBlobs, "verify-blobs", false, "read every blob back and check it against its key")
+		fset.BoolVar(&inv.repair, "repair", false, "rewrite the reference counts from the checkpoints")
+	},
+	check: func(inv *invocation, args []string) error {
+		inv.writes = inv.repair
+		return checkCount(args, 0, "")
+	},
+	run: runCheck,
+}
+
+func runCheck(inv *invocation, _ []string) error {
+	db, err := inv.openStore()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	opts := engine.CheckStoreOptions{VerifyBlobs: inv.verifyBlobs, Repair: inv.repair}
+	if inv.progress && inv.verifyBlobs {
+		width := 0
+		opts.Progress = func(done, total int) {
+			line := fmt.Sprintf("verifying blobs %d/%d", done, total)
+			fmt.Fprintf(inv.errOut, "\r%s", line)
+			width = len(line)
+		}
+		defer func() {
+			if width > 0 {
+				fmt.Fprintf(inv.errOut, "\r%s\r", strings.Repeat(" ", width))
+			}
+		}()
+	}
+	rep, err := db.Check(inv.ctx, opts)
+	if err != nil {
+		return err
+	}
+	if inv.json {
+		if err := writeJSON(inv.out, rep); err != nil {
+			return err
+		}
+	} else {
+		tw := table(inv.out)
+		for _, f := range rep.Findings {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Severity, f.Kind, cell(f.Subject), f.Detail)
+		}
+		tw.Flush()
+		errs := len(rep.Findings) - warnings(rep)
+		verified := ""
+		if rep.Verified {
+			verified = ", every blob read back"
+		}
+		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored%s: %s, %s\n",
+			count(rep.Threads, "thread"), count(rep.Checkpoints, "checkpoint"), count(rep.BlobKeys, "blob key"),
+			count(rep.Blobs, "blob"), verified, count(errs, "error"), count(warnings(rep), "warning"))
+		if rep.Repaired > 0 {
+			fmt.Fprintf(inv.out, "repaired: rewrote the counts of %s\n", count(rep.Repaired, "blob key"))
+		}
+	}
+	if !rep.Clean() {
+		if rep.Repaired > 0 && onlyKind(rep, engine.FindingRefCount) {
+			return nil // what was wrong is repaired
+		}
+		return errors.New("the store has problems (see above)")
+	}
+	return nil
+}
+
+func warnings(rep *engine.CheckReport) int {
+	n := 0
+	for _, f := range rep.Findings {
+		if f.Severity == engine.SeverityWarning {
+			n++
+		}
+	}
+	return n
+}
+
+// onlyKind reports whether every error of rep is of kind.
+func onlyKind(rep *engine.CheckReport, kind string) bool {
+	return !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
+		return f.Severity == engine.SeverityError && f.Kind != kind
+	})
+}
+
+var gcCmd = &command{
+	name:       "gc",
+	writes:     true,
+	flagsUsage: "--older-than DURATION [--keep N] [--thread THREAD]... [--dry-run] [-v]",
+	summary:    "Delete old checkpoints and unused blobs, and give their space back",
+	detail: `Three steps. Retention (with --keep N): on every thread (or each --thread),
+keep the newest N checkpoints of the head chain, the head included, and
+delete the rest of the thread; a thread whose writer lease another writer
+holds is skipped and named. The sweep: delete every blob no checkpoint uses
+that was last uploaded or used more than --older-than ago (required: say 24h,
+longer than your longest capture; 0 deletes unused blobs of any age, which
+is safe against captures in this process but not against a host that
+uploaded blobs it has yet to name). The sweep refuses to run when a
+referenced blob is missing (run sbxdb check). Repacking: pack files whose
+dead share reaches --repack-threshold are rewritten without it.
+
+Prints the checkpoints deleted per thread, the blobs deleted and the bytes
+given back (-v lists every blob key). --dry-run changes nothing and prints
+what would be deleted (its sweep counts the references retention would
+drop; it does not estimate repacking). With --json: {retention: {deleted,
+busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
+before, after}, before, after}.`,
+	flags: func(fset *flag.FlagSet, inv *invocation) {
+		fset.IntVar(&inv.keep, "keep", 0, "keep the newest `N` checkpoints of each thread (0: no retention)")
+		fset.Func("older-than", "delete unused blobs older than `DURATION` (required; e.g. 24h, 90m, 0)", func(s string) error {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return err
+			}
+			if d < 0 {
+				return fmt.Errorf("negative duration %s", s)
+			}
+			inv.olderThan = &d
+			return nil
+		})
+		fset.Var(&inv.threads, "thread", "apply retention to `THREAD` only (repeatable)")
+		fset.BoolVar(&inv.dryRun, "dry-run", false, "change nothing; print what would be deleted")
+		fset.Float64Var(&inv.repackThreshold, "repack-threshold", cas.DefaultRepackThreshold, "rewrite packs whose dead share is at least `FRACTION`")
+		fset.BoolVar(&inv.verbose, "v", false, "list every deleted blob key")
+	},
+	check: func(inv *invocation, args []string) error {
+		switch {
+		case inv.olderThan == nil:
+			return errors.New("--older-than is required (for example 24h: longer than your longest capture)")
+		case inv.keep < 0:
+			return fmt.Errorf("--keep %d: must be 0 (no retention) or more", inv.keep)
+		case len(inv.threads) > 0 && inv.keep == 0:
+			return errors.New("--thread limits retention: give --keep too")
+		case !(inv.repackThreshold > 0 && inv.repackThreshold <= 1):
+			return fmt.Errorf("--repack-threshold %v: must be above 0 and at most 1", inv.repackThreshold)
+		}
+		if inv.dryRun {
+			inv.writes = false
+		}
+		return checkCount(args, 0, "")
+	},
+	run: runGC,
+}
+
+func runGC(inv *invocation, _ []string) error {
+	db, err := inv.openStore()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := db.GC(inv.ctx, engine.GCOptions{
+		Keep:            inv.keep,
+		Threads:         inv.threads,
+		OlderThan:       *inv.olderThan,
+		Immediate:       *inv.olderThan == 0,
+		RepackThreshold: inv.repackThreshold,
+		DryRun:          inv.dryRun,
+	})
+	if res != nil && (err == nil || inv.json) {
+		if inv.json {
+			if werr := writeJSON(inv.out, res); err == nil {
+				err = werr
+			}
+		} else {
+			printGC(inv, res)
+		}
+	}
+	return err
+}
+
+func printGC(inv *invocation, res *engine.GCResult) {
+	verb := "deleted"
+	if inv.dryRun {
+		verb = "would delete"
+	}
+	w := inv.out
+	if inv.keep > 0 {
+		n := 0
+		for _, t := range slices.Sorted(maps.Keys(res.Retention.Deleted)) {
+			ids := res.Retention.Deleted[t]
+			n += len(ids)
+			fmt.Fprintf(w, "thread %s: %s %s: %s\n", cell(t), verb, count(len(ids), "checkpoint"), strings.Join(ids, " "))
+		}
+		fmt.Fprintf(w, "retention: %s %s in %s", verb, count(n, "checkpoint"), count(len(res.Retention.Deleted), "thread"))
+		if len(res.Retention.Busy) > 0 {
+			fmt.Fprintf(w, "; skipped %s whose writer is busy: %s", count(len(res.Retention.Busy), "thread"), strings.Join(res.Retention.Busy, " "))
+		}
+		fmt.Fprintln(w)
+	}
+	if inv.verbose {
+		for _, k := range res.Sweep.Deleted {
+			fmt.Fprintf(w, "%s %s\n", verb, k)
+		}
+	}
+	s := res.Sweep
+	fmt.Fprintf(w, "sweep: examined %s, %d referenced; %s %s (%s)\n",
+		count(s.Examined, "blob"), s.Referenced, verb, count(len(s.Deleted), "blob"), size(s.Bytes))
+	if inv.dryRun {
+		return
+	}
+	r := res.Repack
+	fmt.Fprintf(w, "repack: rewrote %s, moving %s: %s → %s\n", count(r.Packs, "pack"), count(r.Blobs, "live blob"), size(r.Before), size(r.After))
+	for _, d := range r.Damaged {
+		fmt.Fprintf(w, "repack: left a damaged pack alone: %s\n", d)
+	}
+	before, after := res.Before.PackBytes+res.Before.LargeBytes, res.After.PackBytes+res.After.LargeBytes
+	fmt.Fprintf(w, "blobs on disk: %s → %s, %s given back\n", size(before), size(after), size(before-after))
+}
+
+var compactCmd = &command{
+	name:    "compact",
+	writes:  true,
+	summary: "Rewrite the database file without its free pages",
+	detail: `bbolt files never shrink: pages freed by deleted checkpoints are reused but
+never given back. compact copies the database into a new file and renames it
+over the old one (a crash leaves one or the other, whole), then prints the
+sizes before and after. Run it after a gc that deleted much; it needs the
+store to itself. With --json: {before, after}.`,
+	run: runCompact,
+}
+
+func runCompact(inv *invocation, _ []string) error {
+	if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
+		return openError(inv, engine.ErrNoStore)
+	}
+	before, after, err := engine.Compact(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout})
+	if err != nil {
+		return openError(inv, err)
+	}
+	if inv.json {
+		return writeJSON(inv.out, struct {
+			Before int64 `json:"before"`
+			After  int64 `json:"after"`
+		}{before, after})
+	}
+	saved := 0.0
+	if before > 0 {
+		saved = 100 * float64(before-after) / float64(before)
+	}
+	_, err = fmt.Fprintf(inv.out, "compacted %s: %s → %s (%.0f%% smaller)\n", inv.dir, size(before), size(after), saved)
+	return err
+}

@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// compactTxSize bounds each transaction of the copy, so compacting a large
+// file does not hold all of it in dirty pages at once.
+const compactTxSize = 64 << 20
+
+// Compact rewrites the store's bbolt file without its free pages and
+// returns its size before and after. bbolt never shrinks a file: pages
+// freed by deletes are reused, never returned. The store must not be open
+// elsewhere; Compact opens it as Open does (waiting opts.LockTimeout for
+// another holder), copies every bucket, key and sequence into a new file,
+// makes that durable, and renames it over the old one, so a crash at any
+// point leaves either the old file or the new one, whole.
+func Compact(ctx context.Context, dir string, opts *Options) (before, after int64, err error) {
+	if opts != nil && opts.ReadOnly {
+		return 0, 0, ErrReadOnly
+	}
+	db, err := Open(dir, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	path := filepath.Join(dir, DBFile)
+	tmp := path + ".compact"
+	os.Remove(tmp) // left by a compaction that crashed
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	before = st.Size()
+	dst, err := bolt.Open(tmp, 0o644, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType, NoSync: db.opts.NoSync})
+	if err != nil {
+		return 0, 0, err
+	}
+	err = bolt.Compact(dst, db.bolt, compactTxSize)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && !db.opts.NoSync {
+		err = syncFile(tmp)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return before, 0, fmt.Errorf("compacting %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return before, 0, err
+	}
+	if !db.opts.NoSync {
+		if err := syncFile(dir); err != nil {
+			return before, 0, err
+		}
+	}
+	if st, err = os.Stat(path); err != nil {
+		return before, 0, err
+	}
+	return before, st.Size(), nil
+}
+
+// syncFile fsyncs a file or directory by name.
+func syncFile(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
