@@ -136,18 +136,21 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 				return err
 			}
 		}
-		idx := tx.Bucket(bucketIndex)
+		dead := map[uint64]uint64{} // pack → bytes that became dead
+		// keys are sorted: one cursor walks the index forward.
+		c := tx.Bucket(bucketIndex).Cursor()
 		for _, key := range keys {
 			ns, sum, err := ParseKey(key)
 			if err != nil {
 				continue
 			}
-			e, ok, err := lookup(tx, key)
-			if err != nil {
-				return err
-			}
-			if !ok {
+			k, v := c.Seek([]byte(key))
+			if k == nil || string(k) != key {
 				continue
+			}
+			e, err := decodeEntry(key, v)
+			if err != nil {
+				return corrupt(key, "index entry: "+err.Error())
 			}
 			if u, err := used(key); u || err != nil {
 				if err != nil {
@@ -159,15 +162,20 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 				continue
 			}
 			marked = append(marked, key)
-			if err := idx.Delete([]byte(key)); err != nil {
+			if err := c.Delete(); err != nil {
 				return err
 			}
 			if e.where == whereLarge {
 				files = append(files, largeFile{key, largePath(ns, sum)})
-			} else if err := addDead(tx, e.pack, headerSize+e.stored); err != nil {
-				return err
+			} else {
+				dead[e.pack] += headerSize + e.stored
 			}
 			deleted = append(deleted, key)
+		}
+		for pack, n := range dead {
+			if err := addDead(tx, pack, n); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

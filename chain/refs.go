@@ -3,7 +3,6 @@ package chain
 import (
 	"encoding/binary"
 	"slices"
-	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -144,30 +143,41 @@ func (rc *RefCounter) Referenced(key string) (bool, error) {
 	return n > 0, err
 }
 
-// All returns every key with a count above 0, in UTF-8 byte order.
+// All returns every key with a count above 0, in UTF-8 byte order. It
+// merges the folded counts (a cursor scan, already in key order) with the
+// sorted pending ones, so its cost is one pass over each.
 func (rc *RefCounter) All() ([]BlobRef, error) {
 	if err := rc.loadPending(); err != nil {
 		return nil, err
 	}
-	refs := []BlobRef{}
-	err := bucket(rc.tx, BucketRefs).ForEach(func(k, v []byte) error {
+	pending := make([]string, 0, len(rc.pending))
+	for k := range rc.pending {
+		pending = append(pending, k)
+	}
+	slices.Sort(pending)
+	b := bucket(rc.tx, BucketRefs)
+	// The bucket's sequence counts its keys (AddRef keeps it): a capacity
+	// hint that spares a million-key scan its slice regrowths.
+	refs := make([]BlobRef, 0, min(b.Sequence(), 1<<26)+uint64(len(pending)))
+	j := 0
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		n, err := decodeCount(k, v)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		refs = append(refs, BlobRef{Key: string(k), References: n + rc.pending[string(k)]})
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	folded := refs[:len(refs):len(refs)] // sorted (bbolt order); appends below go past it
-	for k, n := range rc.pending {       // keys not folded in yet
-		if _, ok := slices.BinarySearchFunc(folded, k, func(r BlobRef, k string) int { return strings.Compare(r.Key, k) }); !ok {
-			refs = append(refs, BlobRef{Key: k, References: n})
+		for ; j < len(pending) && pending[j] < string(k); j++ {
+			refs = append(refs, BlobRef{Key: pending[j], References: rc.pending[pending[j]]})
 		}
+		if j < len(pending) && pending[j] == string(k) {
+			n += rc.pending[pending[j]]
+			j++
+		}
+		refs = append(refs, BlobRef{Key: string(k), References: n})
 	}
-	slices.SortFunc(refs, func(a, b BlobRef) int { return strings.Compare(a.Key, b.Key) })
+	for ; j < len(pending); j++ {
+		refs = append(refs, BlobRef{Key: pending[j], References: rc.pending[pending[j]]})
+	}
 	return refs, nil
 }
 
@@ -180,15 +190,28 @@ func References(tx *bolt.Tx) ([]BlobRef, error) { return NewRefCounter(tx).All()
 func RefCount(tx *bolt.Tx, key string) (int64, error) { return NewRefCounter(tx).Count(key) }
 
 // AddRef adds delta to the folded count of key, deleting the key when it
-// reaches 0. It does not look at pending checkpoints.
+// reaches 0. It does not look at pending checkpoints. The bucket's sequence
+// counts its keys, as a capacity hint for All (a hint only: stores written
+// before it was kept start at 0).
 func AddRef(tx *bolt.Tx, key string, delta int64) error {
-	n, err := decodeCount([]byte(key), bucket(tx, BucketRefs).Get([]byte(key)))
+	b := bucket(tx, BucketRefs)
+	old, err := decodeCount([]byte(key), b.Get([]byte(key)))
 	if err != nil {
 		return err
 	}
-	n += delta
+	n := old + delta
 	if n <= 0 {
-		return bucket(tx, BucketRefs).Delete([]byte(key))
+		if old > 0 && b.Sequence() > 0 {
+			if err := b.SetSequence(b.Sequence() - 1); err != nil {
+				return err
+			}
+		}
+		return b.Delete([]byte(key))
+	}
+	if old == 0 {
+		if err := b.SetSequence(b.Sequence() + 1); err != nil {
+			return err
+		}
 	}
 	return put(tx, BucketRefs, []byte(key), binary.AppendUvarint(nil, uint64(n)))
 }
@@ -207,4 +230,73 @@ func decodeCount(key, v []byte) (int64, error) {
 		return 0, corrupt(BucketRefs, key, "bad count")
 	}
 	return int64(n), nil
+}
+
+// PendingCache remembers the distinct blob keys of pending checkpoints
+// across transactions, for a caller that runs many in a row (the sweep
+// deletes in groups, one transaction each, and must count references in
+// each). Without it, every transaction would decode every pending
+// checkpoint again; folding them instead would make the first group pay
+// for all the folding appends would otherwise do. A checkpoint is known by
+// its id and the checksum of its stored record, so an id deleted and reused
+// is decoded again. Not safe for concurrent use.
+type PendingCache struct {
+	keys   map[string]pendingKeys // by checkpoint id
+	counts map[string]int64       // summed over keys, for the set in keys
+}
+
+type pendingKeys struct {
+	sum  uint64 // the record's seal checksum
+	keys []string
+}
+
+// Counter returns a RefCounter for tx that takes the pending counts from
+// the cache, decoding only checkpoints it has not seen.
+func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
+	if pc.keys == nil {
+		pc.keys = map[string]pendingKeys{}
+	}
+	changed := false
+	seen := 0
+	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
+		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
+			return err
+		}
+		seen++
+		rec := bucket(tx, BucketCheckpoints).Get(k)
+		if len(rec) < sealSize {
+			return corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		}
+		s := binary.LittleEndian.Uint64(rec[len(rec)-8:])
+		if c, ok := pc.keys[string(k)]; ok && c.sum == s {
+			return nil
+		}
+		cp, err := GetCheckpoint(tx, string(k))
+		if err != nil {
+			return err
+		}
+		pc.keys[string(k)] = pendingKeys{sum: s, keys: cp.BlobKeys()}
+		changed = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if seen != len(pc.keys) { // some are pending no more
+		for id := range pc.keys {
+			if bucket(tx, BucketPendingRefs).Get([]byte(id)) == nil {
+				delete(pc.keys, id)
+			}
+		}
+		changed = true
+	}
+	if changed || pc.counts == nil {
+		pc.counts = map[string]int64{}
+		for _, p := range pc.keys {
+			for _, k := range p.keys {
+				pc.counts[k]++
+			}
+		}
+	}
+	return &RefCounter{tx: tx, pending: pc.counts}, nil
 }

@@ -72,6 +72,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 	stored := map[string]*Checkpoint{}
 	folds := 0
 	var history []string
+	var cache PendingCache // lives across transactions, as in a sweep
 	for step := range 3000 {
 		err := db.Update(func(tx *bolt.Tx) error {
 			id := fmt.Sprintf("c%d", rng.IntN(40))
@@ -114,7 +115,19 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			for _, r := range want {
 				wantN[r.Key] = r.References
 			}
+			cached, err := cache.Counter(tx)
+			if err != nil {
+				return err
+			}
+			n := 0
+			tx.Bucket(BucketRefs).ForEach(func(_, _ []byte) error { n++; return nil })
+			if uint64(n) != tx.Bucket(BucketRefs).Sequence() {
+				return fmt.Errorf("refs bucket holds %d keys, its sequence says %d", n, tx.Bucket(BucketRefs).Sequence())
+			}
 			for _, key := range poolKeys {
+				if n, err := cached.Count(key); err != nil || n != wantN[key] {
+					return fmt.Errorf("cached Count(%s) = %d, %v; recount %d", key, n, err, wantN[key])
+				}
 				n, err := NewRefCounter(tx).Count(key)
 				if err != nil || n != wantN[key] {
 					return fmt.Errorf("Count(%s) = %d, %v; recount %d", key, n, err, wantN[key])

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"runtime/debug"
+	"time"
 
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,8 @@ type committer struct {
 	db      *DB
 	queue   chan *writeReq
 	batches atomic.Int64 // shared transactions committed, for tests and stats
+	txs     atomic.Int64 // write transactions run, committed or not
+	held    atomic.Int64 // nanoseconds spent inside them (bbolt's write lock)
 
 	mu     sync.RWMutex // held for reading while enqueueing; close takes it
 	closed bool
@@ -150,7 +153,31 @@ func (c *committer) foldIfDue(tx *bolt.Tx) error {
 func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 	defer recoverCorrupt(&err, c.db.dir)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	start := time.Now()
+	defer func() {
+		c.txs.Add(1)
+		c.held.Add(int64(time.Since(start)))
+	}()
 	return c.db.bolt.Update(fn)
+}
+
+// WriteStats counts the write transactions of a DB since Open.
+type WriteStats struct {
+	// Transactions run (committed or rolled back), each holding bbolt's
+	// single write lock.
+	Transactions int64
+	// Held is the total time they held it, commit and fsync included: the
+	// time every other writer of the store had to wait.
+	Held time.Duration
+}
+
+// WriteStats returns the write transactions run since Open; the zero value
+// for a read-only store.
+func (db *DB) WriteStats() WriteStats {
+	if db.c == nil {
+		return WriteStats{}
+	}
+	return WriteStats{Transactions: db.c.txs.Load(), Held: time.Duration(db.c.held.Load())}
 }
 
 // close fails every later write with ErrClosed, lets queued writes finish

@@ -46,7 +46,7 @@ func (db *DB) Sweep(ctx context.Context, opts SweepOptions) (gc.SweepResult, err
 	defer db.gcMu.Unlock()
 	return gc.Sweep(ctx, gc.SweepInput{
 		References: checkedRefs{db: db},
-		Blobs:      sweepBlobs{db},
+		Blobs:      &sweepBlobs{db: db},
 		OlderThan:  opts.OlderThan,
 		Immediate:  opts.Immediate,
 		Now:        db.opts.Now,
@@ -95,32 +95,40 @@ func (r checkedRefs) BlobReferences(ctx context.Context) ([]chain.BlobRef, error
 
 // sweepBlobs is the blob store as the sweep sees it: DeleteKeys deletes in
 // one group-commit transaction per group, re-checking each key there.
-type sweepBlobs struct{ db *DB }
+type sweepBlobs struct {
+	db      *DB
+	pending chain.PendingCache // one sweep's transactions run one at a time
+	warm    bool
+}
 
-func (b sweepBlobs) List(ctx context.Context, prefix string) ([]cas.Info, error) {
+func (b *sweepBlobs) List(ctx context.Context, prefix string) ([]cas.Info, error) {
 	return b.db.blobs.List(ctx, prefix)
 }
 
-func (b sweepBlobs) Delete(ctx context.Context, key string) error {
+func (b *sweepBlobs) Delete(ctx context.Context, key string) error {
 	_, err := b.DeleteKeys(ctx, []string{key})
 	return err
 }
 
-func (b sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, error) {
-	return b.db.blobs.DeleteUnused(ctx, keys, referenced)
-}
-
-// referenced is the sweep's per-key test inside its delete transaction. It
-// folds pending references first, so each key costs one lookup instead of
-// decoding every pending checkpoint.
-func referenced(tx *bolt.Tx) (func(string) (bool, error), error) {
-	if chain.PendingRefs(tx) > 0 {
-		if err := chain.FoldRefs(tx); err != nil {
+// DeleteKeys deletes keys whose count is 0 at the moment of deletion. The
+// count is read in the delete transaction itself, the pending part from a
+// cache that decodes each pending checkpoint once per sweep.
+func (b *sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, error) {
+	if !b.warm {
+		// Decode the pending checkpoints in a read transaction, outside
+		// the write lock; the write transactions then find them cached.
+		b.warm = true
+		if err := b.db.view(func(tx *bolt.Tx) error { _, err := b.pending.Counter(tx); return err }); err != nil {
 			return nil, err
 		}
 	}
-	rc := chain.NewRefCounter(tx)
-	return rc.Referenced, nil
+	return b.db.blobs.DeleteUnused(ctx, keys, func(tx *bolt.Tx) (func(string) (bool, error), error) {
+		rc, err := b.pending.Counter(tx)
+		if err != nil {
+			return nil, err
+		}
+		return rc.Referenced, nil
+	})
 }
 
 // Repack rewrites the blob packs whose dead share is at least threshold
@@ -189,7 +197,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		db.gcMu.Lock()
 		defer db.gcMu.Unlock()
 		res.Sweep, err = gc.Sweep(ctx, gc.SweepInput{
-			References: checkedRefs{db: db, without: without}, Blobs: sweepBlobs{db},
+			References: checkedRefs{db: db, without: without}, Blobs: &sweepBlobs{db: db},
 			OlderThan: opts.OlderThan, Immediate: opts.Immediate, Now: db.opts.Now, DryRun: true,
 		})
 		res.After = res.Before
