@@ -56,13 +56,16 @@ func (f Finding) String() string {
 
 // CheckReport is what Check found.
 type CheckReport struct {
-	Threads     int       `json:"threads"`
-	Checkpoints int       `json:"checkpoints"`
-	BlobKeys    int       `json:"blobKeys"` // distinct keys referenced
-	Blobs       int       `json:"blobs"`    // blobs stored
-	Verified    bool      `json:"verified"` // every blob was read back
-	Repaired    int       `json:"repaired"` // counts rewritten by Repair
-	Findings    []Finding `json:"findings"`
+	Threads     int `json:"threads"`
+	Checkpoints int `json:"checkpoints"`
+	BlobKeys    int `json:"blobKeys"` // distinct keys referenced
+	Blobs       int `json:"blobs"`    // blobs stored
+	// Unreferenced counts stored blobs no checkpoint names: what a sweep
+	// deletes once they are older than its window. Not a problem.
+	Unreferenced int       `json:"unreferenced"`
+	Verified     bool      `json:"verified"` // every blob was read back
+	Repaired     int       `json:"repaired"` // counts rewritten by Repair
+	Findings     []Finding `json:"findings"`
 }
 
 // Clean reports whether the check found no errors (warnings allowed).
@@ -111,9 +114,12 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	for _, k := range missing {
 		add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored", recount[k])
 	}
-	if u, err := db.blobs.Usage(ctx); err == nil {
-		r.Blobs = u.Blobs
+	u, err := db.blobs.Usage(ctx)
+	if err != nil {
+		return nil, err
 	}
+	r.Blobs = u.Blobs
+	r.Unreferenced = u.Blobs - (len(recount) - len(missing))
 	err = db.blobs.Check(ctx, opts.VerifyBlobs, opts.Progress, func(key string, err error) {
 		add(SeverityError, FindingBlob, key, "%v", err)
 	})

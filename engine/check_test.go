@@ -42,6 +42,9 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{})
+	if rep.Unreferenced != 2 { // a.txt's first two versions
+		t.Fatalf("unreferenced after retention = %d, want 2", rep.Unreferenced)
+	}
 	if d := findings(rep, engine.FindingDanglingParent); !rep.Clean() || len(d) != 1 || d[0].Subject != ids[2] {
 		t.Fatalf("after retention: %+v", rep.Findings)
 	}

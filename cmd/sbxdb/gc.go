@@ -31,8 +31,10 @@ key (sha256) and size. Problems are errors; a parent pruned by retention
 
 --repair rewrites the reference counts from the checkpoints (opening the
 store for writing); nothing else is changed. Exit status 0 when no errors
-were found, 1 otherwise. With --json: {threads, checkpoints, blobKeys, blobs,
-verified, repaired, findings: [{severity, kind, subject, detail}]}.`,
+were found, 1 otherwise. Unreferenced blobs are not a problem: gc deletes
+them once they are older than its --older-than. With --json: {threads,
+checkpoints, blobKeys, blobs, unreferenced, verified, repaired, findings:
+[{severity, kind, subject, detail}]}.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.BoolVar(&inv.verifyBlobs, "verify-blobs", false, "read every blob back and check it against its key")
 		fset.BoolVar(&inv.repair, "repair", false, "rewrite the reference counts from the checkpoints")
@@ -83,9 +85,9 @@ func runCheck(inv *invocation, _ []string) error {
 		if rep.Verified {
 			verified = ", every blob read back"
 		}
-		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored%s: %s, %s\n",
+		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored (%d unreferenced)%s: %s, %s\n",
 			count(rep.Threads, "thread"), count(rep.Checkpoints, "checkpoint"), count(rep.BlobKeys, "blob key"),
-			count(rep.Blobs, "blob"), verified, count(errs, "error"), count(warnings(rep), "warning"))
+			count(rep.Blobs, "blob"), rep.Unreferenced, verified, count(errs, "error"), count(warnings(rep), "warning"))
 		if rep.Repaired > 0 {
 			fmt.Fprintf(inv.out, "repaired: rewrote the counts of %s\n", count(rep.Repaired, "blob key"))
 		}

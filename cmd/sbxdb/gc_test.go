@@ -25,7 +25,7 @@ func versions(t *testing.T, n int) string {
 func TestCheckCommand(t *testing.T) {
 	store := versions(t, 3)
 	out := ok(t, "check", "--db", store, "--verify-blobs")
-	wantMatch(t, out, `^1 thread, 3 checkpoints, 4 blob keys referenced, 4 blobs stored, every blob read back: 0 errors, 0 warnings\n$`)
+	wantMatch(t, out, `^1 thread, 3 checkpoints, 4 blob keys referenced, 4 blobs stored \(0 unreferenced\), every blob read back: 0 errors, 0 warnings\n$`)
 
 	// A damaged pack is an error, and exit status 1.
 	packs, _ := filepath.Glob(filepath.Join(store, "blobs", "packs", "*.pack"))
