@@ -2,7 +2,6 @@ package cas
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -30,34 +29,20 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	var items []item
 	packs := map[uint64]packStats{}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketPacks); b != nil {
-			b.ForEach(func(k, v []byte) error {
-				st, err := decodePackStats(v)
-				if err != nil || len(k) != 8 {
-					report("", fmt.Errorf("%w: pack stats %x do not decode", ErrCorrupt, k))
-					return nil
-				}
-				packs[binary.BigEndian.Uint64(k)] = st
-				return nil
-			})
-		}
-		b := tx.Bucket(bucketIndex)
-		if b == nil {
-			return nil
-		}
-		n := 0
-		return b.ForEach(func(k, v []byte) error {
-			if n++; n%4096 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			e, err := decodeEntry(string(k), v)
+		forEachPack(tx, func(id uint64, st packStats, err error) error {
 			if err != nil {
-				report(string(k), corrupt(string(k), "index entry does not decode"))
-				return nil
+				report("", err)
+			} else {
+				packs[id] = st
 			}
-			items = append(items, item{string(k), e})
+			return nil
+		})
+		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
+			if err != nil {
+				report(key, err)
+			} else {
+				items = append(items, item{key, *e})
+			}
 			return nil
 		})
 	})

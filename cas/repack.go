@@ -62,7 +62,10 @@ type Usage struct {
 func (s *Store) Usage(ctx context.Context) (Usage, error) {
 	var u Usage
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if err := forEachPack(tx, func(id uint64, st packStats) error {
+		if err := forEachPack(tx, func(id uint64, st packStats, err error) error {
+			if err != nil {
+				return err
+			}
 			u.Packs++
 			u.PackBytes += int64(st.total)
 			u.DeadBytes += int64(st.dead)
@@ -70,7 +73,10 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 		}); err != nil {
 			return err
 		}
-		return forEachEntry(ctx, tx, func(key string, e *entry) error {
+		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
+			if err != nil {
+				return err
+			}
 			u.Blobs++
 			u.RawBytes += int64(e.raw)
 			if e.where == whereLarge {
@@ -106,7 +112,10 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	old := map[uint64]packStats{}
 	var moves []move
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if err := forEachPack(tx, func(id uint64, ps packStats) error {
+		if err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
+			if err != nil {
+				return err
+			}
 			if ps.dead > 0 && float64(ps.dead) >= threshold*float64(ps.total) {
 				old[id] = ps
 			}
@@ -114,7 +123,10 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		}); err != nil || len(old) == 0 {
 			return err
 		}
-		return forEachEntry(ctx, tx, func(key string, e *entry) error {
+		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
+			if err != nil {
+				return err
+			}
 			if _, ok := old[e.pack]; ok && e.where == wherePack {
 				moves = append(moves, move{key: key, from: *e})
 			}
@@ -284,7 +296,9 @@ func (s *Store) removeOrphanPacks() error {
 	})
 }
 
-func forEachPack(tx *bolt.Tx, fn func(id uint64, st packStats) error) error {
+// forEachPack decodes every pack's stats. A damaged record is passed to fn
+// as err (matching ErrCorrupt), for fn to return or to report.
+func forEachPack(tx *bolt.Tx, fn func(id uint64, st packStats, err error) error) error {
 	b := tx.Bucket(bucketPacks)
 	if b == nil {
 		return nil
@@ -292,14 +306,15 @@ func forEachPack(tx *bolt.Tx, fn func(id uint64, st packStats) error) error {
 	return b.ForEach(func(k, v []byte) error {
 		st, err := decodePackStats(v)
 		if err != nil || len(k) != 8 {
-			return fmt.Errorf("%w: pack stats %x: damaged", ErrCorrupt, k)
+			return fn(0, st, fmt.Errorf("%w: pack stats %x do not decode", ErrCorrupt, k))
 		}
-		return fn(binary.BigEndian.Uint64(k), st)
+		return fn(binary.BigEndian.Uint64(k), st, nil)
 	})
 }
 
-// forEachEntry decodes every index entry in key order.
-func forEachEntry(ctx context.Context, tx *bolt.Tx, fn func(key string, e *entry) error) error {
+// forEachEntry decodes every index entry in key order. A damaged entry is
+// passed to fn as err (matching ErrCorrupt), for fn to return or to report.
+func forEachEntry(ctx context.Context, tx *bolt.Tx, fn func(key string, e *entry, err error) error) error {
 	b := tx.Bucket(bucketIndex)
 	if b == nil {
 		return nil
@@ -313,8 +328,8 @@ func forEachEntry(ctx context.Context, tx *bolt.Tx, fn func(key string, e *entry
 		}
 		e, err := decodeEntry(string(k), v)
 		if err != nil {
-			return corrupt(string(k), "index entry: "+err.Error())
+			return fn(string(k), nil, corrupt(string(k), "index entry does not decode"))
 		}
-		return fn(string(k), &e)
+		return fn(string(k), &e, nil)
 	})
 }

@@ -1,0 +1,65 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func TestCheckFindsDamage(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	blobs := f.fill(t, 20, 11)
+	large := bytes.Repeat([]byte("a large blob of its own "), 250_000) // over MaxPacked: a file
+	f.s.Put(ctx, keyOf(Files, large), large)
+	check := func(deep bool) map[string]error {
+		found := map[string]error{}
+		if err := f.s.Check(ctx, deep, nil, func(key string, err error) {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%s: %v does not match ErrCorrupt", key, err)
+			}
+			found[key] = err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return found
+	}
+	if got := check(true); len(got) != 0 {
+		t.Fatalf("a sound store: %v", got)
+	}
+
+	var keys []string
+	for k := range blobs {
+		keys = append(keys, k)
+	}
+	// A damaged index entry, a large file gone, a flipped packed byte.
+	f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketIndex).Put([]byte(keys[0]), []byte("garbage!!")) })
+	ns, sum, _ := ParseKey(keyOf(Files, large))
+	os.Remove(filepath.Join(f.dir, "blobs", largePath(ns, sum)))
+	var e entry
+	f.db.View(func(tx *bolt.Tx) (err error) { e, _, err = lookup(tx, keys[1]); return err })
+	pack := filepath.Join(f.dir, "blobs", packPath(e.pack))
+	data, _ := os.ReadFile(pack)
+	data[e.offset+headerSize] ^= 0xff
+	os.WriteFile(pack, data, 0o644)
+
+	shallow := check(false)
+	if len(shallow) != 2 || shallow[keys[0]] == nil || shallow[keyOf(Files, large)] == nil {
+		t.Fatalf("shallow check found %v; want the damaged entry and the missing file", shallow)
+	}
+	deep := check(true)
+	if len(deep) != 3 || deep[keys[1]] == nil {
+		t.Fatalf("deep check found %v; want the flipped byte too", deep)
+	}
+
+	// A truncated pack is seen without reading blobs.
+	os.Truncate(pack, int64(e.offset))
+	if got := check(false); got[""] == nil {
+		t.Fatalf("truncated pack not reported: %v", got)
+	}
+}
