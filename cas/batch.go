@@ -124,16 +124,12 @@ func (b *Batch) known(ctx context.Context, key string) (bool, error) {
 	if inBatch || fresh {
 		return true, nil
 	}
-	// Pin before looking: a key that is not dying now cannot be deleted
-	// later without the lookup below seeing it gone (pins.go).
-	dying := false
-	b.s.pins.pin([]string{key}, func(int) { dying = true })
+	// Pin before looking: once pinned, the key cannot be deleted without
+	// the lookup below seeing it gone (pins.go).
+	b.s.pins.pin([]string{key})
 	b.mu.Lock()
 	b.held = append(b.held, key)
 	b.mu.Unlock()
-	if dying {
-		return false, nil
-	}
 	var ok bool
 	err := b.s.db.View(func(tx *bolt.Tx) (err error) {
 		_, ok, err = lookup(tx, key)
@@ -411,26 +407,8 @@ func (b *Batch) Pin(ctx context.Context, keys []string) (missing []string, err e
 	}
 	b.held = append(b.held, keys...)
 	b.mu.Unlock()
-	var dying []string
-	b.s.pins.pin(keys, func(i int) { dying = append(dying, keys[i]) })
-	rest := slices.Clone(keys)
-	if len(dying) > 0 {
-		gone := make(map[string]bool, len(dying))
-		for _, k := range dying {
-			gone[k] = true
-		}
-		rest = slices.DeleteFunc(rest, func(k string) bool { return gone[k] })
-	}
-	missing, err = b.s.Missing(ctx, rest)
-	if err != nil {
-		return nil, err
-	}
-	if len(dying) > 0 {
-		missing = append(missing, dying...)
-		slices.Sort(missing)
-		missing = slices.Compact(missing)
-	}
-	return missing, nil
+	b.s.pins.pin(keys)
+	return b.s.Missing(ctx, slices.Clone(keys))
 }
 
 // Close finishes the batch: if it was not committed, the files it wrote are

@@ -24,35 +24,42 @@ import (
 // The invariant that makes this race-free, with the index read in separate
 // transactions:
 //
-//	A key is marked dying, under mu, by the transaction that deletes it,
-//	before that transaction commits, and unmarked only after it has
-//	committed or rolled back. Marking happens only if the key is not
-//	pinned; pinning happens under the same mu.
+//	A key is marked dying, under mu, by the sweep that deletes it, before
+//	its transaction commits, and unmarked only after that transaction has
+//	committed or rolled back and the blob's file (a large blob) is
+//	removed. Marking happens only if the key is not pinned. Pinning a
+//	dying key waits, under the same mu, until it is unmarked.
 //
-// So when a batch pins key k and k is not dying at that moment, either no
-// sweep has decided to delete k (and none will while the pin lasts), or the
-// one that did has already committed, and every index read the batch makes
-// afterwards sees k gone. A key that is dying when pinned is treated as
-// missing: the batch writes it again.
+// So when a batch has pinned key k, either no sweep had decided to delete
+// k (and none will while the pin lasts), or the one that did had finished,
+// file and all, and every index read the batch makes afterwards sees k
+// gone: the batch writes the bytes again, and no late removal of the old
+// file can take its new copy.
 type pinSet struct {
 	mu    sync.Mutex
+	cond  sync.Cond // signalled when keys stop dying; L is &mu
 	count map[string]int32
 	dying map[string]struct{}
 }
 
-// pin pins keys (each once per call) and reports, per key, whether it is
-// dying.
-func (p *pinSet) pin(keys []string, dying func(i int)) {
+// pin pins keys, waiting for any that is dying to be deleted first.
+func (p *pinSet) pin(keys []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.count == nil {
 		p.count = map[string]int32{}
 	}
-	for i, k := range keys {
-		p.count[k]++
-		if _, d := p.dying[k]; d && dying != nil {
-			dying(i)
+	for _, k := range keys {
+		for {
+			if _, d := p.dying[k]; !d {
+				break
+			}
+			if p.cond.L == nil {
+				p.cond.L = &p.mu
+			}
+			p.cond.Wait()
 		}
+		p.count[k]++
 	}
 }
 
@@ -83,10 +90,16 @@ func (p *pinSet) markDying(key string) bool {
 }
 
 func (p *pinSet) unmarkDying(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, k := range keys {
 		delete(p.dying, k)
+	}
+	if p.cond.L != nil {
+		p.cond.Broadcast()
 	}
 }
 
@@ -110,7 +123,8 @@ type InUse func(tx *bolt.Tx) (func(key string) (bool, error), error)
 // re-checks each key at the moment of deletion. Keys that are not valid
 // blob keys are skipped. It returns the keys it deleted, sorted. A packed
 // blob's bytes become dead space in its pack (Repack reclaims it); a large
-// blob's file is removed after the transaction commits, outside it.
+// blob's file is removed after the transaction commits, outside it. A batch
+// that pins one of the keys meanwhile waits until it is all gone.
 func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([]string, error) {
 	if s.opts.ReadOnly {
 		return nil, ErrReadOnly
@@ -179,7 +193,9 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 		}
 		return nil
 	})
-	s.pins.unmarkDying(marked)
+	// The marks outlive the files: a batch that stores one of these keys
+	// again must not have its new file removed here (pins.go).
+	defer s.pins.unmarkDying(marked)
 	if err != nil {
 		return nil, err
 	}
