@@ -398,7 +398,8 @@ func (b *Batch) commit(ctx context.Context) error {
 
 // Pin pins keys the caller will rely on without adding their bytes (the
 // digests a stat cache vouches for) and returns those the store does not
-// hold, sorted: their bytes must be added. The pins last until Close.
+// hold, sorted: their bytes must be added. The pins last until Close. Keys
+// whose upload time is older than RefreshAfter are refreshed by Commit.
 func (b *Batch) Pin(ctx context.Context, keys []string) (missing []string, err error) {
 	b.mu.Lock()
 	if err := b.writable(); err != nil {
@@ -408,7 +409,17 @@ func (b *Batch) Pin(ctx context.Context, keys []string) (missing []string, err e
 	b.held = append(b.held, keys...)
 	b.mu.Unlock()
 	b.s.pins.pin(keys)
-	return b.s.Missing(ctx, slices.Clone(keys))
+	staleBefore := b.s.opts.Now().Add(-RefreshAfter).UnixMilli()
+	missing, stale, err := b.s.scan(ctx, slices.Clone(keys), staleBefore)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	for _, k := range stale {
+		b.refresh[k] = struct{}{}
+	}
+	b.mu.Unlock()
+	return missing, nil
 }
 
 // Close finishes the batch: if it was not committed, the files it wrote are

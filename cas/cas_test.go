@@ -551,3 +551,23 @@ func TestEmptyBatchCommitsNothing(t *testing.T) {
 		t.Fatalf("a batch of one blob committed %d transactions, want 1", after-before)
 	}
 }
+
+func TestHeadRefreshesAnOldUploadTime(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	data := []byte("headed, not put again")
+	key := keyOf(Files, data)
+	f.s.Put(ctx, key, data)
+	uploaded := f.clock
+	f.clock = f.clock.Add(RefreshAfter / 2)
+	if info, _ := f.s.Head(ctx, key); !info.Uploaded.Equal(uploaded) {
+		t.Fatalf("a recent upload time was rewritten: %v", info.Uploaded)
+	}
+	f.clock = f.clock.Add(RefreshAfter)
+	if info, _ := f.s.Head(ctx, key); !info.Uploaded.Equal(f.clock) {
+		t.Fatalf("Head of an old blob: uploaded %v, want refreshed to %v", info.Uploaded, f.clock)
+	}
+	if infos, _ := f.s.List(ctx, key); len(infos) != 1 || !infos[0].Uploaded.Equal(f.clock) {
+		t.Fatalf("the refresh was not stored: %v", infos)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -219,7 +220,10 @@ func (e *entry) info(key string) Info {
 }
 
 // Head returns what the index says of key, or an error matching ErrNotFound.
-// It reads no blob bytes.
+// It reads no blob bytes. Like a Put of bytes already stored, a Head of a
+// stored key is a dedup hit (SPEC §5.2: a host heads a key and skips the
+// upload): on a writable store, an upload time older than RefreshAfter is
+// refreshed, so a sweep's OlderThan window protects the blob.
 func (s *Store) Head(ctx context.Context, key string) (Info, error) {
 	if _, _, err := ParseKey(key); err != nil {
 		return Info{}, err
@@ -231,25 +235,56 @@ func (s *Store) Head(ctx context.Context, key string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	now := s.opts.Now().UnixMilli()
+	if !s.opts.ReadOnly && e.uploaded < now-RefreshAfter.Milliseconds() {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			cur, ok, err := lookup(tx, key)
+			if err != nil || !ok {
+				return err
+			}
+			cur.uploaded = now
+			e = cur
+			return tx.Bucket(bucketIndex).Put([]byte(key), cur.encode(key))
+		})
+		if err != nil {
+			return Info{}, err
+		}
+	}
 	return e.info(key), nil
 }
 
+const noStaleCheck = math.MinInt64
+
+// RefreshAfter is how old an upload time may get before a dedup hit that
+// does not write the blob (a Head, a capture's stat-cache hit) refreshes
+// it. Refreshing on every hit would rewrite a workspace's worth of index
+// entries on every unchanged capture; an hour keeps a blob in use younger
+// than any sensible sweep window (the CLI's example is 24 h).
+const RefreshAfter = time.Hour
+
 // Missing returns the keys of keys that the store does not hold, sorted, in
-// one read transaction. It sorts keys (in place) and walks the index with
-// one cursor, stepping forward when the next key is near and seeking when it
-// is far, so checking a workspace's worth of keys costs about one scan of
-// their part of the index rather than a root-to-leaf search per key.
+// one read transaction. It sorts keys (in place).
 func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
+	missing, _, err := s.scan(ctx, keys, noStaleCheck)
+	return missing, err
+}
+
+// scan sorts keys (in place) and walks the index with one cursor, stepping
+// forward when the next key is near and seeking when it is far, so checking
+// a workspace's worth of keys costs about one scan of their part of the
+// index rather than a root-to-leaf search per key. It returns the keys not
+// stored and, unless staleBefore is noStaleCheck, those stored with an
+// upload time before it (Unix ms).
+func (s *Store) scan(ctx context.Context, keys []string, staleBefore int64) (missing, stale []string, err error) {
 	slices.Sort(keys)
-	var missing []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIndex)
 		if b == nil {
 			missing = slices.Compact(slices.Clone(keys))
 			return nil
 		}
 		c := b.Cursor()
-		var k []byte
+		var k, v []byte
 		for i, key := range keys {
 			if i%4096 == 0 {
 				if err := ctx.Err(); err != nil {
@@ -265,18 +300,25 @@ func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
 					k = nil
 					break
 				}
-				k, _ = c.Next()
+				k, v = c.Next()
 			}
 			if k == nil || string(k) < key {
-				k, _ = c.Seek([]byte(key))
+				k, v = c.Seek([]byte(key))
 			}
 			if k == nil || string(k) != key {
 				missing = append(missing, key)
+				continue
+			}
+			if staleBefore != noStaleCheck {
+				// A damaged entry counts as stale: refreshing rewrites it.
+				if e, err := decodeEntry(key, v); err != nil || e.uploaded < staleBefore {
+					stale = append(stale, key)
+				}
 			}
 		}
 		return nil
 	})
-	return missing, err
+	return missing, stale, err
 }
 
 // List returns every blob whose key starts with prefix, in key byte order,
