@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -61,5 +62,40 @@ func TestCheckFindsDamage(t *testing.T) {
 	os.Truncate(pack, int64(e.offset))
 	if got := check(false); got[""] == nil {
 		t.Fatalf("truncated pack not reported: %v", got)
+	}
+}
+
+func TestRemoveOrphans(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	large := bytes.Repeat([]byte("an orphan once its entry is gone "), 200_000)
+	key := keyOf(Files, large)
+	f.s.Put(ctx, key, large)
+	// A crash between a delete's commit and its file's removal.
+	f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketIndex).Delete([]byte(key)) })
+	if n, err := f.s.Orphans(ctx); n != 1 || err != nil {
+		t.Fatalf("Orphans = %d, %v", n, err)
+	}
+	if n, _ := f.s.RemoveOrphans(ctx, time.Hour); n != 0 {
+		t.Fatal("a fresh orphan was removed inside the window")
+	}
+	b := f.s.NewBatch() // a batch relying on the key pins it
+	b.Pin(ctx, []string{key})
+	if n, _ := f.s.RemoveOrphans(ctx, 0); n != 0 {
+		t.Fatal("a pinned orphan was removed")
+	}
+	b.Close()
+	if n, err := f.s.RemoveOrphans(ctx, 0); n != 1 || err != nil {
+		t.Fatalf("RemoveOrphans = %d, %v", n, err)
+	}
+	if n, _ := f.s.Orphans(ctx); n != 0 {
+		t.Fatalf("%d orphans left", n)
+	}
+	// Stored again, it is whole.
+	if err := f.s.Put(ctx, key, large); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.s.Get(ctx, key); err != nil || !bytes.Equal(got, large) {
+		t.Fatalf("Get: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/gc"
+	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -146,9 +147,11 @@ func (db *DB) Repack(ctx context.Context, threshold float64) (cas.RepackStats, e
 
 // GCOptions configures DB.GC.
 type GCOptions struct {
-	// Keep is how many checkpoints of each thread's head chain to keep,
-	// the head included (gc.KeepNewest). 0 skips retention.
-	Keep int
+	// Retain runs retention: on each thread, keep the newest Keep
+	// checkpoints of its head chain, the head included, and delete the rest
+	// (gc.KeepNewest; Keep 0 acts as 1, SPEC §10 Q1).
+	Retain bool
+	Keep   int
 	// Threads limits retention to these threads; empty means all.
 	Threads []string
 	// OlderThan, Immediate: the sweep's window (SweepOptions).
@@ -168,29 +171,42 @@ type GCResult struct {
 	Retention gc.RetentionResult `json:"retention"`
 	Sweep     gc.SweepResult     `json:"sweep"`
 	Repack    cas.RepackStats    `json:"repack"`
+	// Orphans counts blob files a crash left behind, removed once older
+	// than OlderThan.
+	Orphans int `json:"orphans"`
 	// Blob store usage before and after.
 	Before cas.Usage `json:"before"`
 	After  cas.Usage `json:"after"`
 }
 
 // GC runs retention on every thread (or opts.Threads), then the sweep,
-// then repacking. Threads whose writer lease is held are skipped and listed
-// in Retention.Busy.
+// then repacking, then removes blob files a crash left behind. Threads whose
+// writer lease is held are skipped and listed in Retention.Busy. Nothing is
+// deleted when a referenced blob is missing.
 func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if db.c == nil && !opts.DryRun {
 		return nil, ErrReadOnly
 	}
-	if opts.Keep < 0 {
-		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be 0 (no retention) or more", opts.Keep)
+	if opts.Retain && (opts.Keep < 0 || opts.Keep > chain.MaxSafeInteger) {
+		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be an integer from 0 to 2^53−1", opts.Keep)
+	}
+	keep := 0 // no retention
+	if opts.Retain {
+		keep = max(opts.Keep, 1)
 	}
 	res := &GCResult{Retention: gc.RetentionResult{Deleted: map[string][]string{}}}
 	var err error
 	if res.Before, err = db.blobs.Usage(ctx); err != nil {
 		return nil, err
 	}
+	// Refuse before deleting anything, not after retention, when the sweep
+	// would refuse: a referenced blob is missing.
+	if _, err := (checkedRefs{db: db}).BlobReferences(ctx); err != nil {
+		return nil, err
+	}
 	sweep := SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate, DryRun: opts.DryRun}
 	if opts.DryRun {
-		without, err := db.planRetention(ctx, opts.Keep, opts.Threads, res, true)
+		without, err := db.planRetention(ctx, keep, opts.Threads, res, true)
 		if err != nil {
 			return nil, err
 		}
@@ -203,20 +219,22 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		res.After = res.Before
 		return res, err
 	}
-	if opts.Keep > 0 {
+	if keep > 0 {
 		// Only threads with something to delete take a lease: most threads
 		// of a large store have nothing, and each lease is a write.
 		var plan GCResult
 		plan.Retention.Deleted = map[string][]string{}
-		if _, err := db.planRetention(ctx, opts.Keep, opts.Threads, &plan, false); err != nil {
+		if _, err := db.planRetention(ctx, keep, opts.Threads, &plan, false); err != nil {
 			return res, err
 		}
-		if len(plan.Retention.Deleted) > 0 {
-			threads := slices.Sorted(maps.Keys(plan.Retention.Deleted))
-			if res.Retention, err = gc.KeepNewestAll(ctx, db, opts.Keep, threads...); err != nil {
+		threads := slices.Sorted(maps.Keys(plan.Retention.Deleted))
+		if len(threads) > 0 {
+			if res.Retention, err = gc.KeepNewestAll(ctx, db, keep, threads...); err != nil {
 				return res, err
 			}
 		}
+		res.Retention.Busy = append(res.Retention.Busy, plan.Retention.Busy...)
+		slices.Sort(res.Retention.Busy)
 	}
 	if res.Sweep, err = db.Sweep(ctx, sweep); err != nil {
 		return res, err
@@ -224,18 +242,23 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if res.Repack, err = db.Repack(ctx, opts.RepackThreshold); err != nil {
 		return res, err
 	}
+	if res.Orphans, err = db.blobs.RemoveOrphans(ctx, opts.OlderThan); err != nil {
+		return res, err
+	}
 	res.After, err = db.blobs.Usage(ctx)
 	return res, err
 }
 
 // planRetention fills res.Retention.Deleted with what retention would
-// delete. With refs, it also returns, per blob key, how many references
+// delete, and res.Retention.Busy with the threads a live writer holds (they
+// are left alone). With refs, it also returns, per blob key, how many references
 // that would drop (decoding those checkpoints; without, only ids are read).
 func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res *GCResult, refs bool) (map[string]int64, error) {
 	if keep == 0 {
 		return nil, nil
 	}
 	without := map[string]int64{}
+	now := db.opts.nowMs()
 	err := db.view(func(tx *bolt.Tx) error {
 		all := threads
 		if len(all) == 0 {
@@ -254,6 +277,13 @@ func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res
 			kept, err := keptSet(tx, t, keep)
 			if err != nil {
 				return err
+			}
+			if st, err := lease.Load(tx, t); err != nil {
+				return err
+			} else if st.Live(now) {
+				// A writer holds the thread: the run would skip it.
+				res.Retention.Busy = append(res.Retention.Busy, t)
+				continue
 			}
 			err = chain.ForEachInThread(tx, t, func(id string) error {
 				if _, ok := kept[id]; ok {

@@ -209,7 +209,7 @@ func TestGCReclaimsSpace(t *testing.T) {
 		ids = append(ids, f.capture(t, "th", ws).ID)
 	}
 	f.advance(48 * time.Hour)
-	opts := engine.GCOptions{Keep: 5, OlderThan: 24 * time.Hour}
+	opts := engine.GCOptions{Retain: true, Keep: 5, OlderThan: 24 * time.Hour}
 	dryOpts := opts
 	dryOpts.DryRun = true
 	before := dirBytes(t, filepath.Join(f.dir, "store"))
@@ -373,7 +373,7 @@ func TestGCStress(t *testing.T) {
 		defer close(collector)
 		r := rand.New(rand.NewPCG(7, 7))
 		for !done.Load() {
-			if _, err := f.db.GC(ctx, engine.GCOptions{Keep: 2, Immediate: true, RepackThreshold: 0.01}); err != nil {
+			if _, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 2, Immediate: true, RepackThreshold: 0.01}); err != nil {
 				errs <- fmt.Errorf("gc: %w", err)
 				return
 			}
@@ -417,7 +417,7 @@ func TestGCStress(t *testing.T) {
 	}
 	// One last collection, then every checkpoint left must restore.
 	f.advance(time.Second)
-	if _, err := f.db.GC(ctx, engine.GCOptions{Keep: 2, Immediate: true}); err != nil {
+	if _, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 2, Immediate: true}); err != nil {
 		t.Fatal(err)
 	}
 	left := 0
@@ -451,7 +451,7 @@ func TestCompact(t *testing.T) {
 		write(t, ws, "changing.txt", fmt.Appendf(nil, "version %d", i), 0o644)
 		f.capture(t, "th", ws)
 	}
-	if _, err := f.db.GC(ctx, engine.GCOptions{Keep: 2, OlderThan: time.Hour}); err != nil {
+	if _, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 2, OlderThan: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	wantList, _ := f.db.List(ctx, "th")

@@ -26,9 +26,14 @@ type Retainer interface {
 // which releases in finally); when only the release fails, the deleted ids are
 // returned with its error, since they are gone.
 //
-// A negative keep is an INVALID_ENTRY error before any lease is taken: taking
-// one would only block a capture for nothing.
+// An invalid thread id (INVALID_ID) or a negative keep (INVALID_ENTRY) is an
+// error before any lease is taken, in that order (SPEC §5.1): taking one would
+// only block a capture for nothing.
 func KeepNewest(ctx context.Context, s Retainer, threadID string, keep int) (deleted []string, err error) {
+	// SPEC §5.1's order: identifiers, then keep.
+	if err := chain.CheckID("threadId", threadID); err != nil {
+		return nil, err
+	}
 	if err := checkKeep(keep); err != nil {
 		return nil, err
 	}

@@ -266,3 +266,25 @@ func TestKeepNewestAll(t *testing.T) {
 		}
 	})
 }
+
+// SPEC §5.1's order: an invalid thread id is INVALID_ID even when keep is
+// invalid too, and no lease is taken for either.
+func TestKeepNewestCheckOrder(t *testing.T) {
+	r := &fakeRetainer{}
+	for _, tc := range []struct {
+		thread string
+		keep   int
+		code   string
+	}{
+		{"", -1, chain.CodeInvalidID},
+		{"nul\x00", 3, chain.CodeInvalidID},
+		{"t", -1, chain.CodeInvalidEntry},
+	} {
+		if _, err := KeepNewest(context.Background(), r, tc.thread, tc.keep); chain.Code(err) != tc.code {
+			t.Errorf("KeepNewest(%q, %d) = %v, want %s", tc.thread, tc.keep, err, tc.code)
+		}
+	}
+	if len(r.log) != 0 {
+		t.Fatalf("invalid input reached the store: %v", r.log)
+	}
+}

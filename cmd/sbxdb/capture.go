@@ -19,6 +19,7 @@ var captureCmd = &command{
 	args:       "DIR",
 	nargs:      1,
 	writes:     true,
+	creates:    true,
 	flagsUsage: "--thread THREAD [--id ID] [--label LABEL] [--exclude GLOB]... [--include GLOB]... [--secret-env NAME]...",
 	summary:    "Record the workspace DIR as a new checkpoint on the head of a thread",
 	detail: `capture opens the store for writing, creating it if it does not exist, and

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +68,7 @@ func runCheck(inv *invocation, _ []string) error {
 		}()
 	}
 	rep, err := db.Check(inv.ctx, opts)
-	if err != nil {
+	if err != nil && rep == nil {
 		return err
 	}
 	if inv.json {
@@ -88,9 +89,15 @@ func runCheck(inv *invocation, _ []string) error {
 		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored (%d unreferenced)%s: %s, %s\n",
 			count(rep.Threads, "thread"), count(rep.Checkpoints, "checkpoint"), count(rep.BlobKeys, "blob key"),
 			count(rep.Blobs, "blob"), rep.Unreferenced, verified, count(errs, "error"), count(warnings(rep), "warning"))
+		if rep.OrphanFiles > 0 {
+			fmt.Fprintf(inv.out, "%s left by a crash (gc removes them)\n", count(rep.OrphanFiles, "orphan blob file"))
+		}
 		if rep.Repaired > 0 {
 			fmt.Fprintf(inv.out, "repaired: rewrote the counts of %s\n", count(rep.Repaired, "blob key"))
 		}
+	}
+	if err != nil { // the repair failed; the report above says what was found
+		return err
 	}
 	if !rep.Clean() {
 		if rep.Repaired > 0 && onlyKind(rep, engine.FindingRefCount) {
@@ -121,18 +128,20 @@ func onlyKind(rep *engine.CheckReport, kind string) bool {
 var gcCmd = &command{
 	name:       "gc",
 	writes:     true,
-	flagsUsage: "--older-than DURATION [--keep N] [--thread THREAD]... [--dry-run] [-v]",
+	flagsUsage: "--older-than DURATION [--keep N] [--thread THREAD]... [--repack-threshold FRACTION] [--dry-run] [-v]",
 	summary:    "Delete old checkpoints and unused blobs, and give their space back",
 	detail: `Three steps. Retention (with --keep N): on every thread (or each --thread),
-keep the newest N checkpoints of the head chain, the head included, and
-delete the rest of the thread; a thread whose writer lease another writer
-holds is skipped and named. The sweep: delete every blob no checkpoint uses
-that was last uploaded or used more than --older-than ago (required: say 24h,
-longer than your longest capture; 0 deletes unused blobs of any age, which
-is safe against captures in this process but not against a host that
-uploaded blobs it has yet to name). The sweep refuses to run when a
-referenced blob is missing (run sbxdb check). Repacking: pack files whose
-dead share reaches --repack-threshold are rewritten without it.
+keep the newest N checkpoints of the head chain, the head included (N 0
+keeps the head only), and delete the rest of the thread; a thread whose
+writer lease another writer holds is skipped and named. The sweep: delete
+every blob no checkpoint uses that was last uploaded or used more than
+--older-than ago (required: say 24h or 7d, longer than your longest
+capture; 0 deletes unused blobs of any age, which is safe against captures
+in this process but not against a host that uploaded blobs it has yet to
+name). Nothing is deleted when a referenced blob is missing (run sbxdb
+check). Repacking: pack files whose dead share reaches --repack-threshold
+are rewritten without it. Blob files a crash left behind are removed once
+older than --older-than.
 
 Prints the checkpoints deleted per thread, the blobs deleted and the bytes
 given back (-v lists every blob key). --dry-run changes nothing and prints
@@ -141,14 +150,18 @@ drop; it does not estimate repacking). With --json: {retention: {deleted,
 busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
 before, after}, before, after}.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
-		fset.IntVar(&inv.keep, "keep", 0, "keep the newest `N` checkpoints of each thread (0: no retention)")
-		fset.Func("older-than", "delete unused blobs older than `DURATION` (required; e.g. 24h, 90m, 0)", func(s string) error {
-			d, err := time.ParseDuration(s)
+		fset.Func("keep", "keep the newest `N` checkpoints of each thread, the head included (default: no retention)", func(s string) error {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q is not a count of checkpoints", s)
+			}
+			inv.keep = &n
+			return nil
+		})
+		fset.Func("older-than", "delete unused blobs older than `DURATION` (required; e.g. 24h, 7d, 90m, 0)", func(s string) error {
+			d, err := parseAge(s)
 			if err != nil {
 				return err
-			}
-			if d < 0 {
-				return fmt.Errorf("negative duration %s", s)
 			}
 			inv.olderThan = &d
 			return nil
@@ -162,9 +175,7 @@ before, after}, before, after}.`,
 		switch {
 		case inv.olderThan == nil:
 			return errors.New("--older-than is required (for example 24h: longer than your longest capture)")
-		case inv.keep < 0:
-			return fmt.Errorf("--keep %d: must be 0 (no retention) or more", inv.keep)
-		case len(inv.threads) > 0 && inv.keep == 0:
+		case len(inv.threads) > 0 && inv.keep == nil:
 			return errors.New("--thread limits retention: give --keep too")
 		case !(inv.repackThreshold > 0 && inv.repackThreshold <= 1):
 			return fmt.Errorf("--repack-threshold %v: must be above 0 and at most 1", inv.repackThreshold)
@@ -184,32 +195,69 @@ func runGC(inv *invocation, _ []string) error {
 	}
 	defer db.Close()
 	res, err := db.GC(inv.ctx, engine.GCOptions{
-		Keep:            inv.keep,
+		Retain:          inv.keep != nil,
+		Keep:            derefInt(inv.keep),
 		Threads:         inv.threads,
 		OlderThan:       *inv.olderThan,
 		Immediate:       *inv.olderThan == 0,
 		RepackThreshold: inv.repackThreshold,
 		DryRun:          inv.dryRun,
 	})
-	if res != nil && (err == nil || inv.json) {
+	// On failure, what was done before it is printed too: retention may
+	// have deleted checkpoints before the sweep failed.
+	if res != nil {
 		if inv.json {
 			if werr := writeJSON(inv.out, res); err == nil {
 				err = werr
 			}
 		} else {
-			printGC(inv, res)
+			printGC(inv, res, err == nil)
 		}
 	}
 	return err
 }
 
-func printGC(inv *invocation, res *engine.GCResult) {
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// parseAge parses a non-negative duration, with "d" for days as well as
+// time.ParseDuration's units ("7d", "36h", "1d12h", "0").
+func parseAge(s string) (time.Duration, error) {
+	var d time.Duration
+	rest := s
+	if i := strings.Index(rest, "d"); i > 0 {
+		days, err := strconv.Atoi(rest[:i])
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("%q is not a duration (examples: 24h, 7d, 90m)", s)
+		}
+		d, rest = time.Duration(days)*24*time.Hour, rest[i+1:]
+	}
+	if rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a duration (examples: 24h, 7d, 90m)", s)
+		}
+		d += r
+	}
+	if d < 0 || strings.HasPrefix(s, "-") {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	return d, nil
+}
+
+// printGC prints what gc did; complete is false when it stopped on an
+// error, after retention.
+func printGC(inv *invocation, res *engine.GCResult, complete bool) {
 	verb := "deleted"
 	if inv.dryRun {
 		verb = "would delete"
 	}
 	w := inv.out
-	if inv.keep > 0 {
+	if inv.keep != nil {
 		n := 0
 		for _, t := range slices.Sorted(maps.Keys(res.Retention.Deleted)) {
 			ids := res.Retention.Deleted[t]
@@ -221,6 +269,9 @@ func printGC(inv *invocation, res *engine.GCResult) {
 			fmt.Fprintf(w, "; skipped %s whose writer is busy: %s", count(len(res.Retention.Busy), "thread"), strings.Join(res.Retention.Busy, " "))
 		}
 		fmt.Fprintln(w)
+	}
+	if !complete {
+		return
 	}
 	if inv.verbose {
 		for _, k := range res.Sweep.Deleted {
@@ -237,6 +288,9 @@ func printGC(inv *invocation, res *engine.GCResult) {
 	fmt.Fprintf(w, "repack: rewrote %s, moving %s: %s → %s\n", count(r.Packs, "pack"), count(r.Blobs, "live blob"), size(r.Before), size(r.After))
 	for _, d := range r.Damaged {
 		fmt.Fprintf(w, "repack: left a damaged pack alone: %s\n", d)
+	}
+	if res.Orphans > 0 {
+		fmt.Fprintf(w, "removed %s a crash left behind\n", count(res.Orphans, "blob file"))
 	}
 	before, after := res.Before.PackBytes+res.Before.LargeBytes, res.After.PackBytes+res.After.LargeBytes
 	fmt.Fprintf(w, "blobs on disk: %s → %s, %s given back\n", size(before), size(after), size(before-after))

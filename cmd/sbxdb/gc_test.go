@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	bolt "go.etcd.io/bbolt"
 )
 
 // versions captures n versions of a workspace on thread main, one file
@@ -91,4 +93,90 @@ func TestCompactCommand(t *testing.T) {
 	if msg := fail(t, "compact", "--db", filepath.Join(t.TempDir(), "none")); !strings.Contains(msg, "no sbxdb store") {
 		t.Errorf("compact of no store: %q", msg)
 	}
+}
+
+// Found in review: gc and check --repair made an empty store at a
+// mistyped path and exited 0.
+func TestMaintenanceNeedsAStore(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "typo")
+	for _, args := range [][]string{
+		{"gc", "--db", none, "--older-than", "24h"},
+		{"check", "--db", none, "--repair"},
+		{"compact", "--db", none},
+	} {
+		if msg := fail(t, args...); !strings.Contains(msg, "no sbxdb store at "+none) {
+			t.Errorf("%v: %q", args, msg)
+		}
+	}
+	if _, err := os.Stat(none); !os.IsNotExist(err) {
+		t.Fatalf("a store was made at %s: %v", none, err)
+	}
+}
+
+func TestGCFlags(t *testing.T) {
+	store := versions(t, 4)
+	// --keep 0 keeps the head only (SPEC §10 Q1); 7d is a duration.
+	out := ok(t, "gc", "--db", store, "--keep", "0", "--older-than", "7d")
+	wantMatch(t, out, `(?m)^retention: deleted 3 checkpoints in 1 thread$`)
+	for _, bad := range []string{"1x", "-1d", "d"} {
+		if code, _, errOut := cli("gc", "--db", store, "--older-than", bad); code != 2 || !strings.Contains(errOut, bad) {
+			t.Errorf("--older-than %s: exit %d, %q", bad, code, errOut)
+		}
+	}
+	if code, _, _ := cli("gc", "--db", store, "--older-than", "1h", "--keep", "-1"); code != 2 {
+		t.Errorf("--keep -1: exit %d", code)
+	}
+}
+
+// A store with a referenced blob missing: gc deletes nothing at all, not
+// even by retention, and says why.
+func TestGCRefusesADamagedStore(t *testing.T) {
+	store := versions(t, 3)
+	db, err := engine.Open(store, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, _ := db.BlobReferences(t.Context())
+	db.Blobs().Delete(t.Context(), refs[0].Key)
+	db.Close()
+	log := ok(t, "log", "main", "--db", store)
+	if msg := fail(t, "gc", "--db", store, "--keep", "1", "--older-than", "0"); !strings.Contains(msg, "SANDBOX_SNAPSHOT_MISSING_BLOB") || !strings.Contains(msg, refs[0].Key) {
+		t.Errorf("gc of a damaged store: %q", msg)
+	}
+	if ok(t, "log", "main", "--db", store) != log {
+		t.Fatal("gc deleted checkpoints before refusing")
+	}
+}
+
+// Found in review: a repair that fixed every count still exited 1 when no
+// checkpoint was left to count.
+func TestCheckRepairExitStatus(t *testing.T) {
+	store := versions(t, 2)
+	db, err := engine.Open(store, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := db.AcquireWriter(t.Context(), "main")
+	for {
+		head, _ := db.Head(t.Context(), "main")
+		if head == "" {
+			break
+		}
+		db.DeleteHead(t.Context(), "main", head, w.Writer)
+	}
+	w.Release(t.Context())
+	db.Close()
+	raw, err := bolt.Open(filepath.Join(store, engine.DBFile), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Update(func(tx *bolt.Tx) error { return chain.AddRef(tx, fileKey("same\n"), 2) })
+	raw.Close()
+	code, out, _ := cli("check", "--db", store)
+	if code != 1 || !strings.Contains(out, "refcount") {
+		t.Fatalf("check of stale counts: exit %d, %q", code, out)
+	}
+	out = ok(t, "check", "--db", store, "--repair")
+	wantMatch(t, out, `(?m)^repaired: rewrote the counts of 1 blob key$`)
+	ok(t, "check", "--db", store)
 }

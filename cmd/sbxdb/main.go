@@ -45,6 +45,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,9 +87,11 @@ type command struct {
 	detail  string // the rest of the command's help
 	run     func(inv *invocation, args []string) error
 
-	// writes makes the command open the store for writing (creating it if
-	// needed); the others open it read-only.
-	writes bool
+	// writes makes the command open the store for writing; the others
+	// open it read-only. creates lets it create a store where there is
+	// none (capture); other writers refuse a directory without one.
+	writes  bool
+	creates bool
 	// noJSON leaves out the --json flag, for a command whose output is not
 	// a report (cat).
 	noJSON bool
@@ -118,6 +121,7 @@ type invocation struct {
 	errOut   io.Writer // standard error, for the progress line
 	progress bool      // draw a progress line on errOut (it is a terminal)
 	writes   bool      // open the store for writing (command.writes)
+	creates  bool      // create the store if there is none (command.creates)
 
 	// The flags of capture and restore.
 	thread        string     // --thread
@@ -131,7 +135,7 @@ type invocation struct {
 	// The flags of check, gc and compact.
 	verifyBlobs     bool           // --verify-blobs
 	repair          bool           // --repair
-	keep            int            // --keep
+	keep            *int           // --keep; nil when not given
 	olderThan       *time.Duration // --older-than; nil when not given
 	threads         stringList     // --thread (gc)
 	dryRun          bool           // --dry-run
@@ -181,7 +185,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "sbxdb: unknown command %q\nusage: sbxdb <command> [flags] [arguments]; run 'sbxdb help' for the list\n", name)
 		return 2
 	}
-	inv := &invocation{ctx: ctx, out: stdout, errOut: stderr, progress: isTerminal(stderr), writes: c.writes}
+	inv := &invocation{ctx: ctx, out: stdout, errOut: stderr, progress: isTerminal(stderr), writes: c.writes, creates: c.creates}
 	fset := c.flagSet(inv)
 	pos, err := parseArgs(fset, args)
 	switch {
@@ -306,6 +310,13 @@ func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
 // a store for writing, and none can read it meanwhile; the second one is told
 // the store is busy, naming the holder, after lockTimeout.
 func (inv *invocation) openStore() (*engine.DB, error) {
+	if inv.writes && !inv.creates {
+		// Only capture creates a store: gc or check --repair on a
+		// mistyped path must say so, not make an empty store there.
+		if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
+			return nil, openError(inv, engine.ErrNoStore)
+		}
+	}
 	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout})
 	if err != nil {
 		return nil, openError(inv, err)

@@ -1,0 +1,117 @@
+package cas
+
+import (
+	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Orphan blob files: large files no index entry names. They are left when a
+// crash or a failed remove comes between a delete's commit and the removal
+// of its file, or when a batch that had renamed its large files into place
+// fails to commit (removeFiles leaves them: another batch may have committed
+// the same key there). They are never read; RemoveOrphans removes them.
+
+type orphan struct {
+	key, path string
+	mod       time.Time
+}
+
+// orphans walks large/ and returns the files whose key is not indexed.
+func (s *Store) orphans(ctx context.Context) ([]orphan, error) {
+	var found []orphan
+	var keys []string
+	for _, ns := range []Namespace{Files, Artifacts} {
+		root := filepath.Join(s.dir, "large", ns.dir())
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var sum [32]byte
+			if d.IsDir() || len(d.Name()) != 64 {
+				return nil
+			}
+			if _, err := hex.Decode(sum[:], []byte(d.Name())); err != nil {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			key := ns.Key(sum)
+			found = append(found, orphan{key: key, path: path, mod: info.ModTime()})
+			keys = append(keys, key)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	missing, err := s.Missing(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	gone := make(map[string]bool, len(missing))
+	for _, k := range missing {
+		gone[k] = true
+	}
+	out := found[:0]
+	for _, o := range found {
+		if gone[o.key] {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// Orphans returns how many large blob files no index entry names.
+func (s *Store) Orphans(ctx context.Context) (int, error) {
+	o, err := s.orphans(ctx)
+	return len(o), err
+}
+
+// RemoveOrphans removes the large blob files no index entry names whose
+// modification time is more than olderThan ago, and returns how many it
+// removed. A file whose key a batch has pinned is left alone (the batch may
+// be about to index it), and each key is marked dying while its file goes,
+// as a sweep does (pins.go), then looked up again.
+func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int, error) {
+	if s.opts.ReadOnly {
+		return 0, ErrReadOnly
+	}
+	found, err := s.orphans(ctx)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, o := range found {
+		if time.Since(o.mod) <= olderThan || !s.pins.markDying(o.key) {
+			continue
+		}
+		var indexed bool
+		err := s.db.View(func(tx *bolt.Tx) (err error) {
+			_, indexed, err = lookup(tx, o.key)
+			return err
+		})
+		if err == nil && !indexed {
+			if err = os.Remove(o.path); err == nil {
+				removed++
+			}
+		}
+		s.pins.unmarkDying([]string{o.key})
+		if err != nil && !os.IsNotExist(err) {
+			return removed, &Error{Key: o.key, Err: err, Detail: "removing an orphan file"}
+		}
+	}
+	return removed, nil
+}
