@@ -28,6 +28,9 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	}
 	var items []item
 	packs := map[uint64]packStats{}
+	// A repack must not swap packs between the index read and the stats
+	// below (it would look like a missing pack); it waits for this lock.
+	s.packsMu.RLock()
 	err := s.db.View(func(tx *bolt.Tx) error {
 		forEachPack(tx, func(id uint64, st packStats, err error) error {
 			if err != nil {
@@ -47,6 +50,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 		})
 	})
 	if err != nil {
+		s.packsMu.RUnlock()
 		return err
 	}
 	packSize := map[uint64]int64{}
@@ -85,6 +89,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 			}
 		}
 	}
+	s.packsMu.RUnlock() // before deep reads, which take it per blob
 	if !deep {
 		return nil
 	}
