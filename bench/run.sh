@@ -14,14 +14,15 @@
 #                                            summary above is computed with awk)
 #
 # COUNT and BENCHTIME may be overridden from the environment; the defaults
-# take about 3–4 minutes on a 2-core machine.
+# take about 4–5 minutes on a 2-core machine. The benchmark bodies live in
+# bench/suite, shared with the one benchmark command (bench/cmd/sbxbench).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 COUNT=${COUNT:-5}
 BENCHTIME=${BENCHTIME:-3s}
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-out=bench/results
+out=${OUT:-bench/results} # OUT=/tmp/x writes the results elsewhere
 raw=$out/engine-core.txt
 summary=$out/engine-core-summary.txt
 mkdir -p "$out"

@@ -4,14 +4,18 @@
 //   - git: `git add -A && git commit` into a repository in the tree
 //     (GitInit, GitCommitAll);
 //   - tar and zstd: `tar -cf - . | zstd -<level> -T1` into an archive and
-//     back (TarZstd, UntarZstd).
+//     back (TarZstd, UntarZstd);
+//   - restic, when installed: `restic backup` into a local repository and
+//     `restic restore` out of it (ResticInit, ResticBackup, ResticRestore;
+//     see restic.go).
 //
 // Each runs through os/exec (bash for the pipelines), and the returned
 // Result holds the wall-clock time of the commands, process start-up
 // included, and the bytes they left on disk.
 //
 // Durability is not equal between the sides, and this package does not try
-// to make it so: nothing here calls fsync or sync. tar | zstd syncs nothing.
+// to make it so: nothing here calls fsync or sync. tar | zstd syncs nothing;
+// restic syncs the files it writes to its repository.
 // Git with its default core.fsync fsyncs packs and their indexes but not
 // loose objects, refs or the index, and `git add` and `git commit` write
 // only loose objects, so nothing of a timed commit is fsynced either; only

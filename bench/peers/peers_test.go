@@ -215,3 +215,35 @@ func TestAvailable(t *testing.T) {
 		t.Error("sh is on PATH but not available")
 	}
 }
+
+func TestResticRoundTrip(t *testing.T) {
+	need(t, "restic")
+	dir, st := generate(t)
+	repo, cache := filepath.Join(t.TempDir(), "repo"), filepath.Join(t.TempDir(), "cache")
+	if err := ResticInit(repo, cache); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ResticBackup(repo, cache, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes <= 0 || res.Bytes >= st.Bytes || res.Elapsed <= 0 || res.Name != "restic backup" {
+		t.Errorf("ResticBackup result %+v for %d bytes of files", res, st.Bytes)
+	}
+	out := filepath.Join(t.TempDir(), "restored")
+	res, err = ResticRestore(repo, cache, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != st.Bytes || res.Elapsed <= 0 {
+		t.Errorf("ResticRestore result %+v, want %d bytes", res, st.Bytes)
+	}
+	// restic recreates the absolute path of the backed-up directory.
+	want, got := tree(t, dir), tree(t, filepath.Join(out, dir))
+	if d := fstree.Diff(want, got); d != nil {
+		t.Errorf("%d differences, first: %s", len(d), d[0])
+	}
+	if _, err := ResticRestore(repo, cache, out); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("ResticRestore into a non-empty directory: %v", err)
+	}
+}

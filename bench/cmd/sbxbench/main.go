@@ -1,558 +1,283 @@
-// Command sbxbench measures sbxdb's capture and restore on a generated agent
-// workspace against its peers on the same tree in the same run:
-// `git add -A && git commit` and `tar -cf - . | zstd -1` (and
-// `zstd -d | tar -x` for restore). It prints one table, every figure the
-// median of --runs runs with min–max, and the ratio against its peer.
+// Command sbxbench is sbxdb's one benchmark command: it runs every
+// benchmark of the engine in one process and prints one table.
+//
+//  1. Capture and restore (issue 3) of a generated agent workspace
+//     (bench/workload) against its peers on the same tree in the same run:
+//     `git add -A && git commit`, `tar -cf - . | zstd -1` (and
+//     `zstd -d | tar -x`), and restic (`restic backup` / `restic restore`)
+//     when it is installed: first capture, unchanged tree, 1 % edit,
+//     restore, bytes stored, and a large file on one core.
+//  2. The engine core (bench/*_test.go): durable Append, serial and at 8
+//     and 64 concurrent writers, against raw bbolt doing the same writes;
+//     Get of a 1,000-file checkpoint; List of a 1,000-checkpoint thread.
+//  3. Garbage collection (bench/gcbench): mark throughput, sweep keys/s
+//     and write-lock time per million references, capture latency alone
+//     and during a sweep.
+//
+// The engine-core and GC benchmark bodies are those of `go test -bench`
+// (package bench/suite), run here with testing.Benchmark.
 //
 // Usage:
 //
-//	go run ./bench/cmd/sbxbench [--quick] [--runs N] [--work DIR] [--json FILE] [--large-mib N]
+//	go run ./bench/cmd/sbxbench [--quick] [--runs N] [--work DIR] [--json FILE] [--chart FILE.svg]
 //
-// Everything is prepared before it is timed, and nothing is deleted until
-// the end: on this machine's ext4 (no journal), file creation after mass
-// deletes is 3–15x slower for minutes. Each timed run writes into a fresh
-// store, git directory, archive or restore target.
+// Every figure is the median of --runs runs with min–max, and every ratio
+// is computed run by run within this invocation. Everything is prepared
+// before it is timed, and nothing is deleted until the end: on this
+// machine's ext4 (no journal), file creation after mass deletes is 3–15x
+// slower for minutes.
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strconv"
 	"strings"
+	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/bench/peers"
+	"github.com/sbxdb/sbxdb/bench/suite"
 	"github.com/sbxdb/sbxdb/bench/workload"
-	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
-// row is one line of the report.
-type row struct {
-	Name   string    `json:"name"`
-	Unit   string    `json:"unit"`
-	Values []float64 `json:"values"`
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Peer   string    `json:"peer,omitempty"` // the row this one is compared with
-	Ratio  float64   `json:"ratio,omitempty"`
-	Note   string    `json:"note,omitempty"`
+// config is the command line.
+type config struct {
+	quick     bool
+	runs      int
+	work      string
+	jsonOut   string
+	chartOut  string
+	largeMiB  int
+	benchtime string
+	gcRefs    int
+	only      map[string]bool
 }
 
-type report struct {
-	Started string            `json:"started"`
-	Go      string            `json:"go"`
-	CPUs    int               `json:"cpus"`
-	Tree    map[string]any    `json:"tree"`
-	Rows    []*row            `json:"rows"`
-	Checks  map[string]string `json:"checks"`
-	byName  map[string]*row
-}
+const usage = `usage: go run ./bench/cmd/sbxbench [flags]
 
-func (r *report) add(name, unit string, values []float64, note string) *row {
-	x := &row{Name: name, Unit: unit, Values: values, Median: median(values), Min: slices.Min(values), Max: slices.Max(values), Note: note}
-	r.Rows = append(r.Rows, x)
-	r.byName[name] = x
-	fmt.Fprintf(os.Stderr, "  %-44s %10.3f %s  (%.3f–%.3f)\n", name, x.Median, unit, x.Min, x.Max)
-	return x
-}
+Runs every sbxdb benchmark and prints one markdown table to stdout (progress
+goes to stderr): capture and restore of a generated workspace against git,
+tar | zstd -1 and restic (when installed), the engine core (Append serial
+and at 8/64 writers against raw bbolt, Get, List) and garbage collection
+(mark, sweep, capture during a sweep). Each figure is the median of --runs
+runs with min–max; each ratio is computed run by run within this run.
 
-func (r *report) compare(name, peer string) {
-	a, b := r.byName[name], r.byName[peer]
-	if a != nil && b != nil && b.Median != 0 {
-		a.Peer, a.Ratio = peer, a.Median/b.Median
-	}
-}
+Duration on 2 cores: --quick under 2 minutes (2,000-file tree of ~30 MB,
+256 MiB large file, 300 ms per engine-core benchmark, 100,000 GC
+references). The default full run (20,000-file tree of ~307 MB, 2 GiB large
+file, 2 s per engine-core benchmark, 1,000,000 GC references) takes about
+7-10 minutes and needs about 16 GB free in the work directory.
+
+Flags:
+`
 
 func main() {
-	quick := flag.Bool("quick", false, "small tree (2,000 files, ~30 MB) and 3 runs: under 2 minutes")
-	runs := flag.Int("runs", 3, "timed runs per figure (median, min–max)")
-	work := flag.String("work", "", "work directory (default: a new temporary directory, removed at the end)")
-	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
-	largeMiB := flag.Int("large-mib", 2048, "size of the large-file capture in MiB (0 skips it)")
-	flag.Parse()
-	if flag.Arg(0) == "large-child" { // internal: one large capture in its own process
-		os.Exit(largeChild(flag.Arg(1), flag.Arg(2)))
+	testing.Init() // testing.Benchmark reads -test.benchtime, set per benchmark
+	fs := flag.NewFlagSet("sbxbench", flag.ExitOnError)
+	cfg := &config{}
+	fs.BoolVar(&cfg.quick, "quick", false, "small scale everywhere: under 2 minutes on 2 cores")
+	fs.IntVar(&cfg.runs, "runs", 3, "timed runs per figure (median, min–max); at least 3 for the README")
+	fs.StringVar(&cfg.work, "work", "", "work directory (default: a new temporary directory, removed at the end)")
+	fs.StringVar(&cfg.jsonOut, "json", "", "also write the whole table as JSON to this file")
+	fs.StringVar(&cfg.chartOut, "chart", "", "also write an SVG bar chart of first-capture and restore MB/s to this file")
+	fs.IntVar(&cfg.largeMiB, "large-mib", 0, "size of the large-file capture in MiB, 0 for the default (2048, --quick 256); -1 skips it")
+	fs.StringVar(&cfg.benchtime, "benchtime", "", "time per engine-core benchmark and run (default 2s, --quick 300ms)")
+	fs.IntVar(&cfg.gcRefs, "gc-refs", 0, "blob references of the GC stores, a multiple of 100 (default 1000000, --quick 100000)")
+	only := fs.String("only", "", "comma-separated sections to run: capture, core, gc (default all)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
 	}
-	if err := run(*quick, *runs, *work, *jsonOut, *largeMiB); err != nil {
+	fs.Parse(os.Args[1:])
+	if fs.Arg(0) == "large-child" { // internal: one large capture in its own process
+		os.Exit(largeChild(fs.Arg(1), fs.Arg(2)))
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		os.Exit(2)
+	}
+	cfg.only = map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case "capture", "core", "gc":
+			cfg.only[s] = true
+		default:
+			fmt.Fprintf(os.Stderr, "sbxbench: unknown section %q in --only\n", s)
+			os.Exit(2)
+		}
+	}
+	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "sbxbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quick bool, runs int, work, jsonOut string, largeMiB int) error {
+func (c *config) wants(section string) bool { return len(c.only) == 0 || c.only[section] }
+
+func run(cfg *config) error {
 	ctx := context.Background()
-	if runs < 1 {
+	start := time.Now()
+	if cfg.runs < 1 {
 		return fmt.Errorf("--runs must be at least 1")
 	}
-	for _, tool := range []string{"git", "tar", "zstd"} {
-		if !peers.Available(tool) {
-			return fmt.Errorf("%s is not installed (.ci/run installs the peers)", tool)
+	spec := workload.Default()
+	if cfg.quick {
+		spec = workload.Quick()
+	}
+	def := func(v *int, full, quick int) {
+		if *v == 0 {
+			*v = full
+			if cfg.quick {
+				*v = quick
+			}
 		}
 	}
-	if work == "" {
+	def(&cfg.largeMiB, 2048, 256)
+	def(&cfg.gcRefs, suite.FullGC.References, suite.QuickGC.References)
+	if cfg.benchtime == "" {
+		cfg.benchtime = "2s"
+		if cfg.quick {
+			cfg.benchtime = "300ms"
+		}
+	}
+	if err := flag.CommandLine.Set("test.benchtime", cfg.benchtime); err != nil {
+		return fmt.Errorf("--benchtime: %v", err)
+	}
+	if cfg.gcRefs < 100 || cfg.gcRefs%100 != 0 {
+		return fmt.Errorf("--gc-refs must be a positive multiple of 100")
+	}
+	if cfg.wants("capture") {
+		for _, tool := range []string{"git", "tar", "zstd", "bash"} {
+			if !peers.Available(tool) {
+				return fmt.Errorf("%s is not installed (.ci/run installs the peers)", tool)
+			}
+		}
+	}
+	if cfg.work == "" {
 		d, err := os.MkdirTemp("", "sbxbench-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(d)
-		work = d
-	}
-	spec := workload.Default()
-	if quick {
-		spec = workload.Quick()
-		if largeMiB > 256 {
-			largeMiB = 256
-		}
-	}
-	rep := &report{Started: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(), CPUs: runtime.NumCPU(),
-		byName: map[string]*row{}, Checks: map[string]string{}}
-
-	// Prepare: the tree, the CLI binary.
-	tree := filepath.Join(work, "tree")
-	t0 := time.Now()
-	st, err := workload.Generate(tree, spec)
-	if err != nil {
+		cfg.work = d
+	} else if err := os.MkdirAll(cfg.work, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "generated %d files, %d symlinks, %.1f MB in %v\n", st.Files, st.Symlinks, float64(st.Bytes)/1e6, time.Since(t0).Round(time.Millisecond))
-	rep.Tree = map[string]any{"files": st.Files, "symlinks": st.Symlinks, "dirs": st.Dirs, "bytes": st.Bytes, "spec": spec}
-	cli := filepath.Join(work, "sbxdb")
-	if out, err := exec.Command("go", "build", "-o", cli, "./cmd/sbxdb").CombinedOutput(); err != nil {
-		rep.Checks["cli capture"] = fmt.Sprintf("not measured: building the CLI failed: %v: %s", err, bytes.TrimSpace(out))
-		cli = ""
-	}
-	time.Sleep(2100 * time.Millisecond) // every file older than the stat cache's racy window
-
-	// First capture: a fresh store / git dir / archive each run.
-	var sbx, git, tz []float64
-	var blobBytes, tarBytes, gitBytes int64
-	for i := range runs {
-		store := filepath.Join(work, fmt.Sprintf("store%d", i))
-		d, err := timeCapture(ctx, store, tree, "bench")
-		if err != nil {
-			return err
-		}
-		sbx = append(sbx, d.Seconds())
-		blobBytes, _ = peers.DirBytes(filepath.Join(store, "blobs"))
-		d, err = gitCommit(filepath.Join(work, fmt.Sprintf("git%d", i)), tree, true)
-		if err != nil {
-			return err
-		}
-		git = append(git, d.Seconds())
-		gitBytes, _ = peers.DirBytes(filepath.Join(work, fmt.Sprintf("git%d", i), "objects"))
-		res, err := peers.TarZstd(tree, filepath.Join(work, fmt.Sprintf("tree%d.tar.zst", i)), 1)
-		if err != nil {
-			return err
-		}
-		tz = append(tz, res.Elapsed.Seconds())
-		tarBytes = res.Bytes
-	}
-	fmt.Fprintln(os.Stderr, "first capture:")
-	rep.add("sbxdb first capture", "s", sbx, "Open + Capture in process, fsync on")
-	rep.add("git add -A && git commit (first)", "s", git, "")
-	rep.add("tar | zstd -1 (first)", "s", tz, "")
-	rep.compare("sbxdb first capture", "git add -A && git commit (first)")
-	rep.add("sbxdb vs tar|zstd, first capture", "x", ratios(sbx, tz), "per-run ratio; target ≤ 2")
-	rep.add("sbxdb blob bytes", "MB", []float64{float64(blobBytes) / 1e6}, "packs + large files")
-	rep.add("tar | zstd -1 archive", "MB", []float64{float64(tarBytes) / 1e6}, "")
-	rep.add("git objects", "MB", []float64{float64(gitBytes) / 1e6}, "")
-	rep.compare("sbxdb blob bytes", "tar | zstd -1 archive")
-
-	// Unchanged tree: store0 and git0 again. The first repeat is a warm-up.
-	store := filepath.Join(work, "store0")
-	db, err := engine.Open(store, nil)
-	if err != nil {
-		return err
-	}
-	w, err := db.AcquireWriter(ctx, "bench")
-	if err != nil {
-		return err
-	}
-	capture := func() (*engine.CaptureResult, time.Duration, error) {
-		t := time.Now()
-		res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree})
-		return res, time.Since(t), err
-	}
-	if _, _, err := capture(); err != nil {
-		return err
-	}
-	var unch, unchRead, gitUnch []float64
-	for range runs {
-		res, d, err := capture()
-		if err != nil {
-			return err
-		}
-		unch = append(unch, d.Seconds()*1000)
-		unchRead = append(unchRead, float64(res.Stats.BytesRead))
-		d, err = gitCommit(filepath.Join(work, "git0"), tree, false)
-		if err != nil {
-			return err
-		}
-		gitUnch = append(gitUnch, d.Seconds()*1000)
-	}
-	fmt.Fprintln(os.Stderr, "unchanged tree:")
-	rep.add("sbxdb capture, unchanged", "ms", unch, "in process; target ≤ 100 ms")
-	rep.add("sbxdb capture, unchanged: bytes read", "B", unchRead, "target 0")
-	rep.add("git add -A && git commit (unchanged)", "ms", gitUnch, "")
-	rep.compare("sbxdb capture, unchanged", "git add -A && git commit (unchanged)")
-
-	// 1% edit: the same edit for every tool, then 2.1 s, so the edit is
-	// older than the racy window as after any real agent run.
-	var edit, gitEdit, hashComp, growth, changed []float64
-	for i := range runs {
-		paths, nbytes, err := workload.Edit(tree, spec, 0.01, i+1)
-		if err != nil {
-			return err
-		}
-		hc, compressed, err := hashCompress(tree, paths)
-		if err != nil {
-			return err
-		}
-		time.Sleep(2100 * time.Millisecond)
-		before, _ := peers.DirBytes(filepath.Join(store, "blobs"))
-		res, d, err := capture()
-		if err != nil {
-			return err
-		}
-		after, _ := peers.DirBytes(filepath.Join(store, "blobs"))
-		edit = append(edit, d.Seconds()*1000)
-		hashComp = append(hashComp, hc.Seconds()*1000)
-		growth = append(growth, float64(after-before)/float64(max(compressed, 1)))
-		changed = append(changed, float64(nbytes)/1e6)
-		if res.Stats.FilesRead > len(paths) {
-			rep.Checks[fmt.Sprintf("edit round %d", i+1)] = fmt.Sprintf("read %d files for %d edited", res.Stats.FilesRead, len(paths))
-		}
-		gd, err := gitCommit(filepath.Join(work, "git0"), tree, false)
-		if err != nil {
-			return err
-		}
-		gitEdit = append(gitEdit, gd.Seconds()*1000)
-	}
-	fmt.Fprintln(os.Stderr, "1% edit:")
-	rep.add("sbxdb capture after 1% edit", "ms", edit, "")
-	rep.add("hash + compress the changed bytes", "ms", hashComp, "sha256 + zstd, one core")
-	rep.add("changed bytes", "MB", changed, "")
-	rep.add("git add -A && git commit (1% edit)", "ms", gitEdit, "")
-	rep.compare("sbxdb capture after 1% edit", "git add -A && git commit (1% edit)")
-	rep.add("blob growth / changed bytes compressed", "x", growth, "target ≤ 2")
-	budget := 2*median(unch) + median(hashComp)
-	rep.Checks["1% edit budget (2x unchanged + hash/compress)"] = fmt.Sprintf("%.1f ms, measured %.1f ms", budget, median(edit))
-
-	// The CLI as a whole process, unchanged tree, on its own thread.
-	db.Close()
-	var cliUnch []float64
-	for i := range runs + 2 {
-		if cli == "" {
-			break
-		}
-		t := time.Now()
-		out, err := exec.Command(cli, "capture", tree, "--thread", "cli", "--db", store).CombinedOutput()
-		if err != nil {
-			rep.Checks["cli capture"] = fmt.Sprintf("failed: %v: %s", err, bytes.TrimSpace(out))
-			break
-		}
-		if i >= 2 { // two warm-ups fill the CLI thread's stat cache
-			cliUnch = append(cliUnch, time.Since(t).Seconds()*1000)
-		}
-	}
-	if len(cliUnch) > 0 {
-		rep.add("sbxdb CLI capture, unchanged (whole process)", "ms", cliUnch, "")
+	if empty, err := isEmpty(cfg.work); err != nil || !empty {
+		return fmt.Errorf("work directory %s must be empty or new (%v)", cfg.work, err)
 	}
 
-	// Restore: store0's head vs the first archive, each into a new dir.
-	db, err = engine.Open(store, &engine.Options{ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	head, err := db.Head(ctx, "bench")
-	if err != nil {
-		return err
-	}
-	// The archive of the edited tree, so both restore the same bytes.
-	if _, err := peers.TarZstd(tree, filepath.Join(work, "edited.tar.zst"), 1); err != nil {
-		return err
-	}
-	var rs, untar []float64
-	for i := range runs {
-		t := time.Now()
-		if _, err := db.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), nil); err != nil {
-			return err
-		}
-		rs = append(rs, time.Since(t).Seconds())
-		res, err := peers.UntarZstd(filepath.Join(work, "edited.tar.zst"), filepath.Join(work, fmt.Sprintf("untar%d", i)))
-		if err != nil {
-			return err
-		}
-		untar = append(untar, res.Elapsed.Seconds())
-	}
-	db.Close()
-	if err := sameTree(tree, filepath.Join(work, "restore0")); err != nil {
-		rep.Checks["restore round trip"] = err.Error()
-	} else {
-		rep.Checks["restore round trip"] = "byte-exact"
-	}
-	fmt.Fprintln(os.Stderr, "restore:")
-	rep.add("sbxdb restore", "s", rs, "no fsync, like tar")
-	rep.add("zstd -d | tar -x", "s", untar, "")
-	rep.compare("sbxdb restore", "zstd -d | tar -x")
+	rep := newReport()
+	rep.Command = "sbxbench " + strings.Join(os.Args[1:], " ")
+	rep.Quick, rep.Runs = cfg.quick, cfg.runs
+	rep.Started = start.UTC().Format(time.RFC3339)
+	rep.Machine = machine(cfg.work)
+	rep.Settings = Settings{LargeMiB: max(cfg.largeMiB, 0), CoreBenchtime: cfg.benchtime, GCReferences: cfg.gcRefs}
 
-	if largeMiB > 0 {
-		if err := large(rep, work, largeMiB, runs); err != nil {
+	// Prepare: the tree and the CLI binary, then the GC stores (built and
+	// copied before anything is timed).
+	var st workload.Stats
+	tree := filepath.Join(cfg.work, "tree")
+	cli := ""
+	if cfg.wants("capture") {
+		t0 := time.Now()
+		var err error
+		if st, err = workload.Generate(tree, spec); err != nil {
+			return err
+		}
+		progress("generated %d files, %d symlinks, %.1f MB in %v", st.Files, st.Symlinks, float64(st.Bytes)/1e6, time.Since(t0).Round(time.Millisecond))
+		rep.Tree = TreeInfo{Spec: spec, Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes}
+		cli = filepath.Join(cfg.work, "sbxdb")
+		if out, err := exec.Command("go", "build", "-o", cli, "github.com/sbxdb/sbxdb/cmd/sbxdb").CombinedOutput(); err != nil {
+			rep.check("CLI capture", fmt.Sprintf("not measured: building the CLI failed: %v: %s", err, bytes.TrimSpace(out)))
+			cli = ""
+		}
+	}
+	var gc *gcStores
+	if cfg.wants("gc") {
+		var err error
+		if gc, err = prepareGC(cfg); err != nil {
 			return err
 		}
 	}
-	printTable(rep)
-	if jsonOut != "" {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
+	if cfg.wants("capture") {
+		time.Sleep(2100 * time.Millisecond) // every file older than the stat cache's racy window
+		if err := captureBench(ctx, rep, cfg, tree, spec, st, cli); err != nil {
 			return err
 		}
 	}
+	if cfg.wants("core") {
+		if err := coreBench(rep, cfg); err != nil {
+			return err
+		}
+	}
+	if gc != nil {
+		if err := gcBench(rep, cfg, gc); err != nil {
+			return err
+		}
+	}
+
+	rep.Finished = time.Now().UTC().Format(time.RFC3339)
+	rep.WallSeconds = time.Since(start).Seconds()
+	writeTable(os.Stdout, rep)
+	if cfg.jsonOut != "" {
+		if err := writeJSON(cfg.jsonOut, rep); err != nil {
+			return err
+		}
+	}
+	if cfg.chartOut != "" {
+		if err := os.WriteFile(cfg.chartOut, chart(rep), 0o644); err != nil {
+			return err
+		}
+	}
+	progress("done in %v", time.Since(start).Round(time.Second))
 	return nil
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
+func isEmpty(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	return len(entries) == 0, err
 }
 
-func ratios(a, b []float64) []float64 {
-	out := make([]float64, len(a))
-	for i := range a {
-		out[i] = a[i] / b[i]
-	}
-	return out
-}
-
-// timeCapture opens a new store and captures tree into it.
-func timeCapture(ctx context.Context, store, tree, thread string) (time.Duration, error) {
-	t := time.Now()
-	db, err := engine.Open(store, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
-	w, err := db.AcquireWriter(ctx, thread)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree}); err != nil {
-		return 0, err
-	}
-	d := time.Since(t)
-	return d, w.Release(ctx)
-}
-
-// gitCommit times `git add -A && git commit` of tree into the git directory
-// gitDir (kept outside the tree so every tool sees the same tree).
-func gitCommit(gitDir, tree string, init bool) (time.Duration, error) {
-	g := func(args ...string) error {
-		cmd := exec.Command("git", append([]string{"--git-dir=" + gitDir, "--work-tree=" + tree,
-			"-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0",
-			"-c", "commit.gpgsign=false", "-c", "core.fsync=none"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+filepath.Dir(gitDir))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("git %v: %v: %s", args, err, out)
-		}
-		return nil
-	}
-	if init {
-		if err := g("init", "-q"); err != nil {
-			return 0, err
-		}
-	}
-	t := time.Now()
-	if err := g("add", "-A"); err != nil {
-		return 0, err
-	}
-	if err := g("commit", "-q", "--allow-empty", "--no-verify", "-m", "bench"); err != nil {
-		return 0, err
-	}
-	return time.Since(t), nil
-}
-
-// hashCompress times sha256 and zstd of the given files on one core, at the
-// level the blob store packs small blobs with (zstd.SpeedDefault, see
-// cas.Open): the floor under capturing them. It returns the compressed size.
-func hashCompress(tree string, paths []string) (time.Duration, int64, error) {
-	var data [][]byte
-	for _, p := range paths {
-		b, err := os.ReadFile(filepath.Join(tree, filepath.FromSlash(p)))
-		if err != nil {
-			return 0, 0, err
-		}
-		data = append(data, b)
-	}
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-	defer enc.Close()
-	var n int64
-	t := time.Now()
-	for _, b := range data {
-		sha256.Sum256(b)
-		n += int64(len(enc.EncodeAll(b, nil)))
-	}
-	return time.Since(t), n, nil
-}
-
-// sameTree compares two trees: paths, kinds, modes, symlink targets and
-// bytes.
-func sameTree(a, b string) error {
-	ta, err := fstree.Read(a)
-	if err != nil {
-		return err
-	}
-	tb, err := fstree.Read(b)
-	if err != nil {
-		return err
-	}
-	if d := fstree.Diff(ta, tb); d != nil {
-		return fmt.Errorf("%d differences, first: %s", len(d), d[0])
-	}
-	return nil
-}
-
-// large captures one big compressible file in a child process limited to
-// one core, and reports throughput and the child's peak RSS.
-func large(rep *report, work string, mib, runs int) error {
-	file := filepath.Join(work, "large", "big.log")
-	if err := writeLarge(file, int64(mib)<<20); err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	time.Sleep(2100 * time.Millisecond)
-	var rate, rss []float64
-	for i := range runs {
-		cmd := exec.Command(self, "large-child", filepath.Dir(file), filepath.Join(work, fmt.Sprintf("large-store%d", i)))
-		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("large capture: %v", err)
-		}
-		var secs, hwmKB float64
-		if _, err := fmt.Sscan(string(out), &secs, &hwmKB); err != nil {
-			return fmt.Errorf("large capture printed %q", out)
-		}
-		rate = append(rate, float64(int64(mib)<<20)/1e6/secs)
-		rss = append(rss, hwmKB/1024)
-	}
-	fmt.Fprintf(os.Stderr, "large file (%d MiB):\n", mib)
-	rep.add(fmt.Sprintf("large file capture, GOMAXPROCS=1 (%d MiB)", mib), "MB/s", rate, "target ≥ 150")
-	rep.add("large file capture, peak RSS", "MiB", rss, "target < 100; the child's VmHWM")
-	return nil
-}
-
-// writeLarge writes a compressible log file of n bytes whose lines do not
-// repeat (a counter, a hashed request id and derived fields change on every
-// line), so zstd finds ordinary log redundancy, not one block copied over.
-func writeLarge(path string, n int64) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	levels := []string{"INFO", "INFO", "INFO", "DEBUG", "WARN"}
-	var line []byte
-	for i, written := uint64(0), int64(0); written < n; i++ {
-		h := i * 0x9E3779B97F4A7C15
-		line = append(line[:0], "2026-11-30T10:"...)
-		line = strconv.AppendUint(line, 10+i/60000%50, 10)
-		line = append(line, ':')
-		line = strconv.AppendUint(line, 10+i/1000%50, 10)
-		line = append(line, '.')
-		line = strconv.AppendUint(line, 100+i%900, 10)
-		line = append(line, "Z "...)
-		line = append(line, levels[h>>61%5]...)
-		line = append(line, " worker="...)
-		line = strconv.AppendUint(line, h>>59, 10)
-		line = append(line, " request="...)
-		line = strconv.AppendUint(line, h>>16, 16)
-		line = append(line, " took="...)
-		line = strconv.AppendUint(line, h>>40%997, 10)
-		line = append(line, "ms path=/api/v1/items/"...)
-		line = strconv.AppendUint(line, h>>20%100003, 10)
-		line = append(line, '\n')
-		k := min(int64(len(line)), n-written)
-		if _, err := w.Write(line[:k]); err != nil {
-			return err
-		}
-		written += k
-	}
-	return w.Flush()
-}
-
-// largeChild captures dir into a new store and prints the seconds it took
-// and its own peak resident set (VmHWM, kB). The peak is read here, not from
-// the parent's rusage: Linux carries ru_maxrss across exec, so a child's
-// Maxrss includes the memory of the benchmark process that started it.
-func largeChild(dir, store string) int {
-	d, err := timeCapture(context.Background(), store, dir, "large")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(d.Seconds(), peakRSSkB())
-	return 0
-}
-
-// peakRSSkB returns this process's VmHWM from /proc/self/status, or -1
-// where there is none.
-func peakRSSkB() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err == nil {
-				return n
+// machine gathers the facts of the machine and the source tree.
+func machine(work string) Machine {
+	m := Machine{NProc: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, Tools: map[string]string{}}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
 			}
 		}
 	}
-	return -1
-}
-
-func printTable(rep *report) {
-	fmt.Printf("| figure | median | min–max | vs | ratio | note |\n|---|---:|---:|---|---:|---|\n")
-	for _, r := range rep.Rows {
-		ratio := ""
-		if r.Peer != "" {
-			ratio = fmt.Sprintf("%.2fx", r.Ratio)
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	out := func(name string, args ...string) string {
+		cmd := exec.Command(name, args...)
+		cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0") // git status must not write the index
+		b, err := cmd.Output()
+		if err != nil {
+			return ""
 		}
-		esc := func(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
-		fmt.Printf("| %s | %.3g %s | %.3g–%.3g | %s | %s | %s |\n", esc(r.Name), r.Median, r.Unit, r.Min, r.Max, esc(r.Peer), ratio, esc(r.Note))
+		return strings.TrimSpace(string(b))
 	}
-	keys := make([]string, 0, len(rep.Checks))
-	for k := range rep.Checks {
-		keys = append(keys, k)
+	m.WorkFS = out("stat", "-f", "-c", "%T", work)
+	if m.Commit = out("git", "rev-parse", "HEAD"); m.Commit != "" {
+		dirty := out("git", "status", "--porcelain", "--untracked-files=no") != ""
+		m.Dirty = &dirty
 	}
-	slices.Sort(keys)
-	fmt.Println()
-	for _, k := range keys {
-		fmt.Printf("- %s: %s\n", k, rep.Checks[k])
-	}
+	first := func(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
+	m.Tools["git"] = first(out("git", "--version"))
+	m.Tools["tar"] = first(out("tar", "--version"))
+	m.Tools["zstd"] = first(out("zstd", "--version"))
+	m.Tools["restic"] = first(out("restic", "version"))
+	return m
 }
