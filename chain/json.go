@@ -3,8 +3,8 @@ package chain
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -86,11 +86,64 @@ func parseSafeInt(raw []byte) (int64, bool) {
 	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
 		return n, n >= -MaxSafeInteger && n <= MaxSafeInteger
 	}
-	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil || f != math.Trunc(f) || math.Abs(f) > MaxSafeInteger {
+	return exactInt(raw)
+}
+
+// exactInt reads a JSON number with a fraction or an exponent (1.0, 15e2,
+// 1500e-3) as an integer when its decimal value is one, from the digits
+// themselves: a float64 would round 1.0000000000000001 to 1 and 1e-400
+// to 0, turning fractions into integers. raw is a valid JSON number.
+func exactInt(raw []byte) (int64, bool) {
+	neg := raw[0] == '-'
+	if neg {
+		raw = raw[1:]
+	}
+	mant, exp := raw, 0
+	if i := bytes.IndexAny(raw, "eE"); i >= 0 {
+		mant = raw[:i]
+		e, err := strconv.Atoi(strings.TrimPrefix(string(raw[i+1:]), "+"))
+		if err != nil { // an exponent beyond int: only a zero is whole and safe
+			return 0, isZeros(mant)
+		}
+		exp = e
+	}
+	digits := mant
+	if i := bytes.IndexByte(mant, '.'); i >= 0 {
+		frac := mant[i+1:]
+		digits = append(append([]byte{}, mant[:i]...), frac...)
+		exp -= len(frac)
+	}
+	digits = bytes.TrimLeft(digits, "0")
+	if len(digits) == 0 {
+		return 0, true // zero, however written
+	}
+	// The value is digits × 10^exp: whole when the digits dropped by a
+	// negative exponent are all zeros.
+	for exp < 0 && len(digits) > 0 && digits[len(digits)-1] == '0' {
+		digits, exp = digits[:len(digits)-1], exp+1
+	}
+	if exp < 0 || len(digits)+exp > 16 { // a fraction, or ≥ 10^16 > 2^53
 		return 0, false
 	}
-	return int64(f), true
+	var n int64
+	for _, d := range digits {
+		n = n*10 + int64(d-'0')
+	}
+	for range exp {
+		n *= 10
+	}
+	if n > MaxSafeInteger {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// isZeros reports whether a JSON mantissa (digits and maybe a point) is 0.
+func isZeros(mant []byte) bool {
+	return len(bytes.Trim(mant, "0.")) == 0
 }
 
 // checkpointObject holds a checkpoint's raw members between the two phases
@@ -338,6 +391,13 @@ func unquote(lit []byte) (string, bool) {
 		return "", false
 	}
 	lit = lit[1 : len(lit)-1]
+	// JSON text is UTF-8 (RFC 8259). A string with raw invalid bytes is
+	// refused: it could not be written back out as it came (only escaped
+	// lone surrogates can, see wireString). Conversation messages are not
+	// strings here: they are kept as raw JSON, byte for byte.
+	if !utf8.Valid(lit) {
+		return "", false
+	}
 	if bytes.IndexByte(lit, '\\') < 0 {
 		return string(lit), !bytes.ContainsAny(lit, "\"") && noControl(lit)
 	}

@@ -167,13 +167,13 @@ func (c *Checkpoint) BlobKeys() []string {
 
 // checkpointJSON is the wire shape. Pointers give null and absence.
 type checkpointJSON struct {
-	ID           string            `json:"id"`
-	ThreadID     string            `json:"threadId"`
-	ParentID     *string           `json:"parentCheckpointId"`
+	ID           wireString        `json:"id"`
+	ThreadID     wireString        `json:"threadId"`
+	ParentID     *wireString       `json:"parentCheckpointId"`
 	CreatedAt    int64             `json:"createdAt"`
 	Reason       Reason            `json:"reason"`
-	Label        string            `json:"label,omitempty"`
-	SourceRunID  string            `json:"sourceRunId,omitempty"`
+	Label        wireString        `json:"label,omitempty"`
+	SourceRunID  wireString        `json:"sourceRunId,omitempty"`
 	Files        []Entry           `json:"files"`
 	Conversation []json.RawMessage `json:"conversation"`
 	Artifacts    []Artifact        `json:"artifacts"`
@@ -184,12 +184,13 @@ type checkpointJSON struct {
 // returns them byte for byte.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	w := checkpointJSON{
-		ID: c.ID, ThreadID: c.ThreadID, CreatedAt: c.CreatedAt, Reason: c.Reason,
-		Label: c.Label, SourceRunID: c.SourceRunID,
+		ID: wireString(c.ID), ThreadID: wireString(c.ThreadID), CreatedAt: c.CreatedAt, Reason: c.Reason,
+		Label: wireString(c.Label), SourceRunID: wireString(c.SourceRunID),
 		Files: c.Files, Conversation: c.Conversation, Artifacts: c.Artifacts,
 	}
 	if c.ParentID != "" {
-		w.ParentID = &c.ParentID
+		p := wireString(c.ParentID)
+		w.ParentID = &p
 	}
 	if w.Files == nil {
 		w.Files = []Entry{}
@@ -221,26 +222,26 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 	switch e.Kind {
 	case KindFile:
 		type file struct {
-			Path       string `json:"path"`
-			Kind       Kind   `json:"kind"`
-			BlobKey    string `json:"blobKey"`
-			Size       int64  `json:"size"`
-			Executable bool   `json:"executable,omitempty"`
+			Path       wireString `json:"path"`
+			Kind       Kind       `json:"kind"`
+			BlobKey    wireString `json:"blobKey"`
+			Size       int64      `json:"size"`
+			Executable bool       `json:"executable,omitempty"`
 		}
-		return json.Marshal(file{e.Path, e.Kind, e.BlobKey, e.Size, e.Executable})
+		return json.Marshal(file{wireString(e.Path), e.Kind, wireString(e.BlobKey), e.Size, e.Executable})
 	case KindSymlink:
 		type link struct {
-			Path   string `json:"path"`
-			Kind   Kind   `json:"kind"`
-			Target string `json:"target"`
+			Path   wireString `json:"path"`
+			Kind   Kind       `json:"kind"`
+			Target wireString `json:"target"`
 		}
-		return json.Marshal(link{e.Path, e.Kind, e.Target})
+		return json.Marshal(link{wireString(e.Path), e.Kind, wireString(e.Target)})
 	default:
 		type dir struct {
-			Path string `json:"path"`
-			Kind Kind   `json:"kind"`
+			Path wireString `json:"path"`
+			Kind Kind       `json:"kind"`
 		}
-		return json.Marshal(dir{e.Path, e.Kind})
+		return json.Marshal(dir{wireString(e.Path), e.Kind})
 	}
 }
 

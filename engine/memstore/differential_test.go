@@ -159,8 +159,11 @@ type leasePair struct {
 
 // runner runs one sequence.
 type runner struct {
-	seed    int64
-	dir     string
+	seed int64
+	dir  string
+	// src, when set, replaces the PCG seeded with seed as the source of
+	// every random choice (FuzzOperations drives it from fuzz bytes).
+	src     rand.Source
 	rnd     *rand.Rand
 	clock   *clock
 	mem     *memstore.Store
@@ -183,7 +186,14 @@ func (r *runner) failf(format string, args ...any) {
 // run executes n random steps and returns "" or a failure report naming the
 // seed, the step and the whole operation history.
 func (r *runner) run(n int) (report string) {
-	r.rnd = rand.New(rand.NewPCG(uint64(r.seed), 0x5eedbeef))
+	src := r.src
+	replay := fmt.Sprintf("go test ./engine/memstore -run TestDifferential -diff.seed %d", r.seed)
+	if src == nil {
+		src = rand.NewPCG(uint64(r.seed), 0x5eedbeef)
+	} else {
+		replay = "go test ./engine/memstore -run FuzzOperations/<input>"
+	}
+	r.rnd = rand.New(src)
 	r.outcomes = map[string]int{}
 	r.clock = &clock{ms: 1000}
 	opts := engine.Options{Now: r.clock.Now, LeaseDuration: leaseMs * time.Millisecond, RenewAfter: renewMs * time.Millisecond}
@@ -207,8 +217,8 @@ func (r *runner) run(n int) (report string) {
 			if !ok {
 				m = mismatch(fmt.Sprintf("panic: %v\n%s", v, debug.Stack()))
 			}
-			report = fmt.Sprintf("differential mismatch, seed %d (replay: go test ./engine/memstore -run TestDifferential -diff.seed %d) at step %d: %s\nhistory:\n  %s",
-				r.seed, r.seed, r.step, m, strings.Join(r.history, "\n  "))
+			report = fmt.Sprintf("differential mismatch, seed %d (replay: %s) at step %d: %s\nhistory:\n  %s",
+				r.seed, replay, r.step, m, strings.Join(r.history, "\n  "))
 		}
 	}()
 	for r.step = 1; r.step <= n; r.step++ {
