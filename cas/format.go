@@ -255,6 +255,12 @@ func decodeEntry(key string, b []byte) (entry, error) {
 	if n <= 0 || n != len(r) || e.where > whereLarge || e.codec > codecZstd {
 		return e, errEntry
 	}
+	// A packed blob is at most MaxPacked: readers size buffers from these
+	// fields, so an entry claiming more (with a forged checksum) is damage,
+	// not an allocation (found by FuzzBlobFile).
+	if e.where == wherePack && (e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8) {
+		return e, errEntry
+	}
 	e.uploaded = v
 	return e, nil
 }

@@ -159,7 +159,10 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 	b := bucket(rc.tx, BucketRefs)
 	// The bucket's sequence counts its keys (AddRef keeps it): a capacity
 	// hint that spares a million-key scan its slice regrowths.
-	hint := min(b.Sequence(), 1<<26)
+	// No checksum covers the sequence, so it is bounded by what the file
+	// can hold: a key and its count take at least 85 bytes (found by
+	// FuzzDatabasePage: a damaged sequence made this allocate gigabytes).
+	hint := min(b.Sequence(), 1<<26, uint64(rc.tx.Size())/85)
 	refs := make([]BlobRef, 0, hint+uint64(len(pending)))
 	// The folded keys are copied into one arena string rather than one
 	// allocation each (a million of them is most of the scan's cost); a

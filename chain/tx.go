@@ -86,6 +86,13 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
 	if cp.ID != id {
 		return nil, corrupt(BucketCheckpoints, []byte(id), "record holds checkpoint "+cp.ID)
 	}
+	// A record that decodes is not yet a valid checkpoint: one sealed with
+	// a forged checksum may hold a path like "../x" (found by FuzzRecord).
+	// Everything append checks is checked again, but the conversation's
+	// JSON: a damaged message fails when it is marshalled, not silently.
+	if err := validateStored(cp); err != nil {
+		return nil, corrupt(BucketCheckpoints, []byte(id), "record is not a valid checkpoint: "+err.Error())
+	}
 	return cp, nil
 }
 
@@ -205,6 +212,9 @@ func ListThread(tx *bolt.Tx, threadID string) ([]*Checkpoint, error) {
 		if err == nil && cp == nil {
 			err = corrupt(BucketThreadIndex, []byte(threadID), "index names missing checkpoint "+id)
 		}
+		if err == nil && cp.ThreadID != threadID {
+			err = corrupt(BucketThreadIndex, []byte(threadID), "index names checkpoint "+id+" of thread "+cp.ThreadID)
+		}
 		if err != nil {
 			return err
 		}
@@ -224,16 +234,31 @@ func ThreadHasCheckpoints(tx *bolt.Tx, threadID string) bool {
 // Threads returns every thread id that has a head, a checkpoint or a
 // transcript, in UTF-8 byte order.
 func Threads(tx *bolt.Tx) ([]string, error) {
+	// Every key is checked by its value's seal: a damaged key must not
+	// show up as a thread that never existed (found by FuzzDatabasePage).
 	set := map[string]struct{}{}
 	for _, name := range [][]byte{BucketHeads, BucketTranscripts} {
-		bucket(tx, name).ForEach(func(k, _ []byte) error { set[string(k)] = struct{}{}; return nil })
+		if err := bucket(tx, name).ForEach(func(k, v []byte) error {
+			if _, err := Unseal(name, k, v); err != nil {
+				return err
+			}
+			set[string(k)] = struct{}{}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
-	bucket(tx, BucketThreadIndex).ForEach(func(k, _ []byte) error {
+	if err := bucket(tx, BucketThreadIndex).ForEach(func(k, v []byte) error {
+		if _, err := Unseal(BucketThreadIndex, k, v); err != nil {
+			return err
+		}
 		if i := bytes.IndexByte(k, 0); i > 0 {
 			set[string(k[:i])] = struct{}{}
 		}
 		return nil
-	})
+	}); err != nil {
+		return nil, err
+	}
 	out := make([]string, 0, len(set))
 	for t := range set {
 		out = append(out, t)

@@ -77,6 +77,28 @@ func ValidateAppend(in AppendInput) error {
 // ValidateContent checks everything but identifiers: createdAt, reason,
 // files, artifacts and conversation (step 2 of append).
 func ValidateContent(cp *Checkpoint) error {
+	if err := validateStructure(cp); err != nil {
+		return err
+	}
+	return ValidateMessages(cp.Conversation)
+}
+
+// validateStored checks a decoded record as append checked it, but for the
+// conversation's JSON (see GetCheckpoint).
+func validateStored(cp *Checkpoint) error {
+	if err := CheckIDs("checkpoint id", cp.ID, "checkpoint threadId", cp.ThreadID); err != nil {
+		return err
+	}
+	if cp.ParentID != "" {
+		if err := CheckID("parentCheckpointId", cp.ParentID); err != nil {
+			return err
+		}
+	}
+	return validateStructure(cp)
+}
+
+// validateStructure checks createdAt, reason, files and artifacts.
+func validateStructure(cp *Checkpoint) error {
 	if err := CheckCreatedAt("checkpoint createdAt", cp.CreatedAt); err != nil {
 		return err
 	}
@@ -93,7 +115,7 @@ func ValidateContent(cp *Checkpoint) error {
 			return err
 		}
 	}
-	return ValidateMessages(cp.Conversation)
+	return nil
 }
 
 // ValidatePath applies the manifest path rules of SPEC §1.2 in the

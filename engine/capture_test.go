@@ -260,6 +260,10 @@ func TestCaptureRefusals(t *testing.T) {
 		{"workspace is a file", nil, func(in *engine.CaptureInput) { in.Dir = filepath.Join(ws, "ok") }, chain.ErrInvalidWorkspace},
 		{"escaping symlink", func(ws string) { os.Symlink("../../etc/passwd", filepath.Join(ws, "esc")) }, nil, chain.ErrUnsupportedEntry},
 		{"absolute symlink", func(ws string) { os.Symlink("/etc/passwd", filepath.Join(ws, "abs")) }, nil, chain.ErrUnsupportedEntry},
+		{"symlink escaping through another", func(ws string) { // each stays inside on its own
+			os.Symlink(".", filepath.Join(ws, "a"))
+			os.Symlink("a/..", filepath.Join(ws, "b"))
+		}, nil, chain.ErrUnsupportedEntry},
 		{"backslash name", func(ws string) { os.WriteFile(filepath.Join(ws, `a\b`), nil, 0o644) }, nil, chain.ErrUnsupportedEntry},
 		{"drive-like root name", func(ws string) { write(t, ws, "C:/x", nil, 0o644) }, nil, chain.ErrInvalidWorkspace},
 		{"lost lease", nil, func(in *engine.CaptureInput) { in.Writer.Fence++ }, chain.ErrWriterLost},
@@ -407,6 +411,8 @@ func TestRestorePathSafety(t *testing.T) {
 		{"escaping symlink", []chain.Entry{link("l", "../../../../tmp/sbxdb-evil")}, chain.ErrUnsupportedEntry},
 		{"absolute symlink", []chain.Entry{link("l", "/tmp/sbxdb-evil")}, chain.ErrUnsupportedEntry},
 		{"nested escaping symlink", []chain.Entry{link("a/b/l", "../../../x")}, chain.ErrUnsupportedEntry},
+		{"symlink escaping through another", []chain.Entry{link("a", "."), link("b", "a/..")}, chain.ErrUnsupportedEntry},
+		{"symlink escaping through a chain", []chain.Entry{link("x", "y/.."), link("y", "z"), link("z", "q/..")}, chain.ErrUnsupportedEntry},
 		{"excluded path", []chain.Entry{file(".git/hooks/post-checkout")}, chain.ErrInvalidPath},
 		{"size mismatch", []chain.Entry{{Path: "f", Kind: chain.KindFile, BlobKey: key, Size: 5}}, chain.ErrInvalidBlob},
 	} {

@@ -131,7 +131,16 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 			}
 		}
 	}
-	return nil
+	if o.AllowEscapingSymlinks {
+		return nil
+	}
+	links := map[string]string{}
+	for i := range files {
+		if files[i].Kind == chain.KindSymlink {
+			links[files[i].Path] = files[i].Target
+		}
+	}
+	return checkLinkChains(links)
 }
 
 // checkTarget accepts a target that does not exist or is an empty

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -57,6 +58,17 @@ func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, all
 		return nil, err
 	}
 	slices.SortFunc(w.out, func(a, b walked) int { return strings.Compare(a.path, b.path) })
+	if !allowEscape {
+		links := map[string]string{}
+		for i := range w.out {
+			if w.out[i].kind == chain.KindSymlink {
+				links[w.out[i].path] = w.out[i].target
+			}
+		}
+		if err := checkLinkChains(links); err != nil {
+			return nil, err
+		}
+	}
 	return w.out, nil
 }
 
@@ -197,6 +209,59 @@ func checkLinkTarget(linkPath, target string, allowEscape bool) error {
 		return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace", linkPath, target)
 	}
 	return nil
+}
+
+// checkLinkChains refuses a symlink that stays inside the root on its own
+// but leaves it when followed through the tree's other symlinks: with
+// a -> "." and b -> "a/..", b is the root's parent (found by FuzzRestore).
+// links maps each symlink's path to its target; each has passed
+// checkLinkTarget.
+func checkLinkChains(links map[string]string) error {
+	for _, p := range slices.Sorted(maps.Keys(links)) {
+		if linkLeavesThrough(links, p) {
+			return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace through another symlink", p, links[p])
+		}
+	}
+	return nil
+}
+
+// linkLeavesThrough reports whether the symlink at link, followed as the
+// kernel follows it through the other symlinks of links (at most 40 hops,
+// its limit), leaves the root or reaches an absolute target. A loop points
+// nowhere (ELOOP), so it does not leave.
+func linkLeavesThrough(links map[string]string, link string) bool {
+	comps := append(strings.Split(path.Dir(link), "/"), strings.Split(links[link], "/")...)
+	var cur []string
+	for hops, i := 0, 0; i < len(comps); i++ {
+		switch c := comps[i]; c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return true
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		default:
+			cur = append(cur, c)
+		}
+		next, ok := links[strings.Join(cur, "/")]
+		if !ok {
+			continue
+		}
+		if hops++; hops > 40 {
+			return false
+		}
+		if path.IsAbs(next) || strings.HasPrefix(next, "\\") {
+			return true
+		}
+		// Replace the link by its target, relative to the link's
+		// directory, and walk again from the root.
+		rest := comps[i+1:]
+		comps = append(append(slices.Clone(cur[:len(cur)-1]), strings.Split(next, "/")...), rest...)
+		cur, i = nil, -1
+	}
+	return false
 }
 
 // linkEscapes reports whether target, resolved lexically against the
