@@ -87,9 +87,9 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
 		return nil, corrupt(BucketCheckpoints, []byte(id), "record holds checkpoint "+cp.ID)
 	}
 	// A record that decodes is not yet a valid checkpoint: one sealed with
-	// a forged checksum may hold a path like "../x" (found by FuzzRecord).
-	// Everything append checks is checked again, but the conversation's
-	// JSON: a damaged message fails when it is marshalled, not silently.
+	// a forged checksum may hold a path like "../x" or a message that is
+	// not JSON (both found by FuzzRecord). Everything append checks is
+	// checked again.
 	if err := validateStored(cp); err != nil {
 		return nil, corrupt(BucketCheckpoints, []byte(id), "record is not a valid checkpoint: "+err.Error())
 	}

@@ -77,28 +77,7 @@ func ValidateAppend(in AppendInput) error {
 // ValidateContent checks everything but identifiers: createdAt, reason,
 // files, artifacts and conversation (step 2 of append).
 func ValidateContent(cp *Checkpoint) error {
-	if err := validateStructure(cp); err != nil {
-		return err
-	}
-	return ValidateMessages(cp.Conversation)
-}
 
-// validateStored checks a decoded record as append checked it, but for the
-// conversation's JSON (see GetCheckpoint).
-func validateStored(cp *Checkpoint) error {
-	if err := CheckIDs("checkpoint id", cp.ID, "checkpoint threadId", cp.ThreadID); err != nil {
-		return err
-	}
-	if cp.ParentID != "" {
-		if err := CheckID("parentCheckpointId", cp.ParentID); err != nil {
-			return err
-		}
-	}
-	return validateStructure(cp)
-}
-
-// validateStructure checks createdAt, reason, files and artifacts.
-func validateStructure(cp *Checkpoint) error {
 	if err := CheckCreatedAt("checkpoint createdAt", cp.CreatedAt); err != nil {
 		return err
 	}
@@ -115,7 +94,21 @@ func validateStructure(cp *Checkpoint) error {
 			return err
 		}
 	}
-	return nil
+	return ValidateMessages(cp.Conversation)
+}
+
+// validateStored checks a decoded record as append checked it (see
+// GetCheckpoint).
+func validateStored(cp *Checkpoint) error {
+	if err := CheckIDs("checkpoint id", cp.ID, "checkpoint threadId", cp.ThreadID); err != nil {
+		return err
+	}
+	if cp.ParentID != "" {
+		if err := CheckID("parentCheckpointId", cp.ParentID); err != nil {
+			return err
+		}
+	}
+	return ValidateContent(cp)
 }
 
 // ValidatePath applies the manifest path rules of SPEC §1.2 in the
