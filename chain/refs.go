@@ -61,7 +61,7 @@ func pendingCounts(tx *bolt.Tx) (map[string]int64, error) {
 		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
 			return err
 		}
-		cp, err := GetCheckpoint(tx, string(k))
+		cp, err := decodeStored(tx, string(k))
 		if err != nil {
 			return err
 		}
@@ -292,7 +292,7 @@ func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
 		if c, ok := pc.keys[string(k)]; ok && c.sum == s {
 			return nil
 		}
-		cp, err := GetCheckpoint(tx, string(k))
+		cp, err := decodeStored(tx, string(k))
 		if err != nil {
 			return err
 		}

@@ -75,6 +75,25 @@ func CheckpointExists(tx *bolt.Tx, id string) bool {
 
 // GetCheckpoint returns the checkpoint id, or nil when it is not stored.
 func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
+	cp, err := decodeStored(tx, id)
+	if cp == nil || err != nil {
+		return nil, err
+	}
+	// A record that decodes is not yet a valid checkpoint: one sealed with
+	// a forged checksum may hold a path like "../x" or a message that is
+	// not JSON (both found by FuzzRecord). Everything append checks is
+	// checked again.
+	if err := validateStored(cp); err != nil {
+		return nil, corrupt(BucketCheckpoints, []byte(id), "record is not a valid checkpoint: "+err.Error())
+	}
+	return cp, nil
+}
+
+// decodeStored decodes the record of id (nil when it is not stored)
+// without checking it as a checkpoint: for the reference counting of
+// pending checkpoints, which reads only their blob keys, inside the
+// committer's transactions. What it returns never reaches a caller.
+func decodeStored(tx *bolt.Tx, id string) (*Checkpoint, error) {
 	p, err := get(tx, BucketCheckpoints, []byte(id))
 	if p == nil || err != nil {
 		return nil, err
@@ -85,13 +104,6 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
 	}
 	if cp.ID != id {
 		return nil, corrupt(BucketCheckpoints, []byte(id), "record holds checkpoint "+cp.ID)
-	}
-	// A record that decodes is not yet a valid checkpoint: one sealed with
-	// a forged checksum may hold a path like "../x" or a message that is
-	// not JSON (both found by FuzzRecord). Everything append checks is
-	// checked again.
-	if err := validateStored(cp); err != nil {
-		return nil, corrupt(BucketCheckpoints, []byte(id), "record is not a valid checkpoint: "+err.Error())
 	}
 	return cp, nil
 }
