@@ -40,13 +40,19 @@ type SweepOptions struct {
 // is damaged, and sbxdb check says how. Deleted packed blobs leave dead
 // space in their packs until Repack.
 func (db *DB) Sweep(ctx context.Context, opts SweepOptions) (gc.SweepResult, error) {
+	return db.sweep(ctx, opts, nil)
+}
+
+// sweep is Sweep with, for a dry run, the references a retention would
+// drop taken off first.
+func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]int64) (gc.SweepResult, error) {
 	if db.c == nil && !opts.DryRun {
 		return gc.SweepResult{}, ErrReadOnly
 	}
 	db.gcMu.Lock()
 	defer db.gcMu.Unlock()
 	return gc.Sweep(ctx, gc.SweepInput{
-		References: checkedRefs{db: db},
+		References: checkedRefs{db: db, without: without},
 		Blobs:      &sweepBlobs{db: db},
 		OlderThan:  opts.OlderThan,
 		Immediate:  opts.Immediate,
@@ -210,12 +216,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		db.gcMu.Lock()
-		defer db.gcMu.Unlock()
-		res.Sweep, err = gc.Sweep(ctx, gc.SweepInput{
-			References: checkedRefs{db: db, without: without}, Blobs: &sweepBlobs{db: db},
-			OlderThan: opts.OlderThan, Immediate: opts.Immediate, Now: db.opts.Now, DryRun: true,
-		})
+		res.Sweep, err = db.sweep(ctx, sweep, without)
 		res.After = res.Before
 		return res, err
 	}
