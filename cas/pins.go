@@ -37,7 +37,7 @@ import (
 // file can take its new copy.
 type pinSet struct {
 	mu    sync.Mutex
-	cond  sync.Cond // signalled when keys stop dying; L is &mu
+	cond  sync.Cond // signalled when keys stop dying; L is &mu (Open sets it)
 	count map[string]int32
 	dying map[string]struct{}
 }
@@ -53,9 +53,6 @@ func (p *pinSet) pin(keys []string) {
 		for {
 			if _, d := p.dying[k]; !d {
 				break
-			}
-			if p.cond.L == nil {
-				p.cond.L = &p.mu
 			}
 			p.cond.Wait()
 		}
@@ -98,9 +95,7 @@ func (p *pinSet) unmarkDying(keys []string) {
 	for _, k := range keys {
 		delete(p.dying, k)
 	}
-	if p.cond.L != nil {
-		p.cond.Broadcast()
-	}
+	p.cond.Broadcast()
 }
 
 // Pinned reports whether a batch holds a pin on key.
@@ -136,13 +131,13 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	type largeFile struct{ key, path string }
-	var deleted, marked []string
+	var deleted []string // each marked dying
 	var files []largeFile
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		// The function may run twice (a shared transaction that failed is
 		// retried alone); start clean each time.
-		s.pins.unmarkDying(marked)
-		deleted, marked, files = deleted[:0], marked[:0], files[:0]
+		s.pins.unmarkDying(deleted)
+		deleted, files = deleted[:0], files[:0]
 		used := func(string) (bool, error) { return false, nil }
 		if inUse != nil {
 			var err error
@@ -175,7 +170,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 			if !s.pins.markDying(key) {
 				continue
 			}
-			marked = append(marked, key)
+			deleted = append(deleted, key)
 			if err := c.Delete(); err != nil {
 				return err
 			}
@@ -184,7 +179,6 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 			} else {
 				dead[e.pack] += headerSize + e.stored
 			}
-			deleted = append(deleted, key)
 		}
 		for pack, n := range dead {
 			if err := addDead(tx, pack, n); err != nil {
@@ -195,7 +189,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 	})
 	// The marks outlive the files: a batch that stores one of these keys
 	// again must not have its new file removed here (pins.go).
-	defer s.pins.unmarkDying(marked)
+	defer s.pins.unmarkDying(deleted)
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 		opts.PackSize = DefaultPackSize
 	}
 	s := &Store{dir: dir, db: db, opts: opts, packs: map[uint64]*os.File{}}
+	s.pins.cond.L = &s.pins.mu
 	if !opts.ReadOnly {
 		for _, d := range []string{"packs", "large", "tmp"} {
 			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
