@@ -54,26 +54,12 @@ func dropPending(tx *bolt.Tx, id string) (bool, error) {
 	return true, nil
 }
 
-// pendingCounts sums the distinct keys of the pending checkpoints.
+// pendingCounts sums the distinct keys of the pending checkpoints (a
+// PendingCache used once).
 func pendingCounts(tx *bolt.Tx) (map[string]int64, error) {
-	counts := map[string]int64{}
-	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
-		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
-			return err
-		}
-		cp, err := decodeStored(tx, string(k))
-		if err != nil {
-			return err
-		}
-		if cp == nil {
-			return corrupt(BucketPendingRefs, k, "names a missing checkpoint")
-		}
-		for _, key := range cp.BlobKeys() {
-			counts[key]++
-		}
-		return nil
-	})
-	return counts, err
+	var pc PendingCache
+	err := pc.load(tx)
+	return pc.counts, err
 }
 
 // FoldRefs adds the references of every pending checkpoint to refs, one
@@ -274,6 +260,14 @@ type pendingKeys struct {
 // Counter returns a RefCounter for tx that takes the pending counts from
 // the cache, decoding only checkpoints it has not seen.
 func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
+	if err := pc.load(tx); err != nil {
+		return nil, err
+	}
+	return &RefCounter{tx: tx, pending: pc.counts}, nil
+}
+
+// load brings the cache up to date with tx's pending set.
+func (pc *PendingCache) load(tx *bolt.Tx) error {
 	if pc.keys == nil {
 		pc.keys = map[string]pendingKeys{}
 	}
@@ -296,12 +290,15 @@ func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
 		if err != nil {
 			return err
 		}
+		if cp == nil {
+			return corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		}
 		pc.keys[string(k)] = pendingKeys{sum: s, keys: cp.BlobKeys()}
 		changed = true
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if seen != len(pc.keys) { // some are pending no more
 		for id := range pc.keys {
@@ -319,5 +316,5 @@ func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
 			}
 		}
 	}
-	return &RefCounter{tx: tx, pending: pc.counts}, nil
+	return nil
 }
