@@ -134,7 +134,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	r.Verified = opts.VerifyBlobs
 
-	if opts.Repair && hasKind(r, FindingRefCount) {
+	if opts.Repair && len(findingsOf(r, FindingRefCount)) > 0 {
 		// Recount inside the write transaction: appends may have run since.
 		err := db.write(ctx, func(tx *bolt.Tx) error {
 			counts, err := countRefs(ctx, tx)
@@ -149,10 +149,6 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		r.Repaired = len(findingsOf(r, FindingRefCount))
 	}
 	return r, nil
-}
-
-func hasKind(r *CheckReport, kind string) bool {
-	return slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Kind == kind })
 }
 
 func findingsOf(r *CheckReport, kind string) []Finding {
