@@ -126,7 +126,7 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 			return chain.Errorf(chain.ErrInvalidPath, "manifest path %q is excluded by the restore policy", p)
 		}
 		if e.Kind == chain.KindSymlink {
-			if err := checkLinkTarget(p, e.Target, o.AllowEscapingSymlinks); err != nil {
+			if err := checkLinkTarget(p, e.Target); err != nil {
 				return err
 			}
 		}
@@ -140,7 +140,7 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 			links[files[i].Path] = files[i].Target
 		}
 	}
-	return checkLinkChains(links)
+	return checkLinks(links)
 }
 
 // checkTarget accepts a target that does not exist or is an empty

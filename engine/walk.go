@@ -46,7 +46,7 @@ func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, all
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &walker{ctx: ctx, root: root, skip: skip, pol: pol, allowEscape: allowEscape,
+	w := &walker{ctx: ctx, root: root, skip: skip, pol: pol,
 		sem: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), cancel: cancel}
 	w.wg.Add(1)
 	go w.dir("")
@@ -65,7 +65,7 @@ func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, all
 				links[w.out[i].path] = w.out[i].target
 			}
 		}
-		if err := checkLinkChains(links); err != nil {
+		if err := checkLinks(links); err != nil {
 			return nil, err
 		}
 	}
@@ -73,14 +73,13 @@ func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, all
 }
 
 type walker struct {
-	ctx         context.Context
-	cancel      context.CancelFunc
-	root        string
-	skip        string
-	pol         *workspace.Policy
-	allowEscape bool
-	sem         chan struct{} // bounds the directories read at once
-	wg          sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+	root   string
+	skip   string
+	pol    *workspace.Policy
+	sem    chan struct{} // bounds the directories read at once
+	wg     sync.WaitGroup
 
 	mu  sync.Mutex
 	out []walked
@@ -166,7 +165,7 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 			if err != nil {
 				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "readlink %q: %v", p, err)
 			}
-			if err := checkLinkTarget(p, target, w.allowEscape); err != nil {
+			if err := checkLinkTarget(p, target); err != nil {
 				return nil, nil, err
 			}
 			found = append(found, walked{path: p, kind: chain.KindSymlink, target: target})
@@ -195,41 +194,37 @@ func checkName(p, name string) error {
 	return nil
 }
 
-// checkLinkTarget applies SPEC §10 Q5: a symlink target must be non-empty,
-// without NUL, relative, and stay inside the workspace when resolved against
-// the link's directory, unless the caller allows escaping targets.
-func checkLinkTarget(linkPath, target string, allowEscape bool) error {
+// checkLinkTarget applies the form rules of SPEC §10 Q5 to a symlink
+// target: non-empty, UTF-8, no NUL. Where it may point is checkLinks' job.
+func checkLinkTarget(linkPath, target string) error {
 	if target == "" || strings.IndexByte(target, 0) >= 0 || !utf8.ValidString(target) {
 		return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q has an empty or invalid target", linkPath)
-	}
-	if allowEscape {
-		return nil
-	}
-	if linkEscapes(linkPath, target) {
-		return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace", linkPath, target)
 	}
 	return nil
 }
 
-// checkLinkChains refuses a symlink that stays inside the root on its own
-// but leaves it when followed through the tree's other symlinks: with
-// a -> "." and b -> "a/..", b is the root's parent (found by FuzzRestore).
-// links maps each symlink's path to its target; each has passed
-// checkLinkTarget.
-func checkLinkChains(links map[string]string) error {
+// checkLinks refuses a symlink whose target is absolute or leaves the root
+// (SPEC §10 Q5), by itself or when followed through the tree's other
+// symlinks: with a -> "." and b -> "a/..", each looks inside on its own,
+// yet b is the root's parent (found by FuzzRestore). links maps each
+// symlink's path to its target; each has passed checkLinkTarget.
+func checkLinks(links map[string]string) error {
 	for _, p := range slices.Sorted(maps.Keys(links)) {
-		if linkLeavesThrough(links, p) {
-			return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace through another symlink", p, links[p])
+		if linkLeaves(links, p) {
+			return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace", p, links[p])
 		}
 	}
 	return nil
 }
 
-// linkLeavesThrough reports whether the symlink at link, followed as the
-// kernel follows it through the other symlinks of links (at most 40 hops,
-// its limit), leaves the root or reaches an absolute target. A loop points
+// linkLeaves reports whether the symlink at link, followed as the kernel
+// follows it through the other symlinks of links (at most 40 hops, its
+// limit), leaves the root or reaches an absolute target. A loop points
 // nowhere (ELOOP), so it does not leave.
-func linkLeavesThrough(links map[string]string, link string) bool {
+func linkLeaves(links map[string]string, link string) bool {
+	if isAbsTarget(links[link]) {
+		return true
+	}
 	comps := append(strings.Split(path.Dir(link), "/"), strings.Split(links[link], "/")...)
 	var cur []string
 	for hops, i := 0, 0; i < len(comps); i++ {
@@ -252,7 +247,7 @@ func linkLeavesThrough(links map[string]string, link string) bool {
 		if hops++; hops > 40 {
 			return false
 		}
-		if path.IsAbs(next) || strings.HasPrefix(next, "\\") {
+		if isAbsTarget(next) {
 			return true
 		}
 		// Replace the link by its target, relative to the link's
@@ -264,12 +259,8 @@ func linkLeavesThrough(links map[string]string, link string) bool {
 	return false
 }
 
-// linkEscapes reports whether target, resolved lexically against the
-// directory of linkPath, is absolute or leaves the root.
-func linkEscapes(linkPath, target string) bool {
-	if path.IsAbs(target) || strings.HasPrefix(target, "\\") || filepath.IsAbs(target) {
-		return true
-	}
-	resolved := path.Join(path.Dir(linkPath), target)
-	return resolved == ".." || strings.HasPrefix(resolved, "../")
+// isAbsTarget reports whether a symlink target is absolute, in POSIX form
+// or Windows' (a leading backslash).
+func isAbsTarget(target string) bool {
+	return path.IsAbs(target) || strings.HasPrefix(target, "\\")
 }
