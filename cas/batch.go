@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb/vfs"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -198,7 +199,7 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 	if err != nil {
 		return AddResult{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(b.s.dir, "tmp"), "large-*")
+	tmp, err := b.s.fs.CreateTemp(filepath.Join(b.s.dir, "tmp"), "large-*")
 	if err != nil {
 		return AddResult{}, err
 	}
@@ -210,7 +211,7 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		b.s.fs.Remove(tmp.Name())
 		return AddResult{}, err
 	}
 	key := ns.Key(h.sum)
@@ -226,7 +227,7 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 		b.mu.Unlock()
 	}
 	if !res.New {
-		os.Remove(tmp.Name())
+		b.s.fs.Remove(tmp.Name())
 	}
 	return res, err
 }
@@ -237,7 +238,7 @@ const trialSize = 1 << 20
 
 // writeLarge writes one frame holding the bytes of r to f and returns its
 // header.
-func (s *Store) writeLarge(ctx context.Context, f *os.File, ns Namespace, r io.Reader) (header, error) {
+func (s *Store) writeLarge(ctx context.Context, f vfs.File, ns Namespace, r io.Reader) (header, error) {
 	h := header{ns: ns}
 	if _, err := f.Write(make([]byte, headerSize)); err != nil {
 		return h, err
@@ -294,33 +295,50 @@ func (s *Store) writeLarge(ctx context.Context, f *os.File, ns Namespace, r io.R
 // the batch is finished. If a key the batch meant to refresh was deleted
 // meanwhile, Commit fails and indexes nothing: the caller was about to rely
 // on a blob that is gone.
-func (b *Batch) Commit(ctx context.Context) error {
+func (b *Batch) Commit(ctx context.Context) error { return b.CommitWith(ctx, nil) }
+
+// CommitWith is Commit that also runs fn in the transaction indexing the
+// batch, before the index entries are written: the checkpoint naming the
+// blobs commits with them, or neither does. fn must return any error of its
+// own checks before it writes. A batch that wrote and met nothing, with a
+// nil fn, costs no transaction.
+func (b *Batch) CommitWith(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.writable(); err != nil {
 		return err
 	}
 	b.done = true
-	if err := b.commit(ctx); err != nil {
-		b.removeFiles()
-		return err
+	err := b.sync(ctx)
+	if err == nil && (fn != nil || len(b.packs) > 0 || len(b.added) > 0 || len(b.refresh) > 0) {
+		err = b.s.db.Update(func(tx *bolt.Tx) error {
+			if fn != nil {
+				if err := fn(tx); err != nil {
+					return err
+				}
+			}
+			return b.index(tx)
+		})
 	}
-	return nil
+	if err != nil {
+		b.removeFiles()
+	}
+	return err
 }
 
-func (b *Batch) commit(ctx context.Context) error {
+// sync makes the batch's bytes durable: packs flushed and fsynced, large
+// files (synced when written) renamed into place, and every directory that
+// gained a name synced.
+func (b *Batch) sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s := b.s
-	// 1. Pack bytes reach the disk.
 	for _, p := range b.packs {
 		if err := p.finish(!s.opts.NoSync); err != nil {
 			return err
 		}
 	}
-	// 2. Large files move into place (they were synced when written), and
-	// every directory that gained a name is synced.
 	dirs := map[string]bool{}
 	if len(b.packs) > 0 {
 		dirs[filepath.Join(s.dir, "packs")] = true
@@ -328,10 +346,10 @@ func (b *Batch) commit(ctx context.Context) error {
 	for key, tmp := range b.larges {
 		ns, sum, _ := ParseKey(key)
 		dst := filepath.Join(s.dir, largePath(ns, sum))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := s.fs.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}
-		if err := os.Rename(tmp, dst); err != nil {
+		if err := s.fs.Rename(tmp, dst); err != nil {
 			return err
 		}
 		delete(b.larges, key) // in place: a failure from here on leaves it (see removeFiles)
@@ -341,59 +359,58 @@ func (b *Batch) commit(ctx context.Context) error {
 	}
 	if !s.opts.NoSync {
 		for d := range dirs {
-			if err := syncDir(d); err != nil {
+			if err := s.fs.SyncDir(d); err != nil {
 				return err
 			}
 		}
 	}
-	// 3. One transaction indexes everything; a batch that wrote and met
-	// nothing (a capture of an unchanged tree) costs no commit.
-	if len(b.packs) == 0 && len(b.added) == 0 && len(b.refresh) == 0 {
-		return nil
+	return nil
+}
+
+// index registers the batch's packs, indexes its new blobs and refreshes
+// the upload times of the known ones, in tx.
+func (b *Batch) index(tx *bolt.Tx) error {
+	now := b.s.opts.Now().UnixMilli()
+	idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
+	for _, p := range b.packs {
+		if err := packs.Put(packKey(p.id), packStats{total: uint64(p.size)}.encode()); err != nil {
+			return err
+		}
 	}
-	now := s.opts.Now().UnixMilli()
-	return s.db.Update(func(tx *bolt.Tx) error {
-		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
-		for _, p := range b.packs {
-			if err := packs.Put(packKey(p.id), packStats{total: uint64(p.size)}.encode()); err != nil {
-				return err
-			}
+	for _, key := range keysSorted(b.refresh) {
+		e, ok, err := lookup(tx, key)
+		if err != nil {
+			return err
 		}
-		for _, key := range keysSorted(b.refresh) {
-			e, ok, err := lookup(tx, key)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return &Error{Key: key, Err: ErrNotFound, Detail: "deleted while the batch was written; retry"}
-			}
-			e.uploaded = now
-			if err := idx.Put([]byte(key), e.encode(key)); err != nil {
-				return err
-			}
+		if !ok {
+			return &Error{Key: key, Err: ErrNotFound, Detail: "deleted while the batch was written; retry"}
 		}
-		for _, key := range keysSorted(b.added) {
-			e := b.added[key]
-			// Another batch may have stored the key meanwhile. A packed
-			// copy of ours is then dead; a large one was renamed over the
-			// same path, so our entry describes the file now there.
-			if old, ok, err := lookup(tx, key); err == nil && ok && e.where == wherePack {
-				if err := addDead(tx, e.pack, headerSize+e.stored); err != nil {
-					return err
-				}
-				old.uploaded = now
-				if err := idx.Put([]byte(key), old.encode(key)); err != nil {
-					return err
-				}
-				continue
-			}
-			e.uploaded = now
-			if err := idx.Put([]byte(key), e.encode(key)); err != nil {
+		e.uploaded = now
+		if err := idx.Put([]byte(key), e.encode(key)); err != nil {
+			return err
+		}
+	}
+	for _, key := range keysSorted(b.added) {
+		e := b.added[key]
+		// Another batch may have stored the key meanwhile. A packed copy
+		// of ours is then dead; a large one was renamed over the same
+		// path, so our entry describes the file now there.
+		if old, ok, err := lookup(tx, key); err == nil && ok && e.where == wherePack {
+			if err := addDead(tx, e.pack, headerSize+e.stored); err != nil {
 				return err
 			}
+			old.uploaded = now
+			if err := idx.Put([]byte(key), old.encode(key)); err != nil {
+				return err
+			}
+			continue
 		}
-		return nil
-	})
+		e.uploaded = now
+		if err := idx.Put([]byte(key), e.encode(key)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Pin pins keys the caller will rely on without adding their bytes (the
@@ -447,10 +464,10 @@ func (b *Batch) Close() {
 func (b *Batch) removeFiles() {
 	for _, p := range b.packs {
 		p.f.Close()
-		os.Remove(p.path)
+		b.s.fs.Remove(p.path)
 	}
 	for _, tmp := range b.larges {
-		os.Remove(tmp)
+		b.s.fs.Remove(tmp)
 	}
 }
 
@@ -458,7 +475,7 @@ func (b *Batch) removeFiles() {
 type packWriter struct {
 	id   uint64
 	path string
-	f    *os.File
+	f    vfs.File
 	w    *bufio.Writer
 	size int64
 }
@@ -468,7 +485,7 @@ func (s *Store) newPack() (*packWriter, error) {
 	rand.Read(idb[:])
 	id := binary.LittleEndian.Uint64(idb[:])
 	path := filepath.Join(s.dir, packPath(id))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := s.fs.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -485,15 +502,6 @@ func (p *packWriter) finish(sync bool) error {
 		}
 	}
 	return p.f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 type countWriter struct {

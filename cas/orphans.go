@@ -104,7 +104,7 @@ func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int
 			return err
 		})
 		if err == nil && !indexed {
-			if err = os.Remove(o.path); err == nil {
+			if err = s.fs.Remove(o.path); err == nil {
 				removed++
 			}
 		}

@@ -194,7 +194,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 		return nil, err
 	}
 	for _, f := range files {
-		if err := os.Remove(filepath.Join(s.dir, f.path)); err != nil && !os.IsNotExist(err) {
+		if err := s.fs.Remove(filepath.Join(s.dir, f.path)); err != nil && !os.IsNotExist(err) {
 			return deleted, &Error{Key: f.key, Err: err, Detail: "index entry removed, file left behind"}
 		}
 	}

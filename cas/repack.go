@@ -195,7 +195,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		}
 	}
 	if len(w.packs) > 0 && !s.opts.NoSync {
-		if err := syncDir(filepath.Join(s.dir, "packs")); err != nil {
+		if err := s.fs.SyncDir(filepath.Join(s.dir, "packs")); err != nil {
 			return st, err
 		}
 	}
@@ -263,7 +263,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 			f.Close()
 			delete(s.packs, id)
 		}
-		os.Remove(filepath.Join(s.dir, packPath(id)))
+		s.fs.Remove(filepath.Join(s.dir, packPath(id)))
 		st.Packs++
 		st.Before += int64(ps.total)
 	}
@@ -297,7 +297,7 @@ func (s *Store) removeOrphanPacks() error {
 			if err != nil || b.Get(packKey(id)) != nil {
 				continue
 			}
-			os.Remove(filepath.Join(s.dir, "packs", e.Name()))
+			s.fs.Remove(filepath.Join(s.dir, "packs", e.Name()))
 		}
 		return nil
 	})

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb/vfs"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -52,6 +53,8 @@ type Options struct {
 	// PackSize is the size at which a batch starts a new pack file.
 	// Default 64 MiB.
 	PackSize int64
+	// FS performs every change to the store's files. Default vfs.OS.
+	FS vfs.FS
 }
 
 // MaxPacked is the largest blob Put and Batch.Add store in a pack; larger
@@ -75,6 +78,7 @@ type Store struct {
 	dir  string
 	db   DB
 	opts Options
+	fs   vfs.FS
 
 	enc *zstd.Encoder // EncodeAll only; safe for concurrent use
 	dec *zstd.Decoder // DecodeAll of packed blobs, output bounded by MaxPacked
@@ -104,18 +108,21 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 	if opts.PackSize <= 0 {
 		opts.PackSize = DefaultPackSize
 	}
-	s := &Store{dir: dir, db: db, opts: opts, packs: map[uint64]*os.File{}}
+	if opts.FS == nil {
+		opts.FS = vfs.OS
+	}
+	s := &Store{dir: dir, db: db, opts: opts, fs: opts.FS, packs: map[uint64]*os.File{}}
 	s.pins.cond.L = &s.pins.mu
 	if !opts.ReadOnly {
 		for _, d := range []string{"packs", "large", "tmp"} {
-			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			if err := s.fs.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 				return nil, err
 			}
 		}
 		// Files in tmp/ belong to batches that never committed.
 		if ents, err := os.ReadDir(filepath.Join(dir, "tmp")); err == nil {
 			for _, e := range ents {
-				os.Remove(filepath.Join(dir, "tmp", e.Name()))
+				s.fs.Remove(filepath.Join(dir, "tmp", e.Name()))
 			}
 		}
 		if err := db.Update(initIndex); err != nil {

@@ -90,8 +90,9 @@ const smallFile = 1 << 20
 // in.Writer.ThreadID. It walks the tree under the policy, takes unchanged
 // files from the stat cache, hashes and compresses the others in parallel,
 // makes every new blob durable with one barrier, and then appends the
-// checkpoint in one transaction: blob bytes are durable before the
-// checkpoint that names them commits. Any error appends nothing. The store's
+// checkpoint and indexes its new blobs in one transaction: blob bytes are
+// durable before the checkpoint that names them commits, and any error
+// leaves the store as it was. The store's
 // own directory is never captured, even when it lies inside in.Dir.
 func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, error) {
 	if db.c == nil {
@@ -134,13 +135,10 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, err
 	}
-	if err := c.batch.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("capture: storing blobs: %w", err)
-	}
-	if err := db.point("capture.beforeAppend"); err != nil {
+	if err := db.point("capture.beforeCommit"); err != nil {
 		return nil, err
 	}
-	cp, err := db.appendCapture(ctx, &in, manifest(tree))
+	cp, err := db.commitCapture(ctx, c.batch, &in, manifest(tree))
 	if err != nil {
 		return nil, err
 	}
@@ -305,9 +303,11 @@ func manifest(tree []walked) []chain.Entry {
 	return out
 }
 
-// appendCapture appends the captured checkpoint on the thread's current
-// head.
-func (db *DB) appendCapture(ctx context.Context, in *CaptureInput, files []chain.Entry) (*chain.Checkpoint, error) {
+// commitCapture appends the captured checkpoint on the thread's current
+// head in the transaction that indexes the batch's blobs, once their bytes
+// are durable: the checkpoint and the blobs it names commit together, or
+// nothing does.
+func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureInput, files []chain.Entry) (*chain.Checkpoint, error) {
 	head, err := db.Head(ctx, in.Writer.ThreadID)
 	if err != nil {
 		return nil, err
@@ -326,7 +326,15 @@ func (db *DB) appendCapture(ctx context.Context, in *CaptureInput, files []chain
 	if cp.CreatedAt == 0 {
 		cp.CreatedAt = db.opts.nowMs()
 	}
-	if _, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: in.Writer}); err != nil {
+	app := chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: in.Writer}
+	fn, err := db.appendTx(&app)
+	if err != nil {
+		return nil, err
+	}
+	if err := batch.CommitWith(ctx, fn); err != nil {
+		if chain.Code(err) == "" {
+			err = fmt.Errorf("capture: %w", err)
+		}
 		return nil, err
 	}
 	return cp.Clone(), nil

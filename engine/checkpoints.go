@@ -80,16 +80,29 @@ func (db *DB) Threads(ctx context.Context) ([]string, error) {
 // still in.ExpectedHeadID, and returns the new head id. Checks, in order:
 // identifiers, content, writer, duplicate id, head, parent (SPEC §2.5).
 func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) {
+	fn, err := db.appendTx(&in)
+	if err != nil {
+		return "", err
+	}
+	if err := db.write(ctx, fn); err != nil {
+		return "", err
+	}
+	return in.Checkpoint.ID, nil
+}
+
+// appendTx validates in and returns the transaction body that appends it:
+// the contract's checks, then the writes.
+func (db *DB) appendTx(in *chain.AppendInput) (func(tx *bolt.Tx) error, error) {
 	// Copy before validating: nothing the caller does later can change
 	// what was checked or what is stored.
 	in.Checkpoint = in.Checkpoint.Clone()
-	if err := chain.ValidateAppend(in); err != nil {
-		return "", err
+	if err := chain.ValidateAppend(*in); err != nil {
+		return nil, err
 	}
-	cp := in.Checkpoint
+	cp, expected, writer := in.Checkpoint, in.ExpectedHeadID, in.Writer
 	prepared := chain.Prepare(cp) // outside the shared transaction: see chain.Prepared
-	err := db.write(ctx, func(tx *bolt.Tx) error {
-		if err := lease.Check(tx, cp.ThreadID, in.Writer, db.opts.nowMs()); err != nil {
+	return func(tx *bolt.Tx) error {
+		if err := lease.Check(tx, cp.ThreadID, writer, db.opts.nowMs()); err != nil {
 			return err
 		}
 		if chain.CheckpointExists(tx, cp.ID) {
@@ -99,11 +112,11 @@ func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) 
 		if err != nil {
 			return err
 		}
-		if head != in.ExpectedHeadID {
-			return chain.Errorf(chain.ErrStaleHead, "thread %q head is %s, expected %s", cp.ThreadID, nullable(head), nullable(in.ExpectedHeadID))
+		if head != expected {
+			return chain.Errorf(chain.ErrStaleHead, "thread %q head is %s, expected %s", cp.ThreadID, nullable(head), nullable(expected))
 		}
-		if cp.ParentID != in.ExpectedHeadID {
-			return chain.Errorf(chain.ErrParentMismatch, "checkpoint %q parent %s is not the expected head %s", cp.ID, nullable(cp.ParentID), nullable(in.ExpectedHeadID))
+		if cp.ParentID != expected {
+			return chain.Errorf(chain.ErrParentMismatch, "checkpoint %q parent %s is not the expected head %s", cp.ID, nullable(cp.ParentID), nullable(expected))
 		}
 		if err := chain.PutPrepared(tx, prepared); err != nil {
 			return err
@@ -112,11 +125,7 @@ func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) 
 			return err
 		}
 		return chain.SetHead(tx, cp.ThreadID, cp.ID)
-	})
-	if err != nil {
-		return "", err
-	}
-	return cp.ID, nil
+	}, nil
 }
 
 // DeleteHead removes the thread's head checkpoint and drops its blob

@@ -150,6 +150,7 @@ func (c *committer) foldIfDue(tx *bolt.Tx) error {
 
 // update is bolt's Update with panics (from a damaged file) turned into
 // errors; bbolt rolls the transaction back before the panic reaches here.
+// The FS has the last word before the commit (vfs.FS.BeforeCommit).
 func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 	defer recoverCorrupt(&err, c.db.dir)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -158,7 +159,12 @@ func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 		c.txs.Add(1)
 		c.held.Add(int64(time.Since(start)))
 	}()
-	return c.db.bolt.Update(fn)
+	return c.db.bolt.Update(func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return c.db.opts.FS.BeforeCommit(c.db.bolt.Path())
+	})
 }
 
 // WriteStats counts the write transactions of a DB since Open.

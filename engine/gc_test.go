@@ -123,7 +123,7 @@ func TestSweepDuringCapture(t *testing.T) {
 				ws = other
 			}
 			var swept []string
-			remove := f.db.OnPoint("capture.beforeAppend", func() error {
+			remove := f.db.OnPoint("capture.beforeCommit", func() error {
 				res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true})
 				swept = append(swept, res.Deleted...)
 				return err
@@ -304,7 +304,7 @@ func TestGCStress(t *testing.T) {
 	content := func(i, v int) []byte { return []byte(strings.Repeat(fmt.Sprintf("file %d version %d\n", i, v), 200)) }
 	// Captures linger between settling their blobs and appending, so sweeps
 	// land inside that window often.
-	f.db.OnPoint("capture.beforeAppend", func() error { time.Sleep(time.Millisecond); return nil })
+	f.db.OnPoint("capture.beforeCommit", func() error { time.Sleep(time.Millisecond); return nil })
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+1)

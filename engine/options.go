@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sbxdb/sbxdb/vfs"
 )
 
 // Options configures a store. The zero value gives the contract's defaults.
@@ -32,6 +34,10 @@ type Options struct {
 	// NoSync skips fsync on commit. Unsafe: a crash can lose acknowledged
 	// writes. For tests and benchmarks only.
 	NoSync bool
+	// FS performs every change to the blob store's files and to restore
+	// targets, and is asked before each database commit (see package vfs).
+	// Default vfs.OS; tests pass a vfs/faultfs.FS to fail chosen steps.
+	FS vfs.FS
 }
 
 // Defaults of the contract (SPEC §2.1).
@@ -70,6 +76,9 @@ func CheckOptions(opts *Options) (Options, error) {
 	}
 	if o.RefFoldAfter == 0 {
 		o.RefFoldAfter = DefaultRefFoldAfter
+	}
+	if o.FS == nil {
+		o.FS = vfs.OS
 	}
 	switch {
 	case o.LeaseDuration < time.Millisecond:

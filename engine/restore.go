@@ -92,14 +92,19 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	}
 	// An empty target directory is replaced; rename cannot replace a
 	// directory on every system, and must not replace a non-empty one.
+	emptyTarget := false
 	if st, err := os.Lstat(target); err == nil && st.IsDir() {
-		if err := os.Remove(target); err != nil {
+		if err := db.opts.FS.Remove(target); err != nil {
 			os.RemoveAll(staging)
 			return RestoreStats{}, fmt.Errorf("restore: target %s: %w", target, err)
 		}
+		emptyTarget = true
 	}
-	if err := os.Rename(staging, target); err != nil {
+	if err := db.opts.FS.Rename(staging, target); err != nil {
 		os.RemoveAll(staging)
+		if emptyTarget {
+			os.Mkdir(target, 0o755) // as the caller left it
+		}
 		removeCreated(created)
 		return RestoreStats{}, fmt.Errorf("restore: %w", err)
 	}
@@ -207,7 +212,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 		return strings.Compare(a, b)
 	})
 	for _, d := range ordered {
-		if err := os.Mkdir(filepath.Join(root, filepath.FromSlash(d)), 0o755); err != nil {
+		if err := db.opts.FS.Mkdir(filepath.Join(root, filepath.FromSlash(d)), 0o755); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
 	}
@@ -221,7 +226,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	stats.Bytes = prog.bytes.Load()
 	// Links last, so no write above can pass through one.
 	for _, e := range links {
-		if err := os.Symlink(e.Target, filepath.Join(root, filepath.FromSlash(e.Path))); err != nil {
+		if err := db.opts.FS.Symlink(e.Target, filepath.Join(root, filepath.FromSlash(e.Path))); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
 		stats.Symlinks++
@@ -275,7 +280,7 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 	if e.Executable {
 		mode = 0o755
 	}
-	f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(e.Path)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+	f, err := db.opts.FS.OpenFile(filepath.Join(root, filepath.FromSlash(e.Path)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}

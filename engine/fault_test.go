@@ -1,0 +1,489 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/lease"
+	"github.com/sbxdb/sbxdb/vfs"
+	"github.com/sbxdb/sbxdb/vfs/faultfs"
+)
+
+// Fault injection (issue 6): every call that changes the store is run once
+// to record the file operations it performs, then once per operation with
+// that one operation failing (ENOSPC or EIO). A failure before the call's
+// commit must return an error naming the fault and leave the store exactly
+// as it was — threads, heads, checkpoints, reference counts, leases, the
+// blob index and the pack files — and the same call must succeed once the
+// fault is gone. A failure after the commit (removing a file the commit
+// made garbage) cannot undo the commit: the store must then be consistent,
+// the leftover file an orphan that check reports and gc or Open removes.
+
+type faultFixture struct {
+	t       *testing.T
+	dir     string
+	ffs     *faultfs.FS
+	db      *engine.DB
+	ws      string
+	version int
+	writers map[string]*lease.Lease
+	trees   map[string]map[string]fstree.Node // captured checkpoint → its tree
+	head    string                            // the last capture on thread "t"
+}
+
+func newFaultFixture(t *testing.T) *faultFixture {
+	f := &faultFixture{t: t, dir: t.TempDir(), ffs: faultfs.New(vfs.OS),
+		writers: map[string]*lease.Lease{}, trees: map[string]map[string]fstree.Node{}}
+	// fsync on: with NoSync the store skips the syncs under test.
+	db, err := engine.Open(filepath.Join(f.dir, "store"), &engine.Options{FS: f.ffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.db.Close() })
+	f.db = db
+	f.ws = filepath.Join(f.dir, "ws")
+	write(t, f.ws, "same.txt", []byte("never changes\n"), 0o644)
+	write(t, f.ws, "bin/run.sh", []byte("#!/bin/sh\necho hi\n"), 0o755)
+	if err := os.Symlink("same.txt", filepath.Join(f.ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *faultFixture) writer(thread string) lease.Writer {
+	if l := f.writers[thread]; l != nil {
+		return l.Writer
+	}
+	l, err := f.db.AcquireWriter(context.Background(), thread)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.writers[thread] = l
+	return l.Writer
+}
+
+// edit changes the workspace: ten small files (one pack) and a large one (a
+// file of its own) get new bytes; the rest stays and is deduplicated.
+func (f *faultFixture) edit() {
+	f.version++
+	for i := range 10 {
+		write(f.t, f.ws, fmt.Sprintf("src/f%d.txt", i), fmt.Appendf(nil, "version %d of file %d\n%s", f.version, i, strings.Repeat("text ", 100)), 0o644)
+	}
+	big := make([]byte, 1<<20+4096) // past the in-memory limit: streamed
+	for i := range big {
+		big[i] = byte(i*7 + f.version)
+	}
+	write(f.t, f.ws, "big.bin", big, 0o644)
+}
+
+func (f *faultFixture) capture(thread string) (*chain.Checkpoint, error) {
+	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.writer(thread), Dir: f.ws})
+	if err != nil {
+		return nil, err
+	}
+	f.trees[res.Checkpoint.ID] = snapshot(f.t, f.ws)
+	return res.Checkpoint, nil
+}
+
+func (f *faultFixture) mustCapture(thread string) *chain.Checkpoint {
+	f.t.Helper()
+	cp, err := f.capture(thread)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cp
+}
+
+// appendCopy appends to thread a checkpoint naming the files of src that
+// keep selects.
+func (f *faultFixture) appendCopy(thread string, src *chain.Checkpoint, keep func(chain.Entry) bool) error {
+	ctx := context.Background()
+	head, err := f.db.Head(ctx, thread)
+	if err != nil {
+		return err
+	}
+	cp := &chain.Checkpoint{ID: lease.NewToken(), ThreadID: thread, ParentID: head, CreatedAt: 1, Reason: chain.ReasonAutomatic}
+	for _, e := range src.Files {
+		if keep == nil || keep(e) {
+			cp.Files = append(cp.Files, e)
+		}
+	}
+	_, err = f.db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: f.writer(thread)})
+	return err
+}
+
+// storeState is everything a failed call must leave as it was.
+type storeState struct {
+	Threads map[string][]*chain.Checkpoint
+	Heads   map[string]string
+	Refs    []chain.BlobRef
+	Blobs   []cas.Info
+	Writers map[string]lease.State
+	Packs   []string
+}
+
+func (f *faultFixture) state() storeState {
+	f.t.Helper()
+	ctx := context.Background()
+	st := storeState{Threads: map[string][]*chain.Checkpoint{}, Heads: map[string]string{}}
+	threads, err := f.db.Threads(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, th := range threads {
+		if st.Threads[th], err = f.db.List(ctx, th); err != nil {
+			f.t.Fatal(err)
+		}
+		if st.Heads[th], err = f.db.Head(ctx, th); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if st.Refs, err = f.db.BlobReferences(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	if st.Blobs, err = f.db.Blobs().List(ctx, ""); err != nil {
+		f.t.Fatal(err)
+	}
+	if st.Writers, err = f.db.Writers(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	ents, err := os.ReadDir(filepath.Join(f.dir, "store", engine.BlobDir, "packs"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, e := range ents {
+		st.Packs = append(st.Packs, e.Name())
+	}
+	return st
+}
+
+// checkConsistent fails on any error finding of a full check.
+func (f *faultFixture) checkConsistent(when string) {
+	f.t.Helper()
+	rep, err := f.db.Check(context.Background(), engine.CheckStoreOptions{VerifyBlobs: true})
+	if err != nil {
+		f.t.Fatalf("%s: check: %v", when, err)
+	}
+	for _, fd := range rep.Findings {
+		if fd.Severity == engine.SeverityError {
+			f.t.Errorf("%s: check: %s", when, fd)
+		}
+	}
+}
+
+func (f *faultFixture) restoreEqual(id, out string) {
+	f.t.Helper()
+	if _, err := f.db.Restore(context.Background(), id, out, nil); err != nil {
+		f.t.Fatalf("restore %s: %v", id, err)
+	}
+	if diff := fstree.Diff(f.trees[id], snapshot(f.t, out)); diff != nil {
+		f.t.Fatalf("checkpoint %s restored wrong:\n%s", id, strings.Join(diff, "\n"))
+	}
+}
+
+// faultCase is one call under test.
+type faultCase struct {
+	name string
+	// prepare sets up the next run of the call (not under test).
+	prepare func(f *faultFixture)
+	// run is the call; each run after a prepare does the same steps.
+	run func(f *faultFixture) error
+	// done checks the effect of a run that succeeded or committed.
+	done func(f *faultFixture)
+	// undone checks, beyond the store's state, what a failed run must not
+	// leave behind.
+	undone func(f *faultFixture)
+}
+
+func faultCases() []faultCase {
+	ctx := context.Background()
+	var target string   // restore
+	var doomed []string // sweep: keys the run must delete
+	var dst string      // fork: the destination thread
+	restores := 0
+	return []faultCase{
+		{
+			name:    "capture",
+			prepare: func(f *faultFixture) { f.edit() },
+			run: func(f *faultFixture) error {
+				cp, err := f.capture("t")
+				if err == nil {
+					f.head = cp.ID
+				}
+				return err
+			},
+			done: func(f *faultFixture) {
+				f.restoreEqual(f.head, filepath.Join(f.dir, "check-"+f.head))
+			},
+		},
+		{
+			name: "restore",
+			prepare: func(f *faultFixture) {
+				restores++
+				target = filepath.Join(f.dir, "restores", fmt.Sprint(restores), "out")
+			},
+			run: func(f *faultFixture) error {
+				_, err := f.db.Restore(ctx, f.head, target, nil)
+				return err
+			},
+			done: func(f *faultFixture) {
+				if diff := fstree.Diff(f.trees[f.head], snapshot(f.t, target)); diff != nil {
+					f.t.Fatalf("restored wrong:\n%s", strings.Join(diff, "\n"))
+				}
+			},
+			undone: func(f *faultFixture) {
+				// Nothing of the failed restore is left: not the target,
+				// not its staging directory, not the parents it made.
+				if _, err := os.Lstat(filepath.Join(f.dir, "restores", fmt.Sprint(restores))); !os.IsNotExist(err) {
+					f.t.Errorf("a failed restore left %s behind (%v)", filepath.Dir(target), err)
+				}
+			},
+		},
+		{
+			name:    "append",
+			prepare: func(f *faultFixture) { f.writer("a") },
+			run: func(f *faultFixture) error {
+				cp, err := f.db.Get(ctx, f.head)
+				if err != nil {
+					return err
+				}
+				return f.appendCopy("a", cp, nil)
+			},
+		},
+		{
+			name: "delete-head",
+			prepare: func(f *faultFixture) {
+				cp, _ := f.db.Get(ctx, f.head)
+				for range 2 {
+					if err := f.appendCopy("d", cp, nil); err != nil {
+						f.t.Fatal(err)
+					}
+				}
+			},
+			run: func(f *faultFixture) error {
+				head, err := f.db.Head(ctx, "d")
+				if err != nil {
+					return err
+				}
+				return f.db.DeleteHead(ctx, "d", head, f.writer("d"))
+			},
+		},
+		{
+			name: "delete-checkpoints",
+			prepare: func(f *faultFixture) {
+				cp, _ := f.db.Get(ctx, f.head)
+				for range 3 {
+					if err := f.appendCopy("r", cp, nil); err != nil {
+						f.t.Fatal(err)
+					}
+				}
+			},
+			run: func(f *faultFixture) error {
+				_, err := f.db.DeleteCheckpoints(ctx, "r", 1, f.writer("r"))
+				return err
+			},
+		},
+		{
+			name: "fork",
+			prepare: func(f *faultFixture) {
+				dst = "fork-" + lease.NewToken()
+				f.writer(dst)
+			},
+			run: func(f *faultFixture) error {
+				_, err := f.db.Fork(ctx, chain.ForkInput{SourceThreadID: "t", SourceCheckpointID: f.head,
+					DestinationThreadID: dst, DestinationCheckpointID: "fk-" + dst, Writer: f.writer(dst)})
+				return err
+			},
+		},
+		{
+			// The blobs of a capture whose checkpoint is deleted are
+			// swept: packed ones become dead space, the large one's file
+			// is removed after the commit.
+			name: "sweep",
+			prepare: func(f *faultFixture) {
+				f.edit()
+				cp := f.mustCapture("s")
+				if err := f.db.DeleteHead(ctx, "s", cp.ID, f.writer("s")); err != nil {
+					f.t.Fatal(err)
+				}
+				doomed = cp.BlobKeys()
+			},
+			run: func(f *faultFixture) error {
+				_, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+				return err
+			},
+			done: func(f *faultFixture) {
+				for _, k := range doomed {
+					if refs(f, k) == 0 {
+						if _, err := f.db.Blobs().Head(ctx, k); !errors.Is(err, cas.ErrNotFound) {
+							f.t.Errorf("swept blob %s: Head = %v, want not found", k, err)
+						}
+					}
+				}
+			},
+		},
+		{
+			// A pack with live and dead blobs is rewritten: new pack
+			// written and synced, index moved in one commit, old pack
+			// removed after it.
+			name: "repack",
+			prepare: func(f *faultFixture) {
+				// Only the pack made here has dead bytes.
+				if _, err := f.db.Repack(ctx, 0.01); err != nil {
+					f.t.Fatal(err)
+				}
+				f.edit()
+				cp := f.mustCapture("p1")
+				// Half of the new small files stay referenced from p2.
+				if err := f.appendCopy("p2", cp, func(e chain.Entry) bool {
+					return e.Kind == chain.KindFile && e.Size < 4096 && e.Path < "src/f5"
+				}); err != nil {
+					f.t.Fatal(err)
+				}
+				if err := f.db.DeleteHead(ctx, "p1", cp.ID, f.writer("p1")); err != nil {
+					f.t.Fatal(err)
+				}
+				if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+					f.t.Fatal(err)
+				}
+			},
+			run: func(f *faultFixture) error {
+				_, err := f.db.Repack(ctx, 0.01)
+				return err
+			},
+			done: func(f *faultFixture) {
+				u, err := f.db.Blobs().Usage(ctx)
+				if err != nil || u.DeadBytes != 0 {
+					f.t.Errorf("after repack: %+v, %v; want no dead bytes", u, err)
+				}
+			},
+		},
+	}
+}
+
+// refs returns key's reference count.
+func refs(f *faultFixture, key string) int64 {
+	all, err := f.db.BlobReferences(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Key == key {
+			return r.References
+		}
+	}
+	return 0
+}
+
+func TestFaultInjection(t *testing.T) {
+	f := newFaultFixture(t)
+	f.edit()
+	f.head = f.mustCapture("t").ID
+	errnos := []syscall.Errno{syscall.ENOSPC, syscall.EIO}
+	covered := map[string][]string{}
+	for _, c := range faultCases() {
+		t.Run(c.name, func(t *testing.T) {
+			f.t = t
+			defer func() { f.t = nil }()
+			// Record the steps of one run.
+			c.prepare(f)
+			f.ffs.Reset()
+			if err := c.run(f); err != nil {
+				t.Fatalf("run without faults: %v", err)
+			}
+			steps := f.ffs.Events()
+			if c.done != nil {
+				c.done(f)
+			}
+			if len(steps) == 0 {
+				t.Fatal("the call performed no file operation")
+			}
+			for i, step := range steps {
+				errno := errnos[i%len(errnos)]
+				c.prepare(f)
+				before := f.state()
+				f.ffs.Reset()
+				f.ffs.FailNth(step.Op, step.N, errno)
+				err := c.run(f)
+				events := f.ffs.Events()
+				fired := f.ffs.Fired()
+				f.ffs.Reset()
+				if len(fired) == 0 {
+					t.Errorf("%v: this run did not perform the step (it did %d operations, the recorded run %d)", step, len(events), len(steps))
+					continue
+				}
+				covered[c.name] = append(covered[c.name], fmt.Sprintf("%s#%d", step.Op, step.N))
+				if committed(events, fired[0]) {
+					// The commit stands; the failed cleanup leaves garbage.
+					if err != nil && !errors.Is(err, errno) {
+						t.Errorf("%v after the commit: error %v does not match %v", step, err, errno)
+					}
+					f.checkConsistent(fmt.Sprintf("%v after the commit", step))
+					if c.done != nil {
+						c.done(f)
+					}
+					continue
+				}
+				if err == nil {
+					t.Errorf("%v failed with %v, and the call succeeded", step, errno)
+					continue
+				}
+				if !errors.Is(err, errno) {
+					t.Errorf("%v: the call's error %q does not match the fault %v", step, err, errno)
+				}
+				if diff := cmp.Diff(before, f.state()); diff != "" {
+					t.Errorf("%v (%v) changed the store (-before +after):\n%s", step, errno, diff)
+				}
+				if c.undone != nil {
+					c.undone(f)
+				}
+				// Once the fault is gone the same call succeeds.
+				if err := c.run(f); err != nil {
+					t.Fatalf("after %v: the retry failed: %v", step, err)
+				}
+				if c.done != nil {
+					c.done(f)
+				}
+			}
+			f.checkConsistent("after every fault")
+		})
+	}
+	// Reopened, the store is consistent and the last capture restores.
+	if err := f.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := engine.Open(filepath.Join(f.dir, "store"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.db, f.t = db, t
+	f.checkConsistent("reopened")
+	f.restoreEqual(f.head, filepath.Join(f.dir, "final"))
+	for _, c := range faultCases() {
+		t.Logf("%s: %d steps failed in turn: %s", c.name, len(covered[c.name]), strings.Join(covered[c.name], " "))
+	}
+}
+
+// committed reports whether a commit ran before the failed step.
+func committed(events []faultfs.Event, failed faultfs.Event) bool {
+	for _, e := range events {
+		if e == failed {
+			return false
+		}
+		if e.Op == faultfs.Commit {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,91 @@
+// Package vfs is the seam between sbxdb and the filesystem: every operation
+// that changes a file — creating, writing, syncing, renaming, removing,
+// making directories and links — goes through an FS, so tests can make any
+// one of them fail (a full disk, an I/O error) and check that the store is
+// left exactly as it was. Reads go straight to the os package: a failed
+// read changes nothing.
+//
+// The database file is the exception bbolt imposes: bbolt writes and syncs
+// it itself through an *os.File. An FS is asked before each database
+// commit instead (BeforeCommit), and can fail it the way a failed page
+// write fails bbolt's Commit: the transaction is rolled back and nothing of
+// it reaches the file.
+package vfs
+
+import (
+	"io"
+	"io/fs"
+	"os"
+)
+
+// FS performs the file operations that change the disk.
+type FS interface {
+	// OpenFile is os.OpenFile; sbxdb opens files for writing with it.
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	// CreateTemp is os.CreateTemp.
+	CreateTemp(dir, pattern string) (File, error)
+	// Mkdir and MkdirAll are os.Mkdir and os.MkdirAll.
+	Mkdir(name string, perm fs.FileMode) error
+	MkdirAll(name string, perm fs.FileMode) error
+	// Rename, Remove and Symlink are their os namesakes.
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	Symlink(target, name string) error
+	// SyncDir makes the names in directory dir durable (fsync of the
+	// directory), after a file was created, renamed into or removed from
+	// it.
+	SyncDir(dir string) error
+	// BeforeCommit is called just before a database transaction on the
+	// file at path commits; an error rolls the transaction back.
+	BeforeCommit(path string) error
+}
+
+// File is a file opened for writing.
+type File interface {
+	io.Writer
+	io.WriterAt
+	Name() string
+	Chmod(mode fs.FileMode) error
+	Sync() error
+	Close() error
+}
+
+// OS is the FS of the operating system.
+var OS FS = osFS{}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return f, nil
+}
+
+func (osFS) CreateTemp(dir, pattern string) (File, error) {
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (osFS) Mkdir(name string, perm fs.FileMode) error    { return os.Mkdir(name, perm) }
+func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
+func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
+func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) Symlink(target, name string) error            { return os.Symlink(target, name) }
+func (osFS) BeforeCommit(string) error                    { return nil }
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
