@@ -1,0 +1,12 @@
+// Package crashtest proves that sbxdb loses nothing it acknowledged when
+// its process is killed. It holds only tests: a driver starts a child
+// process (this package's test binary) that captures, appends, deletes,
+// forks and sweeps on several goroutines and reports each operation on a
+// pipe before it starts and again once it returns; the driver kills the
+// child with SIGKILL at a random moment, reopens the store and checks it
+// against what was acknowledged.
+//
+//	go test ./crashtest                          # 100 kill cycles (CI)
+//	SBXDB_CRASH_CYCLES=1000 go test ./crashtest  # the long mode
+//	SBXDB_CRASH_SEED=42 go test ./crashtest      # replay one run
+package crashtest

@@ -1,0 +1,607 @@
+package crashtest
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/lease"
+)
+
+// The child's environment.
+const (
+	envChild  = "SBXDB_CRASH_CHILD" // store directory; set only in the child
+	envWS     = "SBXDB_CRASH_WS"    // workspaces' root
+	envSeed   = "SBXDB_CRASH_CHILD_SEED"
+	envOffset = "SBXDB_CRASH_CLOCK" // ms added to the child's clock
+)
+
+const (
+	workers = 3
+	// Each child runs on a clock cycleStep ahead of the last one, so the
+	// leases a killed child held (leaseTTL) have expired for the next: a
+	// lease must never outlive its expiry, and no child waits for one.
+	leaseTTL  = 10 * time.Second
+	cycleStep = 20 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envChild); dir != "" {
+		os.Exit(child(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// report is one line the child sends: an operation begun, acknowledged or
+// failed, or the child ready.
+type report struct {
+	Phase  string   `json:"phase"` // "ready", "begin", "ack", "fail"
+	Worker int      `json:"w"`
+	Seq    int      `json:"seq"`
+	Op     string   `json:"op,omitempty"`
+	Thread string   `json:"thread,omitempty"`
+	Before []string `json:"before,omitempty"` // the thread's checkpoints before the op
+	After  []string `json:"after,omitempty"`  // and after it
+	ID     string   `json:"id,omitempty"`     // a new checkpoint
+	Tree   string   `json:"tree,omitempty"`   // digest of the new checkpoint's tree
+	Src    string   `json:"src,omitempty"`    // a checkpoint whose tree the new one has
+	Err    string   `json:"err,omitempty"`
+}
+
+// ---- the child ----
+
+func child(dir string) int {
+	offset, _ := strconv.ParseInt(os.Getenv(envOffset), 10, 64)
+	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	now := func() time.Time { return time.Now().Add(time.Duration(offset) * time.Millisecond) }
+	out := os.NewFile(3, "report")
+	var mu sync.Mutex
+	send := func(r report) {
+		b, _ := json.Marshal(r)
+		mu.Lock()
+		out.Write(append(b, '\n')) // one write: a pipe keeps it whole
+		mu.Unlock()
+	}
+	db, err := engine.Open(dir, &engine.Options{Now: now, LeaseDuration: leaseTTL, RenewAfter: leaseTTL / 2})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: open:", err)
+		return 2
+	}
+	ctx := context.Background()
+	fatal := make(chan string, workers+1)
+	for w := range workers {
+		go func() {
+			if err := work(ctx, db, w, rand.New(rand.NewPCG(seed, uint64(w))), os.Getenv(envWS), now, send); err != nil {
+				fatal <- fmt.Sprintf("worker %d: %v", w, err)
+			}
+		}()
+	}
+	go func() {
+		r := rand.New(rand.NewPCG(seed, workers))
+		for seq := 0; ; seq++ {
+			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+			op := []string{"sweep", "repack", "gc"}[r.IntN(3)]
+			send(report{Phase: "begin", Worker: workers, Seq: seq, Op: op})
+			var err error
+			switch op {
+			case "sweep":
+				_, err = db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+			case "repack":
+				_, err = db.Repack(ctx, 0.01)
+			case "gc":
+				_, err = db.GC(ctx, engine.GCOptions{Immediate: true, RepackThreshold: 0.2})
+			}
+			if err != nil {
+				fatal <- fmt.Sprintf("%s: %v", op, err)
+				return
+			}
+			send(report{Phase: "ack", Worker: workers, Seq: seq})
+		}
+	}()
+	send(report{Phase: "ready"})
+	select {
+	case msg := <-fatal:
+		fmt.Fprintln(os.Stderr, "child:", msg)
+		return 3
+	case <-time.After(leaseTTL / 2): // never killed: stop before the leases could lapse
+		return 0
+	}
+}
+
+// work loops over one worker's operations on its thread: captures of its
+// changing workspace, appends, deletes, retention and forks.
+func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string, now func() time.Time, send func(report)) error {
+	thread := fmt.Sprintf("w%d", w)
+	l, err := db.AcquireWriter(ctx, thread)
+	if err != nil {
+		return fmt.Errorf("acquire (a dead child's lease must have expired): %w", err)
+	}
+	ws := filepath.Join(wsRoot, thread)
+	for seq := 0; ; seq++ {
+		list, err := db.List(ctx, thread)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(list))
+		for i, cp := range list {
+			ids[i] = cp.ID
+		}
+		head, err := db.Head(ctx, thread)
+		if err != nil {
+			return err
+		}
+		rep := report{Phase: "begin", Worker: w, Seq: seq, Thread: thread, Before: ids}
+		n := r.IntN(10)
+		switch {
+		case head == "":
+			n = 0 // only a capture starts a thread
+		case len(ids) > 8:
+			n = 7 // keep reports short: a pipe keeps writes whole up to 4 KiB
+		}
+		switch {
+		case n < 4: // capture
+			if err := editTree(ws, r); err != nil {
+				return err
+			}
+			tree, err := fstree.Read(ws)
+			if err != nil {
+				return err
+			}
+			rep.Op, rep.ID, rep.Tree = "capture", lease.NewToken(), digest(tree)
+			rep.After = append(slices.Clone(ids), rep.ID)
+			send(rep)
+			_, err = db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: ws, ID: rep.ID})
+			err = finish(send, rep, err)
+			if err != nil {
+				return err
+			}
+		case n < 6: // append a checkpoint with the head's files
+			src, err := db.Get(ctx, head)
+			if err != nil {
+				return err
+			}
+			cp := &chain.Checkpoint{ID: lease.NewToken(), ThreadID: thread, ParentID: head,
+				CreatedAt: now().UnixMilli(), Reason: chain.ReasonAutomatic, Files: src.Files}
+			rep.Op, rep.ID, rep.Src = "append", cp.ID, head
+			rep.After = append(slices.Clone(ids), cp.ID)
+			send(rep)
+			_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: l.Writer})
+			if err := finish(send, rep, err); err != nil {
+				return err
+			}
+		case n < 7: // delete the head
+			rep.Op = "deleteHead"
+			rep.After = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == head })
+			send(rep)
+			if err := finish(send, rep, db.DeleteHead(ctx, thread, head, l.Writer)); err != nil {
+				return err
+			}
+		case n < 9: // keep the newest two
+			cp, err := db.Get(ctx, head)
+			if err != nil {
+				return err
+			}
+			rep.Op, rep.After = "retain", []string{head}
+			if slices.Contains(ids, cp.ParentID) { // retention may have taken it already
+				rep.After = append(rep.After, cp.ParentID)
+			}
+			send(rep)
+			_, err = db.DeleteCheckpoints(ctx, thread, 2, l.Writer)
+			if err := finish(send, rep, err); err != nil {
+				return err
+			}
+		default: // fork the head to a new thread
+			dst := fmt.Sprintf("w%d-fork-%s", w, lease.NewToken()[:8])
+			dl, err := db.AcquireWriter(ctx, dst)
+			if err != nil {
+				return err
+			}
+			rep.Op, rep.Thread, rep.Before, rep.ID, rep.Src = "fork", dst, nil, lease.NewToken(), head
+			rep.After = []string{rep.ID}
+			send(rep)
+			_, err = db.Fork(ctx, chain.ForkInput{SourceThreadID: thread, SourceCheckpointID: head,
+				DestinationThreadID: dst, DestinationCheckpointID: rep.ID, Writer: dl.Writer})
+			if err := finish(send, rep, err); err != nil {
+				return err
+			}
+			if err := dl.Release(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// finish reports the outcome of the operation rep began.
+func finish(send func(report), rep report, err error) error {
+	if err != nil {
+		send(report{Phase: "fail", Worker: rep.Worker, Seq: rep.Seq, Err: err.Error()})
+		return fmt.Errorf("%s on %s: %w", rep.Op, rep.Thread, err)
+	}
+	send(report{Phase: "ack", Worker: rep.Worker, Seq: rep.Seq})
+	return nil
+}
+
+// editTree changes a workspace as an agent would: a few files rewritten,
+// one added or removed now and then, a large file sometimes, an executable
+// and a symlink.
+func editTree(ws string, r *rand.Rand) error {
+	if _, err := os.Stat(ws); os.IsNotExist(err) {
+		for i := range 12 {
+			if err := writeFile(ws, fmt.Sprintf("src/m%d/file%d.go", i%3, i), text(r, 200+r.IntN(8000)), 0o644); err != nil {
+				return err
+			}
+		}
+		if err := writeFile(ws, "run.sh", []byte("#!/bin/sh\nexec go test ./...\n"), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink("run.sh", filepath.Join(ws, "test.sh")); err != nil {
+			return err
+		}
+	}
+	for range 1 + r.IntN(4) {
+		i := r.IntN(16)
+		p := fmt.Sprintf("src/m%d/file%d.go", i%3, i)
+		if r.IntN(6) == 0 {
+			os.Remove(filepath.Join(ws, p))
+			continue
+		}
+		if err := writeFile(ws, p, text(r, 200+r.IntN(8000)), 0o644); err != nil {
+			return err
+		}
+	}
+	if r.IntN(8) == 0 {
+		big := text(r, 1<<20+r.IntN(1<<18)) // past the in-memory limit: a file of its own
+		if err := writeFile(ws, "data/model.bin", big, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(root, rel string, data []byte, mode os.FileMode) error {
+	p := filepath.Join(root, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, data, mode)
+}
+
+func text(r *rand.Rand, n int) []byte {
+	words := []string{"func", "return", "err", "nil", "if", "for", "range", "ctx", "the", "store", "{", "}", "\n"}
+	b := make([]byte, 0, n+8)
+	for len(b) < n {
+		b = append(b, words[r.IntN(len(words))]...)
+		b = append(b, ' ')
+	}
+	return b[:n]
+}
+
+// digest names a tree's content.
+func digest(tree map[string]fstree.Node) string {
+	paths := make([]string, 0, len(tree))
+	for p := range tree {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		fmt.Fprintf(h, "%s\x00%s\x00", p, tree[p])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ---- the driver ----
+
+func TestKillRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kill cycles take about a minute; -short skips them")
+	}
+	cycles := defaultCycles
+	if s := os.Getenv("SBXDB_CRASH_CYCLES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("SBXDB_CRASH_CYCLES=%q: want a positive count", s)
+		}
+		cycles = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SBXDB_CRASH_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (SBXDB_CRASH_SEED=%d replays the kill times)", seed, seed)
+	d := &driver{t: t, root: t.TempDir(), rng: rand.New(rand.NewPCG(seed, 0)), seed: seed,
+		model: map[string][]string{}, trees: map[string]string{}}
+	d.store = filepath.Join(d.root, "store")
+	d.ws = filepath.Join(d.root, "ws")
+	for cycle := range cycles {
+		d.cycle(cycle)
+		if t.Failed() {
+			t.Fatalf("cycle %d failed (seed %d)", cycle, seed)
+		}
+	}
+	// sbxdb check itself, on the store every kill went through.
+	bin := filepath.Join(d.root, "sbxdb")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sbxdb/sbxdb/cmd/sbxdb").CombinedOutput(); err != nil {
+		t.Fatalf("building sbxdb: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "check", "--verify-blobs", "--db", d.store).CombinedOutput(); err != nil {
+		t.Fatalf("sbxdb check after %d kills: %v\n%s", cycles, err, out)
+	} else {
+		t.Logf("sbxdb check: %s", strings.TrimSpace(string(out)))
+	}
+	t.Logf("%d kill cycles: %d operations acknowledged, %d in flight at a kill (%d of them had happened), %d checkpoints restored and compared; %d kills before the store was open",
+		cycles, d.acked, d.inFlight, d.happened, d.restored, d.early)
+}
+
+type driver struct {
+	t           *testing.T
+	root, store string
+	ws          string
+	seed        uint64
+	rng         *rand.Rand
+	model       map[string][]string // thread → its acknowledged checkpoints, sorted
+	trees       map[string]string   // checkpoint → digest of its tree
+	verified    map[string]bool
+
+	acked, inFlight, happened, restored, early int
+}
+
+func (d *driver) cycle(cycle int) {
+	t := d.t
+	offset := time.Duration(cycle) * cycleStep
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+d.store, envWS+"="+d.ws,
+		envSeed+"="+strconv.FormatUint(d.seed+uint64(cycle), 10), envOffset+"="+strconv.FormatInt(offset.Milliseconds(), 10))
+	cmd.ExtraFiles = []*os.File{pw}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var reports []report
+	take := func(line string) {
+		var r report
+		if err := json.Unmarshal([]byte(line), &r); err == nil {
+			reports = append(reports, r)
+		} // a line cut by the kill is no report
+	}
+	// One kill in ten comes early, maybe while the child opens the store;
+	// the rest at a random moment of its work.
+	if d.rng.IntN(10) == 0 {
+		time.Sleep(time.Duration(d.rng.IntN(40)) * time.Millisecond)
+	} else {
+		deadline := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					break wait
+				}
+				take(line)
+				if strings.Contains(line, `"ready"`) {
+					break wait
+				}
+			case <-deadline:
+				t.Fatalf("cycle %d: the child did not get ready", cycle)
+			}
+		}
+		time.Sleep(time.Duration(20+d.rng.IntN(300)) * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	waitErr := cmd.Wait()
+	for line := range lines {
+		take(line)
+	}
+	pr.Close()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("cycle %d: the child ended before the kill (%v): %s", cycle, waitErr, stderr.String())
+	}
+	if !slices.ContainsFunc(reports, func(r report) bool { return r.Phase == "ready" }) {
+		d.early++
+	}
+	d.verify(cycle, offset, reports)
+}
+
+// verify reopens the store after a kill and checks it against the reports.
+func (d *driver) verify(cycle int, offset time.Duration, reports []report) {
+	t := d.t
+	ctx := context.Background()
+	// The verifier's clock is past every lease the child took.
+	now := func() time.Time { return time.Now().Add(offset + leaseTTL + time.Second) }
+	db, err := engine.Open(d.store, &engine.Options{Now: now, LeaseDuration: leaseTTL, RenewAfter: leaseTTL / 2})
+	if err != nil {
+		t.Fatalf("cycle %d: reopening after the kill: %v", cycle, err)
+	}
+	defer db.Close()
+
+	// Replay the reports: acknowledged operations move the model; the one
+	// operation per worker still in flight may have happened or not.
+	type key struct{ w, seq int }
+	begun := map[key]report{}
+	var order []key
+	for _, r := range reports {
+		k := key{r.Worker, r.Seq}
+		switch r.Phase {
+		case "begin":
+			begun[k] = r
+			order = append(order, k)
+		case "ack":
+			b := begun[k]
+			delete(begun, k)
+			d.acked++
+			if b.Thread == "" {
+				continue // a sweep, repack or gc: no thread changes
+			}
+			if got := d.model[b.Thread]; !sameSet(got, b.Before) {
+				t.Fatalf("cycle %d: %s on %s began from %v, the model has %v", cycle, b.Op, b.Thread, b.Before, got)
+			}
+			d.model[b.Thread] = sorted(b.After)
+			d.learn(b)
+		case "fail":
+			t.Fatalf("cycle %d: the child's %s failed: %s", cycle, begun[k].Op, r.Err)
+		}
+	}
+	pending := map[string]report{} // thread → the op in flight on it
+	for _, k := range order {
+		if b, ok := begun[k]; ok {
+			d.inFlight++
+			if b.Thread != "" {
+				pending[b.Thread] = b
+			}
+		}
+	}
+
+	threads, err := db.Threads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]bool{}
+	for _, th := range threads {
+		all[th] = true
+	}
+	for th := range d.model {
+		all[th] = true
+	}
+	for th := range pending {
+		all[th] = true
+	}
+	for th := range all {
+		list, err := db.List(ctx, th)
+		if err != nil {
+			t.Fatalf("cycle %d: List(%s): %v", cycle, th, err)
+		}
+		got := make([]string, len(list))
+		for i, cp := range list {
+			got[i] = cp.ID
+		}
+		got = sorted(got)
+		want := d.model[th]
+		if p, ok := pending[th]; ok && sameSet(got, p.After) && !sameSet(got, want) {
+			d.happened++ // the operation in flight committed before the kill
+			d.learn(p)
+			want = sorted(p.After)
+		}
+		if !sameSet(got, want) {
+			desc := "none"
+			if p, ok := pending[th]; ok {
+				desc = fmt.Sprintf("%s, which would make %v", p.Op, p.After)
+			}
+			t.Fatalf("cycle %d: thread %s holds %v; acknowledged %v; in flight: %s", cycle, th, got, d.model[th], desc)
+		}
+		if len(want) == 0 {
+			delete(d.model, th)
+		} else {
+			d.model[th] = want
+		}
+		// Every checkpoint present restores to the tree it was taken of
+		// (checked once each: a checkpoint never changes).
+		for _, id := range got {
+			if d.verified[id] {
+				continue
+			}
+			d.restoreEqual(db, cycle, id)
+		}
+	}
+
+	// The check sbxdb check runs: counts recomputed, every referenced
+	// blob present and read back.
+	rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	if err != nil {
+		t.Fatalf("cycle %d: check: %v", cycle, err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("cycle %d: check found problems: %v", cycle, rep.Findings)
+	}
+	// No lease outlives its expiry: on a clock past the child's leases,
+	// every thread can be leased again, with a newer fence.
+	writers, err := db.Writers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for th, st := range writers {
+		if !strings.HasPrefix(th, "w") || strings.Contains(th, "-fork-") {
+			continue
+		}
+		l, err := db.AcquireWriter(ctx, th)
+		if err != nil {
+			t.Fatalf("cycle %d: thread %s: a dead child's lease (expiring %d) still holds: %v", cycle, th, st.ExpiresAt, err)
+		}
+		if l.Writer.Fence <= st.LastFence {
+			t.Fatalf("cycle %d: thread %s: new fence %d is not above %d", cycle, th, l.Writer.Fence, st.LastFence)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// learn records the tree a new checkpoint of rep must restore to.
+func (d *driver) learn(rep report) {
+	switch {
+	case rep.Tree != "":
+		d.trees[rep.ID] = rep.Tree
+	case rep.Src != "" && rep.ID != "":
+		d.trees[rep.ID] = d.trees[rep.Src]
+	}
+}
+
+func (d *driver) restoreEqual(db *engine.DB, cycle int, id string) {
+	t := d.t
+	want, ok := d.trees[id]
+	if !ok {
+		t.Fatalf("cycle %d: checkpoint %s is present but no report names its tree", cycle, id)
+	}
+	out := filepath.Join(d.root, "restore", id)
+	if _, err := db.Restore(context.Background(), id, out, nil); err != nil {
+		t.Fatalf("cycle %d: restore %s: %v", cycle, id, err)
+	}
+	tree, err := fstree.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := digest(tree); got != want {
+		t.Fatalf("cycle %d: checkpoint %s restores to tree %s, captured %s", cycle, id, got[:12], want[:12])
+	}
+	if d.verified == nil {
+		d.verified = map[string]bool{}
+	}
+	d.verified[id] = true
+	d.restored++
+	os.RemoveAll(out)
+}
+
+func sorted(ids []string) []string { return slices.Sorted(slices.Values(ids)) }
+
+func sameSet(a, b []string) bool { return slices.Equal(sorted(a), sorted(b)) }
