@@ -251,6 +251,16 @@ func faultCases() []faultCase {
 			},
 		},
 		{
+			// A blob stored alone: the index commit without a checkpoint.
+			name:    "put-artifact",
+			prepare: func(f *faultFixture) { f.version++ },
+			run: func(f *faultFixture) error {
+				_, err := f.db.PutArtifact(ctx, engine.ArtifactInput{ArtifactID: fmt.Sprint("a", f.version), Name: "report.txt",
+					MimeType: "text/plain", Data: strings.NewReader(fmt.Sprint("report ", f.version))})
+				return err
+			},
+		},
+		{
 			name:    "append",
 			prepare: func(f *faultFixture) { f.writer("a") },
 			run: func(f *faultFixture) error {
@@ -312,6 +322,10 @@ func faultCases() []faultCase {
 			// is removed after the commit.
 			name: "sweep",
 			prepare: func(f *faultFixture) {
+				// Only the blobs made here are unreferenced.
+				if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+					f.t.Fatal(err)
+				}
 				f.edit()
 				cp := f.mustCapture("s")
 				if err := f.db.DeleteHead(ctx, "s", cp.ID, f.writer("s")); err != nil {
