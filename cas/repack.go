@@ -277,10 +277,13 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	return st, nil
 }
 
-// removeOrphanPacks removes pack files that cas_packs does not list: the
-// leftovers of a batch or repack that crashed before its index commit, or
-// of a repack that crashed before removing what it had replaced. Only Open
-// calls it, before any batch can be writing.
+// removeOrphanPacks removes pack files that cas_packs does not list and no
+// index entry names: the leftovers of a batch or repack that crashed before
+// its index commit, or of a repack that crashed before removing what it had
+// replaced. A file that entries still name is not a leftover but a pack
+// whose cas_packs record was damaged (its key carries no checksum): it is
+// kept, for Check to report the entries naming an unregistered pack. Only
+// Open calls it, before any batch can be writing.
 func (s *Store) removeOrphanPacks() error {
 	ents, err := os.ReadDir(filepath.Join(s.dir, "packs"))
 	if err != nil {
@@ -288,6 +291,7 @@ func (s *Store) removeOrphanPacks() error {
 	}
 	return s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketPacks)
+		unlisted := map[uint64]string{}
 		for _, e := range ents {
 			name, ok := strings.CutSuffix(e.Name(), ".pack")
 			if !ok || len(name) != 16 {
@@ -297,7 +301,23 @@ func (s *Store) removeOrphanPacks() error {
 			if err != nil || b.Get(packKey(id)) != nil {
 				continue
 			}
-			s.fs.Remove(filepath.Join(s.dir, "packs", e.Name()))
+			unlisted[id] = e.Name()
+		}
+		if len(unlisted) == 0 {
+			return nil
+		}
+		// Only after a crash (or damage): one pass over the index.
+		err := forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
+			if err == nil && e.where == wherePack {
+				delete(unlisted, e.pack)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, name := range unlisted {
+			s.fs.Remove(filepath.Join(s.dir, "packs", name))
 		}
 		return nil
 	})

@@ -39,7 +39,8 @@ const (
 	FindingOffChain       = "off-chain" // a checkpoint no head chain reaches
 	FindingRefCount       = "refcount"  // stored count ≠ recomputed count
 	FindingMissingBlob    = "missing-blob"
-	FindingBlob           = "blob" // damage found by the blob store's check
+	FindingBlob           = "blob"      // damage found by the blob store's check
+	FindingMetaPage       = "meta-page" // the database opened on its older meta page
 )
 
 // Finding is one problem Check found.
@@ -96,6 +97,9 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	r := &CheckReport{Findings: []Finding{}}
 	add := func(sev, kind, subject, format string, args ...any) {
 		r.Findings = append(r.Findings, Finding{sev, kind, subject, fmt.Sprintf(format, args...)})
+	}
+	if db.metaNote != "" {
+		add(SeverityWarning, FindingMetaPage, DBFile, "%s", db.metaNote)
 	}
 	var recount map[string]int64
 	err := db.view(func(tx *bolt.Tx) error {

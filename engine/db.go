@@ -59,6 +59,10 @@ type DB struct {
 	// relies on no other sweep deleting meanwhile.
 	gcMu sync.Mutex
 
+	// metaNote, when set, says the file opened on its older meta page
+	// (verifyPages); Check reports it.
+	metaNote string
+
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
 	// empty in production.
 	pointsMu sync.RWMutex
@@ -77,8 +81,12 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	}
 	path := filepath.Join(dir, DBFile)
 	if o.ReadOnly {
-		// bbolt would try to initialise an empty file, and fail.
+		// bbolt would try to initialise an empty file, and fail. An
+		// empty file beside a blob store is a lost database, not none.
 		if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+			if err := checkEmptyFile(path); err != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%w at %s", ErrNoStore, dir)
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -87,10 +95,12 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	// bbolt reads the file's pages without bounds checks of its own; a
 	// damaged file can make it panic. No panic may reach the caller.
 	defer recoverCorrupt(&err, path)
-	if !o.ReadOnly {
-		if err := verifyPages(path, o.LockTimeout); err != nil {
-			return nil, classifyOpenError(dir, path, err)
-		}
+	// Read-only too: bbolt then loads no freelist, but it reads damaged
+	// pages unchecked all the same, and a leaf element pointing outside
+	// its page reads as a missing key, not as damage.
+	metaNote, err := verifyPages(path, o.LockTimeout)
+	if err != nil {
+		return nil, classifyOpenError(dir, path, err)
 	}
 	bdb, err := bolt.Open(path, 0o644, &bolt.Options{
 		Timeout:        o.LockTimeout,
@@ -102,7 +112,7 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
 	}
-	db = &DB{dir: dir, opts: o, bolt: bdb}
+	db = &DB{dir: dir, opts: o, bolt: bdb, metaNote: metaNote}
 	if o.ReadOnly {
 		err = db.view(initLayout)
 	} else {

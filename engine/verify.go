@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -35,31 +36,53 @@ import (
 // The walk holds a shared lock (a read-only bbolt handle, which loads no
 // freelist), so a writer in another process makes it fail with bbolt's
 // timeout rather than read a file in mid-change.
-func verifyPages(path string, lockTimeout time.Duration) error {
+//
+// It returns a note when one of the two meta pages does not check out:
+// bbolt then opens at the other one's transaction, silently. After a crash
+// in the middle of a commit that is its recovery, and only that commit (not
+// acknowledged) is lost; otherwise the damage cost the last commit. Either
+// way the next commit overwrites the evidence, so Check reports the note.
+func verifyPages(path string, lockTimeout time.Duration) (note string, err error) {
 	if st, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || err == nil && st.Size() == 0 {
-		return nil // a new store: bbolt initialises it
+		return "", checkEmptyFile(path) // a new store, unless blobs say otherwise
 	}
 	lock, err := bolt.Open(path, 0o644, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer lock.Close()
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return "", err
 	}
 	w := &pageWalker{f: f, size: st.Size(), seen: map[uint64]bool{}}
 	root, err := w.readMeta()
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
+		return "", fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
 	}
 	if _, err := w.tree(root, nil, nil); err != nil {
-		return fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
+		return "", fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
+	}
+	return w.metaNote, nil
+}
+
+// checkEmptyFile refuses an absent or empty database file beside a blob
+// store. bbolt initialises an empty file as a new database, and a crash
+// while it does can leave one (it writes and syncs the file before anything
+// else), but Open makes the blob directory only after that: an empty file
+// beside one is a store that lost its database (truncated, zeroed, copied
+// without it). Opening it as new would forget every checkpoint, and the
+// blob store's Open would then remove every pack as a crash leftover, since
+// no pack is registered in the new index.
+func checkEmptyFile(path string) error {
+	blobs := filepath.Join(filepath.Dir(path), BlobDir)
+	if _, err := os.Stat(blobs); err == nil {
+		return fmt.Errorf("%w: %s is missing or empty, but %s holds a blob store: the database was lost, not new", chain.ErrCorrupt, path, blobs)
 	}
 	return nil
 }
@@ -83,6 +106,7 @@ type pageWalker struct {
 	pageSize int64
 	hwm      uint64 // high-water mark: first page id not in use
 	seen     map[uint64]bool
+	metaNote string // set when one meta page is damaged
 }
 
 type meta struct {
@@ -130,6 +154,14 @@ func (w *pageWalker) readMeta() (uint64, error) {
 	best := m0
 	if !m0.valid || m1.valid && m1.txid > m0.txid {
 		best = m1
+	}
+	if m0.valid != m1.valid && best.valid {
+		bad := 0
+		if m0.valid {
+			bad = 1
+		}
+		w.metaNote = fmt.Sprintf("meta page %d does not check out; the store opened at transaction %d from the other: "+
+			"after a crash during a commit only that unacknowledged commit is lost, otherwise the last commit before the damage is", bad, best.txid)
 	}
 	switch {
 	case !best.valid:

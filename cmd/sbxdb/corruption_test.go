@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/engine"
+	bolt "go.etcd.io/bbolt"
+)
+
+// sbxdb check over the corruption matrix of engine/corruption_test.go: the
+// command opens the store read-only, which is another path through bbolt
+// than the engine tests' writable opens. Each case damages one thing in a
+// copy of a store built by capture; check must exit 1 and either report a
+// finding naming the damaged thing or, for damage bbolt cannot read past,
+// fail with one line naming the database file. Damage bbolt recovers from
+// (an older meta page) must leave a clean check.
+
+// dmgStore builds the store: two captures on thread main, with two packs
+// (one per capture) and a large blob file.
+func dmgStore(t *testing.T) (store string, keys map[string]string) {
+	t.Helper()
+	store, ws := filepath.Join(t.TempDir(), "store"), t.TempDir()
+	files := tree{
+		"a.txt":   strings.Repeat("alpha ", 500),
+		"b.txt":   strings.Repeat("bravo ", 400),
+		"big.txt": strings.Repeat("a large blob, a file of its own ", 50_000), // over 1 MiB
+	}
+	// Twenty entries sharing one blob: records too big to be stored
+	// inline, so the checkpoints bucket has a leaf page of its own.
+	for i := range 20 {
+		files[fmt.Sprintf("docs/chapter-%02d-of-the-manual.md", i)] = "the same text\n"
+	}
+	makeTree(t, ws, files)
+	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1", "--label", "MARKER-cp1-6f1ed002ab5595859014ebf0951522d9")
+	makeTree(t, ws, tree{"c.txt": strings.Repeat("charlie ", 300)})
+	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp2")
+	keys = map[string]string{}
+	for p, c := range files {
+		keys[p] = fileKey(c)
+	}
+	keys["c.txt"] = fileKey(strings.Repeat("charlie ", 300))
+	ok(t, "check", "--db", store, "--verify-blobs")
+	return store, keys
+}
+
+func dmgCopy(t *testing.T, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "store")
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// dmgPack returns the pack file holding key and the frame's offset and
+// stored size, parsing the packs (cas/format.go: 64-byte headers, stored
+// size at 16, sha256 at 24).
+func dmgPack(t *testing.T, store, key string) (path string, off, stored int64) {
+	t.Helper()
+	packs, _ := filepath.Glob(filepath.Join(store, "blobs", "packs", "*.pack"))
+	for _, p := range packs {
+		b, _ := os.ReadFile(p)
+		for o := 0; o+64 <= len(b); {
+			n := int64(binary.LittleEndian.Uint64(b[o+16:]))
+			if cas.Namespace(b[o+6]).Key([32]byte(b[o+24:o+56])) == key {
+				return p, int64(o), n
+			}
+			o += 64 + int(n)
+		}
+	}
+	t.Fatalf("no frame of %s", key)
+	return "", 0, 0
+}
+
+func dmgFlip(t *testing.T, path string, off int64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x5a
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dmgBolt returns the page size, the checkpoints bucket's root page and the
+// transaction ids of the two meta pages.
+func dmgBolt(t *testing.T, store string) (pageSize int64, root uint64, txid [2]uint64) {
+	t.Helper()
+	path := filepath.Join(store, engine.DBFile)
+	db, err := bolt.Open(path, 0o644, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(tx *bolt.Tx) error { root = uint64(tx.Bucket([]byte("checkpoints")).Root()); return nil })
+	pageSize = int64(db.Info().PageSize)
+	db.Close()
+	if root == 0 {
+		t.Fatal("the checkpoints bucket is inline: make the records bigger")
+	}
+	b, _ := os.ReadFile(path)
+	txid[0], txid[1] = binary.LittleEndian.Uint64(b[16+48:]), binary.LittleEndian.Uint64(b[pageSize+16+48:])
+	return pageSize, root, txid
+}
+
+func TestCorruptCheckCommand(t *testing.T) {
+	src, keys := dmgStore(t)
+	large := func(store, key string) string {
+		h := strings.TrimPrefix(key, cas.FilesPrefix)
+		return filepath.Join(store, "blobs", "large", "files", h[:2], h)
+	}
+	dbFile := func(store string) string { return filepath.Join(store, engine.DBFile) }
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, store string) (subject, detail string)
+		// refused: check fails with one line naming the database file;
+		// metaPage: check passes with one warning, that the store opened
+		// on its older meta page.
+		refused, metaPage bool
+	}{
+		{name: "packed frame payload flipped", damage: func(t *testing.T, store string) (string, string) {
+			p, off, n := dmgPack(t, store, keys["a.txt"])
+			dmgFlip(t, p, off+64+n/2)
+			return keys["a.txt"], ""
+		}},
+		{name: "packed frame header flipped", damage: func(t *testing.T, store string) (string, string) {
+			p, off, _ := dmgPack(t, store, keys["b.txt"])
+			dmgFlip(t, p, off+20)
+			return keys["b.txt"], ""
+		}},
+		{name: "pack truncated in its last frame", damage: func(t *testing.T, store string) (string, string) {
+			p, off, n := dmgPack(t, store, keys["c.txt"]) // cp2's pack holds it alone
+			os.Truncate(p, off+64+n/2)
+			return keys["c.txt"], strings.TrimSuffix(filepath.Base(p), ".pack")
+		}},
+		{name: "pack missing", damage: func(t *testing.T, store string) (string, string) {
+			p, _, _ := dmgPack(t, store, keys["c.txt"])
+			os.Remove(p)
+			return keys["c.txt"], strings.TrimSuffix(filepath.Base(p), ".pack")
+		}},
+		{name: "large file flipped", damage: func(t *testing.T, store string) (string, string) {
+			st, _ := os.Stat(large(store, keys["big.txt"]))
+			dmgFlip(t, large(store, keys["big.txt"]), st.Size()/2)
+			return keys["big.txt"], ""
+		}},
+		{name: "large file truncated", damage: func(t *testing.T, store string) (string, string) {
+			st, _ := os.Stat(large(store, keys["big.txt"]))
+			os.Truncate(large(store, keys["big.txt"]), st.Size()/2)
+			return keys["big.txt"], ""
+		}},
+		{name: "large file missing", damage: func(t *testing.T, store string) (string, string) {
+			os.Remove(large(store, keys["big.txt"]))
+			return keys["big.txt"], ""
+		}},
+		{name: "pack index value flipped", damage: func(t *testing.T, store string) (string, string) {
+			db, err := bolt.Open(dbFile(store), 0o644, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			k := []byte(keys["a.txt"])
+			db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket([]byte("cas_index"))
+				v := bytes.Clone(b.Get(k))
+				v[3] ^= 1
+				return b.Put(k, v)
+			})
+			return keys["a.txt"], ""
+		}},
+		{name: "checkpoint record flipped", damage: func(t *testing.T, store string) (string, string) {
+			b, _ := os.ReadFile(dbFile(store))
+			m := []byte("MARKER-cp1-6f1ed002ab5595859014ebf0951522d9")
+			for i := bytes.Index(b, m); i >= 0; i = bytes.Index(b, m) {
+				b[i+len(m)/2] ^= 0x20
+			}
+			os.WriteFile(dbFile(store), b, 0o644)
+			return "cp1", ""
+		}},
+		{name: "checkpoints leaf element count lowered", damage: func(t *testing.T, store string) (string, string) {
+			pageSize, root, _ := dmgBolt(t, store)
+			b, _ := os.ReadFile(dbFile(store))
+			p := b[int64(root)*pageSize:]
+			if binary.LittleEndian.Uint16(p[8:]) != 0x02 || binary.LittleEndian.Uint16(p[10:]) != 2 {
+				t.Fatal("the checkpoints bucket is not one leaf of 2 records")
+			}
+			binary.LittleEndian.PutUint16(p[10:], 1) // cp2 is gone from its bucket
+			os.WriteFile(dbFile(store), b, 0o644)
+			return "cp2", ""
+		}},
+		{name: "checkpoints leaf page header flipped", refused: true, damage: func(t *testing.T, store string) (string, string) {
+			pageSize, root, _ := dmgBolt(t, store)
+			dmgFlip(t, dbFile(store), int64(root)*pageSize)
+			return "", ""
+		}},
+		{name: "checkpoints leaf element flipped", refused: true, damage: func(t *testing.T, store string) (string, string) {
+			pageSize, root, _ := dmgBolt(t, store)
+			dmgFlip(t, dbFile(store), int64(root)*pageSize+16+8+1)
+			return "", ""
+		}},
+		{name: "older meta page damaged", metaPage: true, damage: func(t *testing.T, store string) (string, string) {
+			pageSize, _, txid := dmgBolt(t, store)
+			older := int64(0)
+			if txid[1] < txid[0] {
+				older = pageSize
+			}
+			dmgFlip(t, dbFile(store), older+16+16)
+			return "", ""
+		}},
+		{name: "newer meta page damaged", metaPage: true, damage: func(t *testing.T, store string) (string, string) {
+			// bbolt reads the store as of the transaction before: capture's
+			// last is its lease release.
+			pageSize, _, txid := dmgBolt(t, store)
+			newer := int64(0)
+			if txid[1] > txid[0] {
+				newer = pageSize
+			}
+			dmgFlip(t, dbFile(store), newer+16+16)
+			return "", ""
+		}},
+		{name: "both meta pages damaged", refused: true, damage: func(t *testing.T, store string) (string, string) {
+			pageSize, _, _ := dmgBolt(t, store)
+			dmgFlip(t, dbFile(store), 16+16)
+			dmgFlip(t, dbFile(store), pageSize+16+16)
+			return "", ""
+		}},
+		{name: "database file truncated to half", refused: true, damage: func(t *testing.T, store string) (string, string) {
+			pageSize, _, txid := dmgBolt(t, store)
+			b, _ := os.ReadFile(dbFile(store))
+			m := b[16:]
+			if txid[1] > txid[0] {
+				m = b[pageSize+16:]
+			}
+			os.Truncate(dbFile(store), int64(binary.LittleEndian.Uint64(m[40:]))*pageSize/2) // half the pages in use
+			return "", ""
+		}},
+		{name: "database file truncated to zero", refused: true, damage: func(t *testing.T, store string) (string, string) {
+			os.Truncate(dbFile(store), 0)
+			return "", ""
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := dmgCopy(t, src)
+			subject, detail := tc.damage(t, store)
+			code, out, errOut := cli("check", "--db", store, "--verify-blobs", "--json")
+			switch {
+			case tc.refused:
+				if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbxdb: corrupt") || !strings.Contains(errOut, dbFile(store)) || strings.Count(errOut, "\n") != 1 {
+					t.Fatalf("check: exit %d, stdout %q, stderr %q; want one line saying %s is corrupt", code, out, errOut, dbFile(store))
+				}
+				return
+			case tc.metaPage:
+				if code != 0 || errOut != "" {
+					t.Fatalf("check: exit %d, stdout %q, stderr %q; want a store with one warning", code, out, errOut)
+				}
+			case code != 1 || errOut != "sbxdb: the store has problems (see above)\n":
+				t.Fatalf("check: exit %d, stdout %q, stderr %q; want exit 1 and findings", code, out, errOut)
+			}
+			var rep engine.CheckReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("check --json: %v: %q", err, out)
+			}
+			if tc.metaPage {
+				if len(rep.Findings) != 1 || rep.Findings[0].Kind != engine.FindingMetaPage || rep.Findings[0].Severity != engine.SeverityWarning || rep.Checkpoints != 2 {
+					t.Fatalf("check of a store with a damaged meta page: %+v", rep)
+				}
+				return
+			}
+			found, foundDetail := false, detail == ""
+			for _, f := range rep.Findings {
+				if f.Severity == engine.SeverityError && f.Subject == subject {
+					found = true
+				}
+				if f.Severity == engine.SeverityError && detail != "" && strings.Contains(f.Detail, detail) {
+					foundDetail = true
+				}
+			}
+			if !found || !foundDetail {
+				t.Fatalf("no finding names %s %s: %+v", subject, detail, rep.Findings)
+			}
+			// The text form says so too, on a line of its own.
+			if code, out, _ := cli("check", "--db", store, "--verify-blobs"); code != 1 || !strings.Contains(out, subject) {
+				t.Errorf("check (text): exit %d, %q; want %s named", code, out, subject)
+			}
+		})
+	}
+}
