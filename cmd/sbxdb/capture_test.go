@@ -502,7 +502,9 @@ func TestCaptureWriterConflict(t *testing.T) {
 	}
 }
 
-func TestCaptureBusy(t *testing.T) {
+// TestCommandsOnABusyStore: every command that opens the store says it is
+// busy, naming the holder, instead of waiting for it.
+func TestCommandsOnABusyStore(t *testing.T) {
 	store, ws := captured(t, "cp1")
 	db, err := engine.Open(store, &engine.Options{NoSync: true})
 	if err != nil {
@@ -516,6 +518,13 @@ func TestCaptureBusy(t *testing.T) {
 		{"restore", "cp1", filepath.Join(t.TempDir(), "out")},
 		{"diff", "cp1", "cp1"},
 		{"cat", "cp1", "README.md"},
+		{"threads"},
+		{"log", "main"},
+		{"show", "cp1"},
+		{"refs"},
+		{"check"},
+		{"gc", "--older-than", "1h"},
+		{"compact"},
 	} {
 		start := time.Now()
 		msg := fail(t, append(args, "--db", store)...)
