@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -188,9 +190,65 @@ func (d *Decoder) Raw() []byte {
 
 const flagExecutable = 1
 
+// RecordSize returns the length of EncodeCheckpoint(cp) without encoding
+// it; the stored value is 9 bytes longer (Seal). Append refuses a
+// checkpoint whose record would exceed MaxRecordBytes.
+func RecordSize(cp *Checkpoint) int {
+	n := 0
+	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
+		n += prefixed(len(s))
+	}
+	n += varintSize(cp.CreatedAt)
+	n += uvarintSize(uint64(len(cp.Files)))
+	for i := range cp.Files {
+		f := &cp.Files[i]
+		n += 2 + prefixed(len(f.Path)) // kind, flags, path
+		switch f.Kind {
+		case KindFile:
+			n += 32 + uvarintSize(uint64(f.Size))
+		case KindSymlink:
+			n += prefixed(len(f.Target))
+		}
+	}
+	n += uvarintSize(uint64(len(cp.Artifacts)))
+	for i := range cp.Artifacts {
+		a := &cp.Artifacts[i]
+		n += prefixed(len(a.ArtifactID)) + prefixed(len(a.Name)) + prefixed(len(a.MimeType)) +
+			32 + uvarintSize(uint64(a.Size)) + varintSize(a.CreatedAt)
+	}
+	return n + TranscriptSize(cp.Conversation)
+}
+
+// TranscriptSize returns the length of EncodeMessages(msgs) without
+// encoding them. SaveThread refuses a transcript whose payload would exceed
+// MaxRecordBytes.
+func TranscriptSize(msgs []json.RawMessage) int {
+	n := uvarintSize(uint64(len(msgs)))
+	for _, m := range msgs {
+		n += prefixed(len(m))
+	}
+	return n
+}
+
+// prefixed is the encoded size of l bytes with their length prefix.
+func prefixed(l int) int { return uvarintSize(uint64(l)) + l }
+
+func uvarintSize(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// varintSize is the size of binary.AppendVarint's zig-zag encoding.
+func varintSize(v int64) int { return uvarintSize(uint64(v<<1) ^ uint64(v>>63)) }
+
 // EncodeCheckpoint returns the binary payload of a valid checkpoint.
 func EncodeCheckpoint(cp *Checkpoint) []byte {
-	e := &Encoder{b: make([]byte, 0, 128+64*len(cp.Files))}
+	// Sized exactly: a record may be hundreds of megabytes (MaxRecordBytes),
+	// and growing the buffer by appending would copy it repeatedly.
+	e := &Encoder{b: make([]byte, 0, RecordSize(cp))}
 	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
 		e.String(s)
 	}
@@ -243,12 +301,20 @@ func (e *Encoder) digest(key, prefix string) {
 	e.b = append(e.b, d[:]...)
 }
 
+// digest returns prefix and the hex of the next 32 bytes as a blob key, in
+// one allocation: a manifest may hold a million keys.
 func (d *Decoder) digest(prefix string) string {
 	p := d.take(32, "digest")
 	if p == nil {
 		return ""
 	}
-	return prefix + hex.EncodeToString(p)
+	var h [64]byte
+	hex.Encode(h[:], p)
+	var b strings.Builder
+	b.Grow(len(prefix) + len(h))
+	b.WriteString(prefix)
+	b.Write(h[:])
+	return b.String()
 }
 
 // DecodeCheckpoint decodes a payload written by EncodeCheckpoint.
@@ -294,9 +360,74 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 	return cp, nil
 }
 
+// DecodeBlobKeys returns the id and the distinct blob keys of a payload
+// written by EncodeCheckpoint, sorted as (*Checkpoint).BlobKeys returns
+// them, without decoding paths, targets or messages: reference counting
+// needs only the keys, and a full decode allocates several times the
+// record (a 100 MB conversation is copied, a million paths allocated).
+func DecodeBlobKeys(p []byte) (id string, keys []string, err error) {
+	type ref struct {
+		artifact bool
+		sum      [32]byte
+	}
+	d := NewDecoder(p)
+	id = d.String()
+	for range 5 { // threadId, parentId, reason, label, sourceRunId
+		d.skip("string")
+	}
+	d.Varint()
+	seen := map[ref]struct{}{}
+	for range d.Count(3) {
+		kind := d.Byte()
+		d.Byte()
+		d.skip("path")
+		switch kind {
+		case 'f':
+			var r ref
+			copy(r.sum[:], d.Fixed(32))
+			seen[r] = struct{}{}
+			d.Uvarint()
+		case 'd':
+		case 'l':
+			d.skip("target")
+		default:
+			d.fail("entry kind")
+		}
+	}
+	for range d.Count(36) {
+		d.skip("artifactId")
+		d.skip("name")
+		d.skip("mimeType")
+		r := ref{artifact: true}
+		copy(r.sum[:], d.Fixed(32))
+		seen[r] = struct{}{}
+		d.Uvarint()
+		d.Varint()
+	}
+	for range d.Count(1) {
+		d.skip("message")
+	}
+	if err := d.Err(); err != nil {
+		return "", nil, err
+	}
+	keys = make([]string, 0, len(seen))
+	for r := range seen {
+		prefix := FilePrefix
+		if r.artifact {
+			prefix = ArtifactPrefix
+		}
+		keys = append(keys, prefix+hex.EncodeToString(r.sum[:]))
+	}
+	slices.Sort(keys)
+	return id, keys, nil
+}
+
+// skip reads past a length-prefixed string without copying it.
+func (d *Decoder) skip(what string) { d.take(d.Uvarint(), what) }
+
 // EncodeMessages returns the payload of a message list (a transcript).
 func EncodeMessages(msgs []json.RawMessage) []byte {
-	e := &Encoder{}
+	e := &Encoder{b: make([]byte, 0, TranscriptSize(msgs))}
 	e.Uvarint(uint64(len(msgs)))
 	for _, m := range msgs {
 		e.Raw(m)

@@ -74,6 +74,35 @@ var (
 // store. Errors wrapping it name the bucket and key of the damaged record.
 var ErrCorrupt = errors.New("sbxdb: corrupt record")
 
+// ErrTooLarge matches every error for an input past one of sbxdb's size
+// limits: an identifier longer than MaxIDBytes, a checkpoint record or a
+// transcript longer than MaxRecordBytes. The contract has no code for size,
+// so such an error is a *LimitError that also matches the contract sentinel
+// of what was refused (ErrInvalidID for an identifier, ErrInvalidEntry for a
+// record), and Code returns that sentinel's code.
+var ErrTooLarge = errors.New("sbxdb: size limit exceeded")
+
+// LimitError reports an input past a size limit. Match it with
+// errors.Is(err, ErrTooLarge), or errors.As for the sizes.
+type LimitError struct {
+	sentinel error  // ErrInvalidID or ErrInvalidEntry
+	What     string // what was too large, e.g. "checkpoint id", "checkpoint record"
+	Size     int64  // its size in bytes
+	Limit    int64  // the limit in bytes
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s: %s is %d bytes, more than the limit of %d", e.sentinel, e.What, e.Size, e.Limit)
+}
+
+// Unwrap returns the contract sentinel and ErrTooLarge, so errors.Is
+// matches both and Code returns the contract code.
+func (e *LimitError) Unwrap() []error { return []error{e.sentinel, ErrTooLarge} }
+
+func tooLarge(sentinel error, what string, size, limit int) error {
+	return &LimitError{sentinel: sentinel, What: what, Size: int64(size), Limit: int64(limit)}
+}
+
 // Error is a contract error: a sentinel plus a message naming the offending
 // id, path or field.
 type Error struct {

@@ -286,14 +286,19 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 		if c, ok := pc.keys[string(k)]; ok && c.sum == s {
 			return nil
 		}
-		cp, err := decodeStored(tx, string(k))
+		// Only the keys: a full decode would copy every path and message.
+		p, err := Unseal(BucketCheckpoints, k, rec)
 		if err != nil {
 			return err
 		}
-		if cp == nil {
-			return corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		id, keys, err := DecodeBlobKeys(p)
+		if err != nil {
+			return corrupt(BucketCheckpoints, k, err.Error())
 		}
-		pc.keys[string(k)] = pendingKeys{sum: s, keys: cp.BlobKeys()}
+		if id != string(k) {
+			return corrupt(BucketCheckpoints, k, "record holds checkpoint "+id)
+		}
+		pc.keys[string(k)] = pendingKeys{sum: s, keys: keys}
 		changed = true
 		return nil
 	})

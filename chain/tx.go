@@ -108,6 +108,23 @@ func decodeStored(tx *bolt.Tx, id string) (*Checkpoint, error) {
 	return cp, nil
 }
 
+// CheckpointHeader returns the thread and parent of checkpoint id, ok false
+// when it is not stored, reading only the start of its record (the seal is
+// still checked over all of it). For walking chains: a full decode costs
+// several times the record.
+func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok bool, err error) {
+	p, err := get(tx, BucketCheckpoints, []byte(id))
+	if p == nil || err != nil {
+		return "", "", false, err
+	}
+	d := NewDecoder(p)
+	got, threadID, parentID := d.String(), d.String(), d.String()
+	if d.err != nil || got != id || CheckID("threadId", threadID) != nil || (parentID != "" && CheckID("parentCheckpointId", parentID) != nil) {
+		return "", "", false, corrupt(BucketCheckpoints, []byte(id), "bad record header")
+	}
+	return threadID, parentID, true, nil
+}
+
 // Prepared is a checkpoint encoded and sealed for storing, with its index
 // key and distinct blob keys. Preparing is pure CPU work: writers do it
 // before they enter the shared write transaction, so group commit spends its

@@ -9,6 +9,22 @@ import (
 // MaxIDBytes is the longest identifier accepted, in UTF-8 bytes (SPEC §10 Q12).
 const MaxIDBytes = 4096
 
+// MaxRecordBytes is the largest checkpoint record, and the largest
+// transcript, sbxdb stores: RecordSize(cp) and TranscriptSize(msgs) bytes.
+// Append, Fork and SaveThread refuse anything larger before writing, with a
+// *LimitError (SANDBOX_SNAPSHOT_INVALID_ENTRY; errors.Is ErrTooLarge).
+//
+// Why a limit: a record is one bbolt value, and bbolt refuses values past
+// bolt.MaxValueSize (2 GiB − 2) with a plain error that carries no code,
+// after the caller has paid four times the record in memory to encode it
+// (measured: 8 GB and 12 s for a 2 GiB conversation). Why 256 MiB: writing
+// a record allocates 4 to 6.5 times its size (input copy, encoding, seal,
+// bbolt's page buffer) and a fork up to 17 times, so the limit keeps one
+// write within a few GB; a million-entry manifest is about 56 MB and a
+// 100 MB conversation 100 MB, both well inside. Stored records are checked
+// against it on every read too: never lower it.
+const MaxRecordBytes = 256 << 20
+
 // MaxSafeInteger is 2^53−1, the largest integer a JavaScript number holds
 // exactly; sizes and createdAt values must stay within ±MaxSafeInteger.
 const MaxSafeInteger = 1<<53 - 1
@@ -21,7 +37,7 @@ func CheckID(field, id string) error {
 	case id == "":
 		return Errorf(ErrInvalidID, "%s is empty", field)
 	case len(id) > MaxIDBytes:
-		return Errorf(ErrInvalidID, "%s is %d bytes, more than %d", field, len(id), MaxIDBytes)
+		return tooLarge(ErrInvalidID, field, len(id), MaxIDBytes)
 	case !utf8.ValidString(id):
 		return Errorf(ErrInvalidID, "%s %q is not well-formed Unicode", field, id)
 	case strings.IndexByte(id, 0) >= 0:
@@ -75,9 +91,13 @@ func ValidateAppend(in AppendInput) error {
 }
 
 // ValidateContent checks everything but identifiers: createdAt, reason,
-// files, artifacts and conversation (step 2 of append).
+// files, artifacts and conversation (step 2 of append), after the size of
+// the whole record, which costs one pass over the lengths and spares a
+// hostile input the rest.
 func ValidateContent(cp *Checkpoint) error {
-
+	if n := RecordSize(cp); n > MaxRecordBytes {
+		return tooLarge(ErrInvalidEntry, "checkpoint record", n, MaxRecordBytes)
+	}
 	if err := CheckCreatedAt("checkpoint createdAt", cp.CreatedAt); err != nil {
 		return err
 	}
@@ -309,8 +329,12 @@ func ValidateArtifact(a *Artifact) error {
 	return nil
 }
 
-// ValidateMessages checks that every message of a transcript is JSON.
+// ValidateMessages checks that a transcript is at most MaxRecordBytes
+// encoded and that every message is JSON.
 func ValidateMessages(msgs []json.RawMessage) error {
+	if n := TranscriptSize(msgs); n > MaxRecordBytes {
+		return tooLarge(ErrInvalidEntry, "transcript", n, MaxRecordBytes)
+	}
 	for i, m := range msgs {
 		if !json.Valid(m) {
 			return Errorf(ErrInvalidEntry, "message %d is not valid JSON", i)

@@ -93,6 +93,13 @@ func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) 
 // appendTx validates in and returns the transaction body that appends it:
 // the contract's checks, then the writes.
 func (db *DB) appendTx(in *chain.AppendInput) (func(tx *bolt.Tx) error, error) {
+	// An oversized record is refused before it is copied: the copy alone
+	// would cost its whole size. The ids' errors still come first.
+	if in.Checkpoint != nil && chain.RecordSize(in.Checkpoint) > chain.MaxRecordBytes {
+		if err := chain.ValidateAppend(*in); err != nil {
+			return nil, err
+		}
+	}
 	// Copy before validating: nothing the caller does later can change
 	// what was checked or what is stored.
 	in.Checkpoint = in.Checkpoint.Clone()
@@ -165,12 +172,12 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 		// checkpoint, or the thread becomes empty.
 		next := ""
 		if cp.ParentID != "" {
-			parent, err := chain.GetCheckpoint(tx, cp.ParentID)
+			thread, _, ok, err := chain.CheckpointHeader(tx, cp.ParentID)
 			if err != nil {
 				return err
 			}
-			if parent != nil && parent.ThreadID == threadID {
-				next = parent.ID
+			if ok && thread == threadID {
+				next = cp.ParentID
 			}
 		}
 		return chain.SetHead(tx, threadID, next)
@@ -230,12 +237,12 @@ func keptSet(tx *bolt.Tx, threadID string, keep int) (map[string]struct{}, error
 		if _, seen := kept[id]; seen {
 			break
 		}
-		var cp *chain.Checkpoint
-		if cp, err = chain.GetCheckpoint(tx, id); cp == nil || cp.ThreadID != threadID {
+		thread, parent, ok, herr := chain.CheckpointHeader(tx, id)
+		if err = herr; !ok || thread != threadID {
 			break
 		}
 		kept[id] = struct{}{}
-		id = cp.ParentID
+		id = parent
 	}
 	return kept, err
 }

@@ -74,6 +74,12 @@ func recDecode(t *testing.T, data []byte) {
 		case len(enc) > len(data):
 			t.Errorf("re-encoding is longer (%d bytes) than the record (%d)", len(enc), len(data))
 		}
+		// The keys-only decoder reference counting uses reads the same
+		// keys as the full one, from every record the full one accepts.
+		id, keys, err := chain.DecodeBlobKeys(data)
+		if err != nil || id != cp.ID || !slices.Equal(keys, cp.BlobKeys()) {
+			t.Errorf("DecodeBlobKeys = %q, %v, %v; DecodeCheckpoint gave %q, %v", id, keys, err, cp.ID, cp.BlobKeys())
+		}
 	}
 	if n := blobAllocs(func() { chain.DecodeMessages(data) }); n > recMaxAlloc(len(data)) {
 		t.Errorf("DecodeMessages of %d bytes allocated %d bytes", len(data), n)
