@@ -30,6 +30,13 @@ import (
 //	removed. Marking happens only if the key is not pinned. Pinning a
 //	dying key waits, under the same mu, until it is unmarked.
 //
+// Marks are counted, not set: two deleters can hold one key at once (a
+// sweep that has unindexed a large blob and not yet removed its file, and
+// RemoveOrphans, which finds that file unindexed meanwhile). The key stays
+// dying until the last of them unmarks it; with a set, the first to finish
+// would clear the other's mark, and a batch could store the key again and
+// have its new file removed by the other's late removal.
+//
 // So when a batch has pinned key k, either no sweep had decided to delete
 // k (and none will while the pin lasts), or the one that did had finished,
 // file and all, and every index read the batch makes afterwards sees k
@@ -39,7 +46,7 @@ type pinSet struct {
 	mu    sync.Mutex
 	cond  sync.Cond // signalled when keys stop dying; L is &mu (Open sets it)
 	count map[string]int32
-	dying map[string]struct{}
+	dying map[string]int32 // deleters holding each key
 }
 
 // pin pins keys, waiting for any that is dying to be deleted first.
@@ -73,6 +80,7 @@ func (p *pinSet) unpin(keys []string) {
 }
 
 // markDying marks key dying unless it is pinned, and reports whether it did.
+// Each successful mark must be undone by one unmarkDying.
 func (p *pinSet) markDying(key string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -80,9 +88,9 @@ func (p *pinSet) markDying(key string) bool {
 		return false
 	}
 	if p.dying == nil {
-		p.dying = map[string]struct{}{}
+		p.dying = map[string]int32{}
 	}
-	p.dying[key] = struct{}{}
+	p.dying[key]++
 	return true
 }
 
@@ -93,7 +101,11 @@ func (p *pinSet) unmarkDying(keys []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, k := range keys {
-		delete(p.dying, k)
+		if n := p.dying[k] - 1; n > 0 {
+			p.dying[k] = n
+		} else {
+			delete(p.dying, k)
+		}
 	}
 	p.cond.Broadcast()
 }

@@ -206,8 +206,15 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		return nil, err
 	}
 	// Refuse before deleting anything, not after retention, when the sweep
-	// would refuse: a referenced blob is missing.
-	if _, err := (checkedRefs{db: db}).BlobReferences(ctx); err != nil {
+	// would refuse: a referenced blob is missing. Under gcMu, as in the
+	// sweep: checkedRefs reads the references and then the blob index, and
+	// without it a concurrent sweep could delete, between the two reads, a
+	// blob whose last checkpoint was deleted after the references were read
+	// — a missing blob that is not missing.
+	db.gcMu.Lock()
+	_, err = (checkedRefs{db: db}).BlobReferences(ctx)
+	db.gcMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	sweep := SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate, DryRun: opts.DryRun}
