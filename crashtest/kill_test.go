@@ -346,7 +346,7 @@ func TestKillRecovery(t *testing.T) {
 	} else {
 		t.Logf("sbxdb check: %s", strings.TrimSpace(string(out)))
 	}
-	t.Logf("%d kill cycles: %d operations acknowledged, %d in flight at a kill (%d of them had happened), %d checkpoints restored and compared; %d kills before the store was open",
+	t.Logf("%d kill cycles: %d operations acknowledged, %d in flight at a kill (%d of them had happened), %d checkpoints restored and compared; %d kills before the child was ready (starting, opening the store, taking leases)",
 		cycles, d.acked, d.inFlight, d.happened, d.restored, d.early)
 }
 
@@ -359,6 +359,8 @@ type driver struct {
 	model       map[string][]string // thread → its acknowledged checkpoints, sorted
 	trees       map[string]string   // checkpoint → digest of its tree
 	verified    map[string]bool
+
+	readyAfter time.Duration // how long the last child took to get ready
 
 	acked, inFlight, happened, restored, early int
 }
@@ -379,6 +381,7 @@ func (d *driver) cycle(cycle int) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	started := time.Now()
 	pw.Close()
 	lines := make(chan string, 1024)
 	go func() {
@@ -396,10 +399,11 @@ func (d *driver) cycle(cycle int) {
 			reports = append(reports, r)
 		} // a line cut by the kill is no report
 	}
-	// One kill in ten comes early, maybe while the child opens the store;
+	// One kill in ten comes early: at a random moment before the child
+	// got ready last time (starting, opening the store, taking leases);
 	// the rest at a random moment of its work.
-	if d.rng.IntN(10) == 0 {
-		time.Sleep(time.Duration(d.rng.IntN(40)) * time.Millisecond)
+	if d.rng.IntN(10) == 0 && d.readyAfter > 0 {
+		time.Sleep(time.Duration(d.rng.Int64N(int64(d.readyAfter))))
 	} else {
 		deadline := time.After(30 * time.Second)
 	wait:
@@ -411,6 +415,7 @@ func (d *driver) cycle(cycle int) {
 				}
 				take(line)
 				if strings.Contains(line, `"ready"`) {
+					d.readyAfter = time.Since(started)
 					break wait
 				}
 			case <-deadline:
