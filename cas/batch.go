@@ -310,17 +310,27 @@ func (b *Batch) CommitWith(ctx context.Context, fn func(tx *bolt.Tx) error) erro
 	}
 	b.done = true
 	err := b.sync(ctx)
+	indexed := false // the last run of the transaction body got to the end
 	if err == nil && (fn != nil || len(b.packs) > 0 || len(b.added) > 0 || len(b.refresh) > 0) {
 		err = b.s.db.Update(func(tx *bolt.Tx) error {
+			indexed = false // the body may run twice (a shared transaction retried alone)
 			if fn != nil {
 				if err := fn(tx); err != nil {
 					return err
 				}
 			}
-			return b.index(tx)
+			if err := b.index(tx); err != nil {
+				return err
+			}
+			indexed = true
+			return nil
 		})
 	}
-	if err != nil {
+	// An error from the body means nothing was committed. An error from
+	// the commit itself (a failed write or fsync of the database) leaves
+	// the outcome unknown: the pages may reach the file anyway. The packs
+	// then stay; Open removes those no index entry names.
+	if err != nil && !indexed {
 		b.removeFiles()
 	}
 	return err

@@ -201,7 +201,9 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	}
 
 	// 2. One transaction moves the entries and swaps the packs.
+	bodyDone := false
 	err = s.db.Update(func(tx *bolt.Tx) error {
+		bodyDone = false // the body may run twice (a shared transaction retried alone)
 		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 		newStats := map[uint64]*packStats{}
 		for _, p := range w.packs {
@@ -242,9 +244,16 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 				return err
 			}
 		}
+		bodyDone = true
 		return nil
 	})
 	if err != nil {
+		if bodyDone {
+			// The commit itself failed, and may reach the file anyway (a
+			// failed fsync): keep the new packs, which Open removes if no
+			// index entry names them (as in Batch.CommitWith).
+			w.packs = nil
+		}
 		return st, err
 	}
 	for _, p := range w.packs {

@@ -59,6 +59,7 @@ type report struct {
 	Thread string   `json:"thread,omitempty"`
 	Before []string `json:"before,omitempty"` // the thread's checkpoints before the op
 	After  []string `json:"after,omitempty"`  // and after it
+	Head   string   `json:"head,omitempty"`   // the thread's head after it ("": none)
 	ID     string   `json:"id,omitempty"`     // a new checkpoint
 	Tree   string   `json:"tree,omitempty"`   // digest of the new checkpoint's tree
 	Src    string   `json:"src,omitempty"`    // a checkpoint whose tree the new one has
@@ -165,7 +166,7 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 				return err
 			}
 			rep.Op, rep.ID, rep.Tree = "capture", lease.NewToken(), digest(tree)
-			rep.After = append(slices.Clone(ids), rep.ID)
+			rep.After, rep.Head = append(slices.Clone(ids), rep.ID), rep.ID
 			send(rep)
 			_, err = db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: ws, ID: rep.ID})
 			err = finish(send, rep, err)
@@ -180,15 +181,22 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 			cp := &chain.Checkpoint{ID: lease.NewToken(), ThreadID: thread, ParentID: head,
 				CreatedAt: now().UnixMilli(), Reason: chain.ReasonAutomatic, Files: src.Files}
 			rep.Op, rep.ID, rep.Src = "append", cp.ID, head
-			rep.After = append(slices.Clone(ids), cp.ID)
+			rep.After, rep.Head = append(slices.Clone(ids), cp.ID), cp.ID
 			send(rep)
 			_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: l.Writer})
 			if err := finish(send, rep, err); err != nil {
 				return err
 			}
-		case n < 7: // delete the head
+		case n < 7: // delete the head; its parent, if still stored, becomes the head
+			cp, err := db.Get(ctx, head)
+			if err != nil {
+				return err
+			}
 			rep.Op = "deleteHead"
 			rep.After = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == head })
+			if slices.Contains(rep.After, cp.ParentID) {
+				rep.Head = cp.ParentID
+			}
 			send(rep)
 			if err := finish(send, rep, db.DeleteHead(ctx, thread, head, l.Writer)); err != nil {
 				return err
@@ -198,7 +206,7 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 			if err != nil {
 				return err
 			}
-			rep.Op, rep.After = "retain", []string{head}
+			rep.Op, rep.After, rep.Head = "retain", []string{head}, head
 			if slices.Contains(ids, cp.ParentID) { // retention may have taken it already
 				rep.After = append(rep.After, cp.ParentID)
 			}
@@ -214,7 +222,7 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 				return err
 			}
 			rep.Op, rep.Thread, rep.Before, rep.ID, rep.Src = "fork", dst, nil, lease.NewToken(), head
-			rep.After = []string{rep.ID}
+			rep.After, rep.Head = []string{rep.ID}, rep.ID
 			send(rep)
 			_, err = db.Fork(ctx, chain.ForkInput{SourceThreadID: thread, SourceCheckpointID: head,
 				DestinationThreadID: dst, DestinationCheckpointID: rep.ID, Writer: dl.Writer})
@@ -327,7 +335,7 @@ func TestKillRecovery(t *testing.T) {
 	}
 	t.Logf("seed %d (SBXDB_CRASH_SEED=%d replays the kill times)", seed, seed)
 	d := &driver{t: t, root: t.TempDir(), rng: rand.New(rand.NewPCG(seed, 0)), seed: seed,
-		model: map[string][]string{}, trees: map[string]string{}}
+		model: map[string][]string{}, heads: map[string]string{}, trees: map[string]string{}}
 	d.store = filepath.Join(d.root, "store")
 	d.ws = filepath.Join(d.root, "ws")
 	for cycle := range cycles {
@@ -357,6 +365,7 @@ type driver struct {
 	seed        uint64
 	rng         *rand.Rand
 	model       map[string][]string // thread → its acknowledged checkpoints, sorted
+	heads       map[string]string   // thread → its acknowledged head
 	trees       map[string]string   // checkpoint → digest of its tree
 	verified    map[string]bool
 
@@ -472,7 +481,7 @@ func (d *driver) verify(cycle int, offset time.Duration, reports []report) {
 			if got := d.model[b.Thread]; !sameSet(got, b.Before) {
 				t.Fatalf("cycle %d: %s on %s began from %v, the model has %v", cycle, b.Op, b.Thread, b.Before, got)
 			}
-			d.model[b.Thread] = sorted(b.After)
+			d.model[b.Thread], d.heads[b.Thread] = sorted(b.After), b.Head
 			d.learn(b)
 		case "fail":
 			t.Fatalf("cycle %d: the child's %s failed: %s", cycle, begun[k].Op, r.Err)
@@ -512,23 +521,30 @@ func (d *driver) verify(cycle int, offset time.Duration, reports []report) {
 			got[i] = cp.ID
 		}
 		got = sorted(got)
-		want := d.model[th]
-		if p, ok := pending[th]; ok && sameSet(got, p.After) && !sameSet(got, want) {
+		gotHead, err := db.Head(ctx, th)
+		if err != nil {
+			t.Fatalf("cycle %d: Head(%s): %v", cycle, th, err)
+		}
+		want, wantHead := d.model[th], d.heads[th]
+		p, inFlight := pending[th]
+		if inFlight && sameSet(got, p.After) && gotHead == p.Head && !(sameSet(got, want) && gotHead == wantHead) {
 			d.happened++ // the operation in flight committed before the kill
 			d.learn(p)
-			want = sorted(p.After)
+			want, wantHead = sorted(p.After), p.Head
 		}
-		if !sameSet(got, want) {
+		if !sameSet(got, want) || gotHead != wantHead {
 			desc := "none"
-			if p, ok := pending[th]; ok {
-				desc = fmt.Sprintf("%s, which would make %v", p.Op, p.After)
+			if inFlight {
+				desc = fmt.Sprintf("%s, which would make %v with head %q", p.Op, p.After, p.Head)
 			}
-			t.Fatalf("cycle %d: thread %s holds %v; acknowledged %v; in flight: %s", cycle, th, got, d.model[th], desc)
+			t.Fatalf("cycle %d: thread %s holds %v with head %q; acknowledged %v with head %q; in flight: %s",
+				cycle, th, got, gotHead, d.model[th], d.heads[th], desc)
 		}
 		if len(want) == 0 {
 			delete(d.model, th)
+			delete(d.heads, th)
 		} else {
-			d.model[th] = want
+			d.model[th], d.heads[th] = want, wantHead
 		}
 		// Every checkpoint present restores to the tree it was taken of
 		// (checked once each: a checkpoint never changes).
@@ -556,9 +572,6 @@ func (d *driver) verify(cycle int, offset time.Duration, reports []report) {
 		t.Fatal(err)
 	}
 	for th, st := range writers {
-		if !strings.HasPrefix(th, "w") || strings.Contains(th, "-fork-") {
-			continue
-		}
 		l, err := db.AcquireWriter(ctx, th)
 		if err != nil {
 			t.Fatalf("cycle %d: thread %s: a dead child's lease (expiring %d) still holds: %v", cycle, th, st.ExpiresAt, err)

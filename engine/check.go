@@ -16,7 +16,8 @@ type CheckStoreOptions struct {
 	// VerifyBlobs reads every blob back and checks it against its key.
 	VerifyBlobs bool
 	// Repair rewrites the reference counts from the checkpoints when they
-	// disagree (SPEC §10 Q15). Nothing else is repaired.
+	// disagree (SPEC §10 Q15), and clears a meta-page note once reported.
+	// Nothing else is repaired.
 	Repair bool
 	// Progress, if set, is called while blobs are verified with the number
 	// read so far and the total.
@@ -98,15 +99,26 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	add := func(sev, kind, subject, format string, args ...any) {
 		r.Findings = append(r.Findings, Finding{sev, kind, subject, fmt.Sprintf(format, args...)})
 	}
-	if db.metaNote != "" {
-		add(SeverityWarning, FindingMetaPage, DBFile, "%s", db.metaNote)
-	}
 	var recount map[string]int64
+	var recovered string
 	err := db.view(func(tx *bolt.Tx) error {
+		if raw := tx.Bucket(bucketMeta).Get(keyRecovered); raw != nil {
+			p, err := chain.Unseal(bucketMeta, keyRecovered, raw)
+			if err != nil {
+				return err
+			}
+			recovered = string(p)
+		}
 		var err error
 		recount, err = db.checkChains(ctx, tx, r, add)
 		return err
 	})
+	switch {
+	case recovered != "":
+		add(SeverityWarning, FindingMetaPage, DBFile, "%s", recovered)
+	case db.metaNote != "": // a read-only open, which stores nothing
+		add(SeverityWarning, FindingMetaPage, DBFile, "%s", db.metaNote)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +163,13 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 			return r, fmt.Errorf("repairing reference counts: %w", err)
 		}
 		r.Repaired = len(findingsOf(r, FindingRefCount))
+	}
+	if opts.Repair && recovered != "" {
+		// Reported once in full; the store itself checked out.
+		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRecovered) })
+		if err != nil {
+			return r, fmt.Errorf("clearing the meta-page note: %w", err)
+		}
 	}
 	return r, nil
 }

@@ -905,4 +905,20 @@ func TestCorruptNewestMetaLosesLastTransaction(t *testing.T) {
 			t.Errorf("check = %+v, %v; want a meta-page warning", rep, err)
 		}
 	})
+	// A later check, by another handle (sbxdb check in another process
+	// opens read-only), still finds the note; a repair clears it.
+	for _, pass := range []struct {
+		readOnly, repair, want bool
+	}{{true, false, true}, {false, true, true}, {true, false, false}} {
+		db, err := engine.Open(dir, &engine.Options{ReadOnly: pass.readOnly, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := db.Check(ctx, engine.CheckStoreOptions{Repair: pass.repair})
+		db.Close()
+		got := err == nil && slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool { return f.Kind == engine.FindingMetaPage })
+		if got != pass.want {
+			t.Errorf("check (read-only %v, repair %v): meta-page warning %v, want %v (%v)", pass.readOnly, pass.repair, got, pass.want, err)
+		}
+	}
 }

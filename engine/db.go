@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -60,7 +61,8 @@ type DB struct {
 	gcMu sync.Mutex
 
 	// metaNote, when set, says the file opened on its older meta page
-	// (verifyPages); Check reports it.
+	// (verifyPages). A writable Open also stores it (meta/recovered);
+	// Check reports it.
 	metaNote string
 
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
@@ -116,7 +118,18 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	if o.ReadOnly {
 		err = db.view(initLayout)
 	} else {
-		err = db.bolt.Update(initLayout)
+		err = db.bolt.Update(func(tx *bolt.Tx) error {
+			if err := initLayout(tx); err != nil {
+				return err
+			}
+			// This commit overwrites the damaged meta page: keep the note
+			// where a later check, in any process, finds it.
+			if metaNote == "" {
+				return nil
+			}
+			note := []byte(o.Now().UTC().Format(time.RFC3339) + ": " + metaNote)
+			return tx.Bucket(bucketMeta).Put(keyRecovered, chain.Seal(bucketMeta, keyRecovered, note))
+		})
 	}
 	if err != nil {
 		bdb.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +41,8 @@ type faultFixture struct {
 	writers map[string]*lease.Lease
 	trees   map[string]map[string]fstree.Node // captured checkpoint → its tree
 	head    string                            // the last capture on thread "t"
+	// leftovers are the packs batches kept after a failed commit.
+	leftovers []string
 }
 
 func newFaultFixture(t *testing.T) *faultFixture {
@@ -232,6 +235,12 @@ func faultCases() []faultCase {
 			prepare: func(f *faultFixture) {
 				restores++
 				target = filepath.Join(f.dir, "restores", fmt.Sprint(restores), "out")
+				if restores%2 == 0 { // an empty directory the caller made
+					if err := os.MkdirAll(target, 0o750); err != nil {
+						f.t.Fatal(err)
+					}
+					os.Chmod(target, 0o750)
+				}
 			},
 			run: func(f *faultFixture) error {
 				_, err := f.db.Restore(ctx, f.head, target, nil)
@@ -244,9 +253,26 @@ func faultCases() []faultCase {
 			},
 			undone: func(f *faultFixture) {
 				// Nothing of the failed restore is left: not the target,
-				// not its staging directory, not the parents it made.
-				if _, err := os.Lstat(filepath.Join(f.dir, "restores", fmt.Sprint(restores))); !os.IsNotExist(err) {
-					f.t.Errorf("a failed restore left %s behind (%v)", filepath.Dir(target), err)
+				// not its staging directory, not the parents it made; an
+				// empty target the caller made is there as it was.
+				parent := filepath.Join(f.dir, "restores", fmt.Sprint(restores))
+				if restores%2 != 0 {
+					if _, err := os.Lstat(parent); !os.IsNotExist(err) {
+						f.t.Errorf("a failed restore left %s behind (%v)", parent, err)
+					}
+					return
+				}
+				names, err := os.ReadDir(parent)
+				st, serr := os.Lstat(target)
+				switch {
+				case err != nil || len(names) != 1 || names[0].Name() != "out":
+					f.t.Errorf("after a failed restore %s holds %v (%v), want only the target", parent, names, err)
+				case serr != nil || !st.IsDir() || st.Mode().Perm() != 0o750:
+					f.t.Errorf("after a failed restore the caller's empty target is %v (%v), want a 0750 directory", st.Mode(), serr)
+				default:
+					if inside, _ := os.ReadDir(target); len(inside) != 0 {
+						f.t.Errorf("after a failed restore the target holds %d entries", len(inside))
+					}
 				}
 			},
 		},
@@ -423,52 +449,11 @@ func TestFaultInjection(t *testing.T) {
 			if len(steps) == 0 {
 				t.Fatal("the call performed no file operation")
 			}
-			for i, step := range steps {
-				errno := errnos[i%len(errnos)]
-				c.prepare(f)
-				before := f.state()
-				f.ffs.Reset()
-				f.ffs.FailNth(step.Op, step.N, errno)
-				err := c.run(f)
-				events := f.ffs.Events()
-				fired := f.ffs.Fired()
-				f.ffs.Reset()
-				if len(fired) == 0 {
-					t.Errorf("%v: this run did not perform the step (it did %d operations, the recorded run %d)", step, len(events), len(steps))
-					continue
+			for _, step := range steps {
+				for _, errno := range errnos {
+					f.failStep(c, step, errno, len(steps))
 				}
 				covered[c.name] = append(covered[c.name], fmt.Sprintf("%s#%d", step.Op, step.N))
-				if committed(events, fired[0]) {
-					// The commit stands; the failed cleanup leaves garbage.
-					if err != nil && !errors.Is(err, errno) {
-						t.Errorf("%v after the commit: error %v does not match %v", step, err, errno)
-					}
-					f.checkConsistent(fmt.Sprintf("%v after the commit", step))
-					if c.done != nil {
-						c.done(f)
-					}
-					continue
-				}
-				if err == nil {
-					t.Errorf("%v failed with %v, and the call succeeded", step, errno)
-					continue
-				}
-				if !errors.Is(err, errno) {
-					t.Errorf("%v: the call's error %q does not match the fault %v", step, err, errno)
-				}
-				if diff := cmp.Diff(before, f.state()); diff != "" {
-					t.Errorf("%v (%v) changed the store (-before +after):\n%s", step, errno, diff)
-				}
-				if c.undone != nil {
-					c.undone(f)
-				}
-				// Once the fault is gone the same call succeeds.
-				if err := c.run(f); err != nil {
-					t.Fatalf("after %v: the retry failed: %v", step, err)
-				}
-				if c.done != nil {
-					c.done(f)
-				}
 			}
 			f.checkConsistent("after every fault")
 		})
@@ -483,9 +468,75 @@ func TestFaultInjection(t *testing.T) {
 	}
 	f.db, f.t = db, t
 	f.checkConsistent("reopened")
+	for _, p := range f.leftovers {
+		if _, err := os.Stat(filepath.Join(f.dir, "store", engine.BlobDir, "packs", p)); !os.IsNotExist(err) {
+			t.Errorf("pack %s, left by a failed commit, is still there after Open (%v)", p, err)
+		}
+	}
+	t.Logf("%d packs left by failed commits, all removed by Open", len(f.leftovers))
 	f.restoreEqual(f.head, filepath.Join(f.dir, "final"))
 	for _, c := range faultCases() {
 		t.Logf("%s: %d steps failed in turn: %s", c.name, len(covered[c.name]), strings.Join(covered[c.name], " "))
+	}
+}
+
+// failStep runs c once with step failing with errno and checks the outcome.
+func (f *faultFixture) failStep(c faultCase, step faultfs.Event, errno syscall.Errno, recorded int) {
+	t := f.t
+	c.prepare(f)
+	before := f.state()
+	f.ffs.Reset()
+	f.ffs.FailNth(step.Op, step.N, errno)
+	err := c.run(f)
+	events := f.ffs.Events()
+	fired := f.ffs.Fired()
+	f.ffs.Reset()
+	if len(fired) == 0 {
+		t.Errorf("%v: this run did not perform the step (it did %d operations, the recorded run %d)", step, len(events), recorded)
+		return
+	}
+	if committed(events, fired[0]) {
+		// The commit stands; the failed cleanup leaves garbage.
+		if err != nil && !errors.Is(err, errno) {
+			t.Errorf("%v after the commit: error %v does not match %v", step, err, errno)
+		}
+		f.checkConsistent(fmt.Sprintf("%v after the commit", step))
+		if c.done != nil {
+			c.done(f)
+		}
+		return
+	}
+	if err == nil {
+		t.Errorf("%v failed with %v, and the call succeeded", step, errno)
+		return
+	}
+	if !errors.Is(err, errno) {
+		t.Errorf("%v: the call's error %q does not match the fault %v", step, err, errno)
+	}
+	after := f.state()
+	if step.Op == faultfs.Commit {
+		// A failed commit may still reach the file (a failed fsync), so
+		// the batch keeps its packs; nothing names them, and Open removes
+		// them (checked at the end).
+		for _, p := range after.Packs {
+			if !slices.Contains(before.Packs, p) {
+				f.leftovers = append(f.leftovers, p)
+			}
+		}
+		after.Packs = before.Packs
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("%v (%v) changed the store (-before +after):\n%s", step, errno, diff)
+	}
+	if c.undone != nil {
+		c.undone(f)
+	}
+	// Once the fault is gone the same call succeeds.
+	if err := c.run(f); err != nil {
+		t.Fatalf("after %v: the retry failed: %v", step, err)
+	}
+	if c.done != nil {
+		c.done(f)
 	}
 }
 

@@ -14,6 +14,9 @@ import (
 // bucket names but not the layout as a whole.
 //
 //	meta          "format" → uvarint format version (FormatVersion)
+//	              "recovered" → text: when and why the file last opened on
+//	              its older meta page (verifyPages); Check warns of it until
+//	              a repair clears it
 //	checkpoints   checkpoint id → checkpoint record (chain/codec.go)
 //	thread_index  threadId 0x00 be64(createdAt xor 1<<63) checkpoint id → ∅
 //	              (List is one range scan in createdAt, id-bytes order)
@@ -37,6 +40,7 @@ var (
 	bucketMeta      = []byte("meta")
 	bucketInstances = []byte("instances")
 	keyFormat       = []byte("format")
+	keyRecovered    = []byte("recovered")
 )
 
 // FormatVersion is the bbolt layout this build reads and writes.

@@ -563,9 +563,8 @@ func TestLimitIDBytes(t *testing.T) {
 // Records and transcripts past chain.MaxRecordBytes are refused before
 // anything is written with a *LimitError (INVALID_ENTRY). The inputs here
 // share one 1 MiB buffer, so they are hundreds of megabytes to the limit
-// check but cost the test nothing. Manifest and transcript are refused
-// without copying them; an oversized conversation is copied once by
-// Append (which clones its input before validating it) and then refused.
+// check but cost the test nothing. Append and SaveThread refuse them from
+// their lengths, before copying anything.
 func TestLimitRecordSize(t *testing.T) {
 	// The limit is checked on RecordSize and TranscriptSize, which must
 	// be the encoded sizes exactly.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
 )
 
@@ -76,11 +78,11 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 		return stats, err
 	}
 	parent := filepath.Dir(target)
-	created, err := mkdirAllTracked(parent)
+	created, err := mkdirAllTracked(db.opts.FS, parent)
 	if err != nil {
 		return stats, fmt.Errorf("restore: creating %s: %w", parent, err)
 	}
-	staging, err := os.MkdirTemp(parent, ".sbxdb-restore-*")
+	staging, err := db.opts.FS.MkdirTemp(parent, ".sbxdb-restore-*")
 	if err != nil {
 		removeCreated(created)
 		return stats, fmt.Errorf("restore: %w", err)
@@ -92,18 +94,20 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	}
 	// An empty target directory is replaced; rename cannot replace a
 	// directory on every system, and must not replace a non-empty one.
-	emptyTarget := false
+	var emptyTarget fs.FileMode // the mode of an empty target directory, 0 if none
 	if st, err := os.Lstat(target); err == nil && st.IsDir() {
 		if err := db.opts.FS.Remove(target); err != nil {
 			os.RemoveAll(staging)
 			return RestoreStats{}, fmt.Errorf("restore: target %s: %w", target, err)
 		}
-		emptyTarget = true
+		emptyTarget = st.Mode().Perm() | fs.ModeDir
 	}
 	if err := db.opts.FS.Rename(staging, target); err != nil {
 		os.RemoveAll(staging)
-		if emptyTarget {
-			os.Mkdir(target, 0o755) // as the caller left it
+		if emptyTarget != 0 { // as the caller left it
+			if os.Mkdir(target, 0o700) == nil {
+				os.Chmod(target, emptyTarget.Perm())
+			}
 		}
 		removeCreated(created)
 		return RestoreStats{}, fmt.Errorf("restore: %w", err)
@@ -174,7 +178,7 @@ func checkTarget(target string) error {
 
 // restoreInto writes cp's tree into the empty directory root.
 func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string, o *RestoreOptions, stats *RestoreStats) error {
-	if err := os.Chmod(root, 0o755); err != nil {
+	if err := db.opts.FS.Chmod(root, 0o755); err != nil {
 		return err
 	}
 	// Directories first, parents before children: every ancestor of an
@@ -355,7 +359,7 @@ func blobError(e *chain.Entry, err error) error {
 
 // mkdirAllTracked is os.MkdirAll that returns the directories it created,
 // deepest first, so a failed restore can remove them.
-func mkdirAllTracked(dir string) ([]string, error) {
+func mkdirAllTracked(fsys vfs.FS, dir string) ([]string, error) {
 	var created []string
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); err == nil {
@@ -366,7 +370,8 @@ func mkdirAllTracked(dir string) ([]string, error) {
 			break
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		removeCreated(created) // those it made before failing
 		return nil, err
 	}
 	return created, nil

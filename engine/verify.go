@@ -160,8 +160,8 @@ func (w *pageWalker) readMeta() (uint64, error) {
 		if m0.valid {
 			bad = 1
 		}
-		w.metaNote = fmt.Sprintf("meta page %d does not check out; the store opened at transaction %d from the other: "+
-			"after a crash during a commit only that unacknowledged commit is lost, otherwise the last commit before the damage is", bad, best.txid)
+		w.metaNote = fmt.Sprintf("meta page %d did not check out; the store opened at transaction %d from the other. "+
+			"At most the last commit before it may be lost: after a crash during that commit, it was not acknowledged", bad, best.txid)
 	}
 	switch {
 	case !best.valid:

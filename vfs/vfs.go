@@ -24,9 +24,12 @@ type FS interface {
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 	// CreateTemp is os.CreateTemp.
 	CreateTemp(dir, pattern string) (File, error)
-	// Mkdir and MkdirAll are os.Mkdir and os.MkdirAll.
+	// Mkdir, MkdirAll and MkdirTemp are their os namesakes.
 	Mkdir(name string, perm fs.FileMode) error
 	MkdirAll(name string, perm fs.FileMode) error
+	MkdirTemp(dir, pattern string) (string, error)
+	// Chmod is os.Chmod.
+	Chmod(name string, mode fs.FileMode) error
 	// Rename, Remove and Symlink are their os namesakes.
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
@@ -71,12 +74,14 @@ func (osFS) CreateTemp(dir, pattern string) (File, error) {
 	return f, nil
 }
 
-func (osFS) Mkdir(name string, perm fs.FileMode) error    { return os.Mkdir(name, perm) }
-func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
-func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
-func (osFS) Remove(name string) error                     { return os.Remove(name) }
-func (osFS) Symlink(target, name string) error            { return os.Symlink(target, name) }
-func (osFS) BeforeCommit(string) error                    { return nil }
+func (osFS) Mkdir(name string, perm fs.FileMode) error     { return os.Mkdir(name, perm) }
+func (osFS) MkdirAll(name string, perm fs.FileMode) error  { return os.MkdirAll(name, perm) }
+func (osFS) MkdirTemp(dir, pattern string) (string, error) { return os.MkdirTemp(dir, pattern) }
+func (osFS) Chmod(name string, mode fs.FileMode) error     { return os.Chmod(name, mode) }
+func (osFS) Rename(oldpath, newpath string) error          { return os.Rename(oldpath, newpath) }
+func (osFS) Remove(name string) error                      { return os.Remove(name) }
+func (osFS) Symlink(target, name string) error             { return os.Symlink(target, name) }
+func (osFS) BeforeCommit(string) error                     { return nil }
 
 func (osFS) SyncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -16,7 +16,8 @@ import (
 type Op uint8
 
 // The operations an FS counts. Write covers Write and WriteAt; Mkdir covers
-// Mkdir and MkdirAll; Create covers OpenFile and CreateTemp.
+// Mkdir, MkdirAll and MkdirTemp; Create covers OpenFile and CreateTemp;
+// Chmod covers FS.Chmod and File.Chmod.
 const (
 	Create Op = iota
 	Write
@@ -151,6 +152,20 @@ func (f *FS) MkdirAll(name string, perm fs.FileMode) error {
 	return f.base.MkdirAll(name, perm)
 }
 
+func (f *FS) MkdirTemp(dir, pattern string) (string, error) {
+	if err := f.check(Mkdir, dir+"/"+pattern); err != nil {
+		return "", err
+	}
+	return f.base.MkdirTemp(dir, pattern)
+}
+
+func (f *FS) Chmod(name string, mode fs.FileMode) error {
+	if err := f.check(Chmod, name); err != nil {
+		return err
+	}
+	return f.base.Chmod(name, mode)
+}
+
 func (f *FS) Rename(oldpath, newpath string) error {
 	if err := f.check(Rename, newpath); err != nil {
 		return err
@@ -187,7 +202,8 @@ func (f *FS) BeforeCommit(path string) error {
 }
 
 // File is a vfs.File whose writes, syncs, chmods and close can be failed.
-// A failed write writes nothing.
+// A failed write is a short one, as a disk filling up gives: the first half
+// of the bytes are written, then the error.
 type File struct {
 	vfs.File
 	fs *FS
@@ -195,14 +211,16 @@ type File struct {
 
 func (w *File) Write(p []byte) (int, error) {
 	if err := w.fs.check(Write, w.Name()); err != nil {
-		return 0, err
+		n, _ := w.File.Write(p[:len(p)/2])
+		return n, err
 	}
 	return w.File.Write(p)
 }
 
 func (w *File) WriteAt(p []byte, off int64) (int, error) {
 	if err := w.fs.check(Write, w.Name()); err != nil {
-		return 0, err
+		n, _ := w.File.WriteAt(p[:len(p)/2], off)
+		return n, err
 	}
 	return w.File.WriteAt(p, off)
 }
