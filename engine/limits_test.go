@@ -236,8 +236,8 @@ func TestLimitMillionEntryManifest(t *testing.T) {
 	// with its page size): decoding makes each 56-byte entry an 80-byte
 	// Entry, a path and a 96-byte key string (3.6x); a write copies the
 	// input, encodes, seals and hands bbolt a page buffer (6.4x).
-	// BlobReferences, Fork and Check also decode the pending source in full
-	// to count its references (decoding only its keys would save that), and
+	// BlobReferences, Fork and Check also read the pending source's blob
+	// keys to count its references (chain.DecodeBlobKeys, keys only), and
 	// Fork writes a second record (15x).
 	var err error
 	u := limMeasure(func() { _, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, Writer: w}) })
