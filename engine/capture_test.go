@@ -259,6 +259,7 @@ func TestCaptureRefusals(t *testing.T) {
 		{"missing workspace", nil, func(in *engine.CaptureInput) { in.Dir = filepath.Join(f.dir, "nope") }, chain.ErrInvalidWorkspace},
 		{"workspace is a file", nil, func(in *engine.CaptureInput) { in.Dir = filepath.Join(ws, "ok") }, chain.ErrInvalidWorkspace},
 		{"escaping symlink", func(ws string) { os.Symlink("../../etc/passwd", filepath.Join(ws, "esc")) }, nil, chain.ErrUnsupportedEntry},
+		{"symlink escaping on paper through a loop", func(ws string) { os.Symlink("a/../..", filepath.Join(ws, "a")) }, nil, chain.ErrUnsupportedEntry},
 		{"absolute symlink", func(ws string) { os.Symlink("/etc/passwd", filepath.Join(ws, "abs")) }, nil, chain.ErrUnsupportedEntry},
 		{"symlink escaping through another", func(ws string) { // each stays inside on its own
 			os.Symlink(".", filepath.Join(ws, "a"))
@@ -413,6 +414,7 @@ func TestRestorePathSafety(t *testing.T) {
 		{"nested escaping symlink", []chain.Entry{link("a/b/l", "../../../x")}, chain.ErrUnsupportedEntry},
 		{"symlink escaping through another", []chain.Entry{link("a", "."), link("b", "a/..")}, chain.ErrUnsupportedEntry},
 		{"symlink escaping through a chain", []chain.Entry{link("x", "y/.."), link("y", "z"), link("z", "q/..")}, chain.ErrUnsupportedEntry},
+		{"symlink escaping on paper through a loop", []chain.Entry{link("a", "a/../..")}, chain.ErrUnsupportedEntry},
 		{"excluded path", []chain.Entry{file(".git/hooks/post-checkout")}, chain.ErrInvalidPath},
 		{"size mismatch", []chain.Entry{{Path: "f", Kind: chain.KindFile, BlobKey: key, Size: 5}}, chain.ErrInvalidBlob},
 	} {
