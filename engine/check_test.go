@@ -5,12 +5,43 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
+	"github.com/sbxdb/sbxdb/internal/fstree"
 )
+
+// checkNoErrors runs Check and fails the test on every error finding
+// (warnings, such as the dangling parents retention leaves, are allowed);
+// when says at what point of the test.
+func checkNoErrors(t *testing.T, db *engine.DB, opts engine.CheckStoreOptions, when string) *engine.CheckReport {
+	t.Helper()
+	rep, err := db.Check(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("%s: check: %v", when, err)
+	}
+	for _, fd := range rep.Findings {
+		if fd.Severity == engine.SeverityError {
+			t.Errorf("%s: check: %.300s", when, fd)
+		}
+	}
+	return rep
+}
+
+// restoreEqual restores checkpoint id into out (which must not exist) and
+// fails the test unless the tree is want.
+func restoreEqual(t *testing.T, db *engine.DB, id, out string, want map[string]fstree.Node) {
+	t.Helper()
+	if _, err := db.Restore(context.Background(), id, out, nil); err != nil {
+		t.Fatalf("restore %s: %v", id, err)
+	}
+	if diff := fstree.Diff(want, snapshot(t, out)); diff != nil {
+		t.Fatalf("checkpoint %s restored wrong:\n%s", id, strings.Join(diff, "\n"))
+	}
+}
 
 func findings(rep *engine.CheckReport, kind string) []engine.Finding {
 	var out []engine.Finding

@@ -174,25 +174,12 @@ func (f *faultFixture) state() storeState {
 // checkConsistent fails on any error finding of a full check.
 func (f *faultFixture) checkConsistent(when string) {
 	f.t.Helper()
-	rep, err := f.db.Check(context.Background(), engine.CheckStoreOptions{VerifyBlobs: true})
-	if err != nil {
-		f.t.Fatalf("%s: check: %v", when, err)
-	}
-	for _, fd := range rep.Findings {
-		if fd.Severity == engine.SeverityError {
-			f.t.Errorf("%s: check: %s", when, fd)
-		}
-	}
+	checkNoErrors(f.t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, when)
 }
 
 func (f *faultFixture) restoreEqual(id, out string) {
 	f.t.Helper()
-	if _, err := f.db.Restore(context.Background(), id, out, nil); err != nil {
-		f.t.Fatalf("restore %s: %v", id, err)
-	}
-	if diff := fstree.Diff(f.trees[id], snapshot(f.t, out)); diff != nil {
-		f.t.Fatalf("checkpoint %s restored wrong:\n%s", id, strings.Join(diff, "\n"))
-	}
+	restoreEqual(f.t, f.db, id, out, f.trees[id])
 }
 
 // faultCase is one call under test.

@@ -64,27 +64,12 @@ func (f *gcFixture) capture(t *testing.T, thread, ws string) *chain.Checkpoint {
 
 func (f *gcFixture) checkClean(t *testing.T) {
 	t.Helper()
-	rep, err := f.db.Check(context.Background(), engine.CheckStoreOptions{VerifyBlobs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fd := range rep.Findings {
-		if fd.Severity == engine.SeverityError {
-			t.Errorf("check: %s", fd)
-		}
-	}
+	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "gc fixture")
 }
 
 func (f *gcFixture) restoreEqual(t *testing.T, id string, want map[string]fstree.Node) {
 	t.Helper()
-	out := filepath.Join(f.dir, "restore-"+id+"-"+fmt.Sprint(rand.Int()))
-	if _, err := f.db.Restore(context.Background(), id, out, nil); err != nil {
-		t.Errorf("Restore %s: %v", id, err)
-		return
-	}
-	if diff := fstree.Diff(want, snapshot(t, out)); diff != nil {
-		t.Errorf("checkpoint %s restored wrong:\n%s", id, strings.Join(diff, "\n"))
-	}
+	restoreEqual(t, f.db, id, filepath.Join(f.dir, "restore-"+id+"-"+fmt.Sprint(rand.Int())), want)
 }
 
 func fileKeys(cp *chain.Checkpoint) []string { return cp.BlobKeys() }

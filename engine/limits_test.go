@@ -167,14 +167,7 @@ func limBlobs(t *testing.T, db *engine.DB, n int) []string {
 // dangling-parent warnings, which the contract allows).
 func limClean(t *testing.T, db *engine.DB) *engine.CheckReport {
 	t.Helper()
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{})
-	limOK(t, "Check", err)
-	for _, f := range rep.Findings {
-		if f.Severity == engine.SeverityError {
-			t.Errorf("Check: %.300s", f.String())
-		}
-	}
-	return rep
+	return checkNoErrors(t, db, engine.CheckStoreOptions{}, "limits")
 }
 
 func limRefs(t *testing.T, db *engine.DB, want ...chain.BlobRef) {
