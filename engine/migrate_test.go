@@ -1,0 +1,181 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/lease"
+)
+
+// format1Fixture is a store written by the format-1 engine (commit bcdb02f,
+// by TestWriteFormat1Fixture as it was then) running history; the
+// migration test opens a copy and compares it with history replayed on the
+// current format.
+const format1Fixture = "testdata/format1"
+
+// historyClock is the fixed clock of history: every lease and createdAt is
+// the same in each replay.
+func historyClock() time.Time { return time.UnixMilli(1_700_000_000_000) }
+
+func historyOptions() *engine.Options {
+	// A low fold threshold leaves some checkpoints folded and some pending.
+	return &engine.Options{Now: historyClock, RefFoldAfter: 3}
+}
+
+// history builds a small store that uses every part of the layout:
+// captured checkpoints with files, executables, symlinks, an empty dir and a
+// non-ASCII name; an artifact; a conversation; a fork; retention; a
+// transcript; an instance; a live lease; folded and pending references.
+func history(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := engine.Open(dir, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws := t.TempDir()
+	write(t, ws, "src/main.go", []byte("package main\n\nfunc main() {}\n"), 0o644)
+	write(t, ws, "src/lib/util.go", []byte(strings.Repeat("// util\n", 300)), 0o644)
+	write(t, ws, "run.sh", []byte("#!/bin/sh\necho hi\n"), 0o755)
+	write(t, ws, "données/été.txt", []byte("non-ASCII\n"), 0o644)
+	write(t, ws, "empty.txt", nil, 0o644)
+	must(os.MkdirAll(filepath.Join(ws, "out/empty"), 0o755))
+	must(os.Symlink("src/main.go", filepath.Join(ws, "main-link")))
+	age(t, ws)
+
+	l1, err := db.AcquireWriter(ctx, "t1")
+	must(err)
+	w1 := l1.Writer
+	conv := []json.RawMessage{json.RawMessage(`{"role":"user","content":"build it"}`)}
+	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w1, Dir: ws, ID: "c1", CreatedAt: 1000, Conversation: conv})
+	must(err)
+	write(t, ws, "src/main.go", []byte("package main\n\nfunc main() { println(1) }\n"), 0o644)
+	conv = append(conv, json.RawMessage(`{"role":"assistant","content":"done"}`))
+	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w1, Dir: ws, ID: "c2", CreatedAt: 2000, Label: "second", Reason: chain.ReasonNamed, Conversation: conv})
+	must(err)
+	art, err := db.PutArtifact(ctx, engine.ArtifactInput{ArtifactID: "a1", Name: "report.txt", MimeType: "text/plain", CreatedAt: 2500, Data: strings.NewReader("report")})
+	must(err)
+	c2, err := db.Get(ctx, "c2")
+	must(err)
+	c3 := c2.Clone()
+	c3.ID, c3.ParentID, c3.CreatedAt, c3.Label, c3.SourceRunID = "c3", "c2", 3000, "", "run-3"
+	c3.Reason = chain.ReasonAutomatic
+	c3.Artifacts = []chain.Artifact{art}
+	c3.Conversation = append(c3.Conversation, json.RawMessage(`[1,2,3]`))
+	_, err = db.Append(ctx, chain.AppendInput{Checkpoint: c3, ExpectedHeadID: "c2", Writer: w1})
+	must(err)
+	must(db.SaveThread(ctx, "t1", c3.Conversation))
+
+	l2, err := db.AcquireWriter(ctx, "t2")
+	must(err)
+	_, err = db.Fork(ctx, chain.ForkInput{SourceThreadID: "t1", SourceCheckpointID: "c2", DestinationThreadID: "t2", DestinationCheckpointID: "f1", CreatedAt: 4000, Writer: l2.Writer})
+	must(err)
+	must(l2.Release(ctx))
+
+	l3, err := db.AcquireWriter(ctx, "t3")
+	must(err)
+	parent := ""
+	for i := range 5 {
+		cp := &chain.Checkpoint{
+			ID: fmt.Sprintf("r%d", i), ThreadID: "t3", ParentID: parent, CreatedAt: int64(5000 + i), Reason: chain.ReasonAutomatic,
+			Files: []chain.Entry{
+				{Path: "a", Kind: chain.KindFile, BlobKey: c2.Files[0].BlobKey, Size: c2.Files[0].Size},
+				{Path: fmt.Sprintf("d%d", i), Kind: chain.KindDir},
+			},
+			Conversation: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"turn":%d}`, i))},
+		}
+		_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: parent, Writer: l3.Writer})
+		must(err)
+		parent = cp.ID
+	}
+	_, err = db.DeleteCheckpoints(ctx, "t3", 2, l3.Writer)
+	must(err)
+	must(db.DeleteHead(ctx, "t3", "r4", l3.Writer))
+	must(l3.Release(ctx))
+
+	must(db.Instances().Upsert(ctx, engine.InstanceRecord{Key: "inst", Provider: "local", ProviderSandboxID: "sb-1", ThreadID: "t1", UpdatedAt: 1234}))
+	// l1 stays held: the writers bucket keeps a live lease.
+}
+
+// storeView is everything a caller can read from a store.
+type storeView struct {
+	Threads     []string
+	Heads       map[string]string
+	Lists       map[string][]*chain.Checkpoint
+	Refs        []chain.BlobRef
+	Transcripts map[string][]json.RawMessage
+	Instance    *engine.InstanceRecord
+	Writers     map[string]lease.State
+}
+
+func viewOf(t *testing.T, db *engine.DB) storeView {
+	t.Helper()
+	ctx := context.Background()
+	v := storeView{Heads: map[string]string{}, Lists: map[string][]*chain.Checkpoint{}, Transcripts: map[string][]json.RawMessage{}}
+	var err error
+	if v.Threads, err = db.Threads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range v.Threads {
+		if v.Heads[th], err = db.Head(ctx, th); err != nil {
+			t.Fatal(err)
+		}
+		if v.Lists[th], err = db.List(ctx, th); err != nil {
+			t.Fatal(err)
+		}
+		if v.Transcripts[th], err = db.LoadThread(ctx, th); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.Refs, err = db.BlobReferences(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v.Instance, err = db.Instances().Get(ctx, "inst"); err != nil {
+		t.Fatal(err)
+	}
+	if v.Writers, err = db.Writers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestWriteFormat1Fixture wrote testdata/format1 with the format-1 engine.
+// It is kept for the record of how the fixture was made and runs only when
+// asked to, on a build that still writes format 1.
+func TestWriteFormat1Fixture(t *testing.T) {
+	if os.Getenv("SBXDB_WRITE_FORMAT1_FIXTURE") == "" {
+		t.Skip("writes testdata/format1; set SBXDB_WRITE_FORMAT1_FIXTURE=1 on a format-1 build")
+	}
+	if engine.FormatVersion != 1 {
+		t.Fatalf("this build writes format %d", engine.FormatVersion)
+	}
+	if err := os.RemoveAll(format1Fixture); err != nil {
+		t.Fatal(err)
+	}
+	history(t, format1Fixture)
+	db, err := engine.Open(format1Fixture, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "fixture")
+	if diff := cmp.Diff(viewOf(t, db), viewOf(t, db)); diff != "" {
+		t.Fatal(diff)
+	}
+}
