@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
@@ -175,7 +174,10 @@ func (d *Decoder) Raw() []byte {
 	return append([]byte{}, p...)
 }
 
-// Binary checkpoint payload, format 1 (see docs/ARCHITECTURE.md):
+// The whole-checkpoint encoding: the record of store format 1, read now only
+// to migrate such a store (record.go has format 2), and the measure of what
+// a checkpoint takes stored whole (RecordSize, MaxRecordBytes).
+//
 //
 //	id, threadId, parentId, reason, label, sourceRunId  strings
 //	createdAt                                           varint
@@ -295,10 +297,14 @@ func EncodeCheckpoint(cp *Checkpoint) []byte {
 	return e.b
 }
 
-func (e *Encoder) digest(key, prefix string) {
+func (e *Encoder) digest(key, prefix string) { e.b = appendDigest(e.b, key, prefix) }
+
+// appendDigest appends the 32-byte digest of a valid blob key (checked by
+// ValidateContent).
+func appendDigest(b []byte, key, prefix string) []byte {
 	var d [32]byte
-	hex.Decode(d[:], []byte(key[len(prefix):])) // valid keys only: checked by ValidateContent
-	e.b = append(e.b, d[:]...)
+	hex.Decode(d[:], []byte(key[len(prefix):]))
+	return append(b, d[:]...)
 }
 
 // digest returns prefix and the hex of the next 32 bytes as a blob key, in
@@ -358,68 +364,6 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 		return nil, err
 	}
 	return cp, nil
-}
-
-// DecodeBlobKeys returns the id and the distinct blob keys of a payload
-// written by EncodeCheckpoint, sorted as (*Checkpoint).BlobKeys returns
-// them, without decoding paths, targets or messages: reference counting
-// needs only the keys, and a full decode allocates several times the
-// record (a 100 MB conversation is copied, a million paths allocated).
-func DecodeBlobKeys(p []byte) (id string, keys []string, err error) {
-	type ref struct {
-		artifact bool
-		sum      [32]byte
-	}
-	d := NewDecoder(p)
-	id = d.String()
-	for range 5 { // threadId, parentId, reason, label, sourceRunId
-		d.skip("string")
-	}
-	d.Varint()
-	seen := map[ref]struct{}{}
-	for range d.Count(3) {
-		kind := d.Byte()
-		d.Byte()
-		d.skip("path")
-		switch kind {
-		case 'f':
-			var r ref
-			copy(r.sum[:], d.Fixed(32))
-			seen[r] = struct{}{}
-			d.Uvarint()
-		case 'd':
-		case 'l':
-			d.skip("target")
-		default:
-			d.fail("entry kind")
-		}
-	}
-	for range d.Count(36) {
-		d.skip("artifactId")
-		d.skip("name")
-		d.skip("mimeType")
-		r := ref{artifact: true}
-		copy(r.sum[:], d.Fixed(32))
-		seen[r] = struct{}{}
-		d.Uvarint()
-		d.Varint()
-	}
-	for range d.Count(1) {
-		d.skip("message")
-	}
-	if err := d.Err(); err != nil {
-		return "", nil, err
-	}
-	keys = make([]string, 0, len(seen))
-	for r := range seen {
-		prefix := FilePrefix
-		if r.artifact {
-			prefix = ArtifactPrefix
-		}
-		keys = append(keys, prefix+hex.EncodeToString(r.sum[:]))
-	}
-	slices.Sort(keys)
-	return id, keys, nil
 }
 
 // skip reads past a length-prefixed string without copying it.

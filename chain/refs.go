@@ -62,28 +62,44 @@ func pendingCounts(tx *bolt.Tx) (map[string]int64, error) {
 	return pc.counts, err
 }
 
-// FoldRefs adds the references of every pending checkpoint to refs, one
-// write per distinct key in key order, and empties the pending set. Counts
-// read before and after are the same.
+// FoldRefs adds the blob and chunk references of every pending checkpoint
+// to the folded counts, one write per distinct key or chunk in key order,
+// and empties the pending set. Counts read before and after are the same.
 func FoldRefs(tx *bolt.Tx) error {
-	counts, err := pendingCounts(tx)
-	if err != nil {
+	var pc PendingCache
+	if err := pc.load(tx); err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
+	keys := make([]string, 0, len(pc.counts))
+	for k := range pc.counts {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys) // neighbouring keys share leaf pages
 	for _, k := range keys {
-		if err := AddRef(tx, k, counts[k]); err != nil {
+		if err := AddRef(tx, k, pc.counts[k]); err != nil {
+			return err
+		}
+	}
+	chunks := map[uint64]int64{}
+	for _, p := range pc.keys {
+		for _, c := range p.chunks {
+			chunks[c]++
+		}
+	}
+	ids := make([]uint64, 0, len(chunks))
+	for c := range chunks {
+		ids = append(ids, c)
+	}
+	slices.Sort(ids)
+	for _, c := range ids {
+		if err := addChunkRef(tx, c, chunks[c]); err != nil {
 			return err
 		}
 	}
 	if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
 		return err
 	}
-	_, err = tx.CreateBucket(BucketPendingRefs)
+	_, err := tx.CreateBucket(BucketPendingRefs)
 	return err
 }
 
@@ -108,7 +124,7 @@ func (rc *RefCounter) loadPending() error {
 }
 
 func (rc *RefCounter) folded(key string) (int64, error) {
-	return decodeCount([]byte(key), bucket(rc.tx, BucketRefs).Get([]byte(key)))
+	return decodeCountIn(BucketRefs, []byte(key), bucket(rc.tx, BucketRefs).Get([]byte(key)))
 }
 
 // Count returns the number of checkpoints using key.
@@ -159,7 +175,7 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 	j := 0
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		n, err := decodeCount(k, v)
+		n, err := decodeCountIn(BucketRefs, k, v)
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +218,7 @@ func RefCount(tx *bolt.Tx, key string) (int64, error) { return NewRefCounter(tx)
 // before it was kept start at 0).
 func AddRef(tx *bolt.Tx, key string, delta int64) error {
 	b := bucket(tx, BucketRefs)
-	old, err := decodeCount([]byte(key), b.Get([]byte(key)))
+	old, err := decodeCountIn(BucketRefs, []byte(key), b.Get([]byte(key)))
 	if err != nil {
 		return err
 	}
@@ -223,18 +239,19 @@ func AddRef(tx *bolt.Tx, key string, delta int64) error {
 	return put(tx, BucketRefs, []byte(key), binary.AppendUvarint(nil, uint64(n)))
 }
 
-// decodeCount unseals and decodes a stored reference count (0 when absent).
-func decodeCount(key, v []byte) (int64, error) {
+// decodeCountIn unseals and decodes a stored count of bucket name (0 when
+// absent).
+func decodeCountIn(name, key, v []byte) (int64, error) {
 	if v == nil {
 		return 0, nil
 	}
-	p, err := Unseal(BucketRefs, key, v)
+	p, err := Unseal(name, key, v)
 	if err != nil {
 		return 0, err
 	}
 	n, w := binary.Uvarint(p)
 	if w != len(p) {
-		return 0, corrupt(BucketRefs, key, "bad count")
+		return 0, corrupt(name, key, "bad count")
 	}
 	return int64(n), nil
 }
@@ -253,8 +270,9 @@ type PendingCache struct {
 }
 
 type pendingKeys struct {
-	sum  uint64 // the record's seal checksum
-	keys []string
+	sum    uint64 // the record's seal checksum
+	keys   []string
+	chunks []uint64 // distinct
 }
 
 // Counter returns a RefCounter for tx that takes the pending counts from
@@ -287,18 +305,15 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 			return nil
 		}
 		// Only the keys: a full decode would copy every path and message.
-		p, err := Unseal(BucketCheckpoints, k, rec)
+		r, err := loadRecord(tx, string(k))
 		if err != nil {
 			return err
 		}
-		id, keys, err := DecodeBlobKeys(p)
+		keys, err := r.blobKeys(newChunkCursor(tx))
 		if err != nil {
-			return corrupt(BucketCheckpoints, k, err.Error())
+			return err
 		}
-		if id != string(k) {
-			return corrupt(BucketCheckpoints, k, "record holds checkpoint "+id)
-		}
-		pc.keys[string(k)] = pendingKeys{sum: s, keys: keys}
+		pc.keys[string(k)] = pendingKeys{sum: s, keys: keys, chunks: r.chunkIDs()}
 		changed = true
 		return nil
 	})

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -80,7 +81,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			case cp != nil && rng.IntN(2) == 0:
 				delete(stored, id)
 				history = append(history, fmt.Sprintf("del %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
-				if err := DeleteCheckpoint(tx, cp); err != nil {
+				if err := DeleteCheckpoints(tx, []string{cp.ID}); err != nil {
 					return err
 				}
 			case cp == nil:
@@ -90,6 +91,9 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				}
 				if rng.IntN(3) == 0 {
 					cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
+				}
+				for range rng.IntN(4) { // shared and repeated message chunks
+					cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(3))))
 				}
 				stored[id] = cp
 				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
@@ -110,6 +114,14 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			want := recount(tx)
 			if diff := cmp.Diff(want, got); diff != "" {
 				return fmt.Errorf("counts differ from the recount (-want +got):\n%s", diff)
+			}
+			// Chunks: stored exactly when used, counted right.
+			uses, err := ChunkUses(tx, true)
+			if err != nil {
+				return err
+			}
+			if problems, err := CheckChunks(tx, uses); err != nil || len(problems) > 0 {
+				return fmt.Errorf("chunks: %v %v", problems, err)
 			}
 			wantN := map[string]int64{}
 			for _, r := range want {

@@ -13,7 +13,8 @@ import (
 // Bucket names of the chain buckets. The whole bbolt layout, with the lease
 // and engine buckets, is documented in docs/ARCHITECTURE.md.
 var (
-	// BucketCheckpoints maps checkpoint id → sealed checkpoint payload.
+	// BucketCheckpoints maps checkpoint id → sealed checkpoint record
+	// (record.go).
 	BucketCheckpoints = []byte("checkpoints")
 	// BucketThreadIndex holds one key per checkpoint:
 	// threadId 0x00 be64(createdAt xor 1<<63) id → sealed empty payload,
@@ -33,7 +34,7 @@ var (
 )
 
 // Buckets lists the chain buckets, for the engine to create at Open.
-var Buckets = [][]byte{BucketCheckpoints, BucketThreadIndex, BucketHeads, BucketRefs, BucketPendingRefs, BucketTranscripts}
+var Buckets = [][]byte{BucketCheckpoints, BucketChunks, BucketChunkRefs, BucketThreadIndex, BucketHeads, BucketRefs, BucketPendingRefs, BucketTranscripts}
 
 func bucket(tx *bolt.Tx, name []byte) *bolt.Bucket {
 	b := tx.Bucket(name)
@@ -75,8 +76,12 @@ func CheckpointExists(tx *bolt.Tx, id string) bool {
 
 // GetCheckpoint returns the checkpoint id, or nil when it is not stored.
 func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
-	cp, err := decodeStored(tx, id)
-	if cp == nil || err != nil {
+	r, err := loadRecord(tx, id)
+	if r == nil || err != nil {
+		return nil, err
+	}
+	cp, err := r.checkpoint(newChunkCursor(tx))
+	if err != nil {
 		return nil, err
 	}
 	// A record that decodes is not yet a valid checkpoint: one sealed with
@@ -85,25 +90,6 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
 	// checked again.
 	if err := validateStored(cp); err != nil {
 		return nil, corrupt(BucketCheckpoints, []byte(id), "record is not a valid checkpoint: "+err.Error())
-	}
-	return cp, nil
-}
-
-// decodeStored decodes the record of id (nil when it is not stored)
-// without checking it as a checkpoint: for the reference counting of
-// pending checkpoints, which reads only their blob keys, inside the
-// committer's transactions. What it returns never reaches a caller.
-func decodeStored(tx *bolt.Tx, id string) (*Checkpoint, error) {
-	p, err := get(tx, BucketCheckpoints, []byte(id))
-	if p == nil || err != nil {
-		return nil, err
-	}
-	cp, err := DecodeCheckpoint(p)
-	if err != nil {
-		return nil, corrupt(BucketCheckpoints, []byte(id), err.Error())
-	}
-	if cp.ID != id {
-		return nil, corrupt(BucketCheckpoints, []byte(id), "record holds checkpoint "+cp.ID)
 	}
 	return cp, nil
 }
@@ -125,35 +111,6 @@ func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok boo
 	return threadID, parentID, true, nil
 }
 
-// Prepared is a checkpoint encoded and sealed for storing, with its index
-// key and distinct blob keys. Preparing is pure CPU work: writers do it
-// before they enter the shared write transaction, so group commit spends its
-// single-threaded time on bbolt alone.
-type Prepared struct {
-	ID       string
-	record   []byte // sealed
-	index    []byte // key
-	indexVal []byte // sealed
-	keys     []string
-}
-
-// Prepare encodes a valid checkpoint for PutPrepared.
-func Prepare(cp *Checkpoint) *Prepared {
-	id := []byte(cp.ID)
-	ik := indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)
-	return &Prepared{
-		ID:       cp.ID,
-		record:   Seal(BucketCheckpoints, id, EncodeCheckpoint(cp)),
-		index:    ik,
-		indexVal: Seal(BucketThreadIndex, ik, nil),
-		keys:     cp.BlobKeys(),
-	}
-}
-
-// BlobKeys returns the checkpoint's distinct blob keys, sorted (shared: do
-// not modify).
-func (p *Prepared) BlobKeys() []string { return p.keys }
-
 // PutCheckpoint stores cp, indexes it under its thread and adds one
 // reference to each of its distinct blob keys. The caller has checked that
 // the id is free.
@@ -174,30 +131,25 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 func PutRecord(tx *bolt.Tx, cp *Checkpoint) error { return putRecord(tx, Prepare(cp)) }
 
 func putRecord(tx *bolt.Tx, p *Prepared) error {
-	if err := bucket(tx, BucketCheckpoints).Put([]byte(p.ID), p.record); err != nil {
+	record, moved := p.record, false
+	chunks := newChunkCursor(tx)
+	for _, i := range p.order {
+		c := &p.chunks[i]
+		id, err := chunks.store(c)
+		if err != nil {
+			return err
+		}
+		if id != c.hash { // a collision moved it: the record names where
+			if !moved { // p may be stored again (a retried commit)
+				record, moved = slices.Clone(record), true
+			}
+			binary.BigEndian.PutUint64(record[c.slot:], id)
+		}
+	}
+	if err := bucket(tx, BucketCheckpoints).Put([]byte(p.ID), Seal(BucketCheckpoints, []byte(p.ID), record)); err != nil {
 		return err
 	}
 	return bucket(tx, BucketThreadIndex).Put(p.index, p.indexVal)
-}
-
-// DeleteCheckpoint removes cp (as stored), its index key and one reference
-// to each of its distinct blob keys.
-func DeleteCheckpoint(tx *bolt.Tx, cp *Checkpoint) error {
-	if err := bucket(tx, BucketCheckpoints).Delete([]byte(cp.ID)); err != nil {
-		return err
-	}
-	if err := bucket(tx, BucketThreadIndex).Delete(indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)); err != nil {
-		return err
-	}
-	if pending, err := dropPending(tx, cp.ID); pending || err != nil {
-		return err // its references were never folded in: nothing to subtract
-	}
-	for _, k := range cp.BlobKeys() {
-		if err := AddRef(tx, k, -1); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Head returns the head checkpoint id of a thread, or "" when it has none.

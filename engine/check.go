@@ -15,9 +15,10 @@ import (
 type CheckStoreOptions struct {
 	// VerifyBlobs reads every blob back and checks it against its key.
 	VerifyBlobs bool
-	// Repair rewrites the reference counts from the checkpoints when they
-	// disagree (SPEC §10 Q15), and clears a meta-page note once reported.
-	// Nothing else is repaired.
+	// Repair rewrites the blob and chunk reference counts from the
+	// checkpoints when they disagree (SPEC §10 Q15), deleting chunks no
+	// checkpoint uses, and clears a meta-page note once reported. Nothing
+	// else is repaired.
 	Repair bool
 	// Progress, if set, is called while blobs are verified with the number
 	// read so far and the total.
@@ -39,6 +40,7 @@ const (
 	FindingDanglingParent = "dangling-parent"
 	FindingOffChain       = "off-chain" // a checkpoint no head chain reaches
 	FindingRefCount       = "refcount"  // stored count ≠ recomputed count
+	FindingChunk          = "chunk"     // a chunk missing, damaged, unused or miscounted
 	FindingMissingBlob    = "missing-blob"
 	FindingBlob           = "blob"      // damage found by the blob store's check
 	FindingMetaPage       = "meta-page" // the database opened on its older meta page
@@ -60,6 +62,7 @@ func (f Finding) String() string {
 type CheckReport struct {
 	Threads     int `json:"threads"`
 	Checkpoints int `json:"checkpoints"`
+	Chunks      int `json:"chunks"`   // distinct chunks the checkpoints use
 	BlobKeys    int `json:"blobKeys"` // distinct keys referenced
 	Blobs       int `json:"blobs"`    // blobs stored
 	// Unreferenced counts stored blobs no checkpoint names: what a sweep
@@ -150,19 +153,28 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	r.Verified = opts.VerifyBlobs
 
-	if opts.Repair && len(findingsOf(r, FindingRefCount)) > 0 {
+	if wrong := len(findingsOf(r, FindingRefCount)) + len(findingsOf(r, FindingChunk)); opts.Repair && wrong > 0 {
 		// Recount inside the write transaction: appends may have run since.
+		// Blob and chunk counts are rebuilt together: the blob rebuild
+		// empties the pending set, which holds both.
 		err := db.write(ctx, func(tx *bolt.Tx) error {
 			counts, err := countRefs(ctx, tx)
 			if err != nil {
 				return err
 			}
-			return chain.RebuildRefs(tx, counts)
+			uses, err := chain.ChunkUses(tx, true)
+			if err != nil {
+				return err
+			}
+			if err := chain.RebuildRefs(tx, counts); err != nil {
+				return err
+			}
+			return chain.RebuildChunkRefs(tx, uses)
 		})
 		if err != nil {
 			return r, fmt.Errorf("repairing reference counts: %w", err)
 		}
-		r.Repaired = len(findingsOf(r, FindingRefCount))
+		r.Repaired = wrong
 	}
 	if opts.Repair && recovered != "" {
 		// Reported once in full; the store itself checked out.
@@ -267,6 +279,20 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 		if !reached[id] {
 			add(SeverityWarning, FindingOffChain, id, "no head chain of thread %q reaches it", threadOf[id])
 		}
+	}
+
+	// Chunks.
+	uses, err := chain.ChunkUses(tx, false)
+	if err != nil {
+		return nil, err
+	}
+	r.Chunks = len(uses)
+	problems, err := chain.CheckChunks(tx, uses)
+	if err != nil {
+		add(SeverityError, FindingChunk, "", "chunks unreadable: %v", err)
+	}
+	for _, p := range problems {
+		add(SeverityError, FindingChunk, p.Chunk, "%s", p.Detail)
 	}
 
 	// Reference counts.

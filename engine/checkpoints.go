@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"iter"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -33,6 +35,54 @@ func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, e
 		return err
 	})
 	return out, err
+}
+
+// ListIter yields the thread's checkpoints in List order one at a time,
+// holding one in memory where List holds them all. The ids are read first,
+// in one transaction; each checkpoint is then read in a transaction of its
+// own, so the loop may call the store, writes included (a read transaction
+// held across a write that grows the file would deadlock bbolt). A
+// checkpoint deleted before the loop reaches it is skipped. An error ends
+// the sequence, yielded with a nil checkpoint.
+func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Checkpoint, error] {
+	return func(yield func(*chain.Checkpoint, error) bool) {
+		if err := firstErr(ctx.Err(), chain.CheckID("threadId", threadID)); err != nil {
+			yield(nil, err)
+			return
+		}
+		var ids []string
+		err := db.view(func(tx *bolt.Tx) error {
+			return chain.ForEachInThread(tx, threadID, func(id string) error {
+				ids = append(ids, id)
+				return nil
+			})
+		})
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				yield(nil, err)
+				return
+			}
+			var cp *chain.Checkpoint
+			err := db.view(func(tx *bolt.Tx) (err error) {
+				cp, err = chain.GetCheckpoint(tx, id)
+				return err
+			})
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if cp == nil || cp.ThreadID != threadID {
+				continue // deleted since (and its id perhaps reused)
+			}
+			if !yield(cp, nil) {
+				return
+			}
+		}
+	}
 }
 
 // Head returns the thread's head checkpoint id, or "" when it has none.
@@ -154,14 +204,14 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 		if head != checkpointID {
 			return chain.Errorf(chain.ErrNotHead, "checkpoint %q is not the head of thread %q (head %s)", checkpointID, threadID, nullable(head))
 		}
-		cp, err := chain.GetCheckpoint(tx, checkpointID)
+		_, parent, ok, err := chain.CheckpointHeader(tx, checkpointID)
 		if err != nil {
 			return err
 		}
-		if cp == nil {
+		if !ok {
 			return chain.Errorf(chain.ErrNotHead, "head checkpoint %q of thread %q does not exist", checkpointID, threadID)
 		}
-		if err := chain.DeleteCheckpoint(tx, cp); err != nil {
+		if err := chain.DeleteCheckpoints(tx, []string{checkpointID}); err != nil {
 			return err
 		}
 		if err := db.point("deleteHead.publish"); err != nil {
@@ -171,13 +221,13 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 		// another thread: a head only ever names its own thread's
 		// checkpoint, or the thread becomes empty.
 		next := ""
-		if cp.ParentID != "" {
-			thread, _, ok, err := chain.CheckpointHeader(tx, cp.ParentID)
+		if parent != "" {
+			thread, _, ok, err := chain.CheckpointHeader(tx, parent)
 			if err != nil {
 				return err
 			}
 			if ok && thread == threadID {
-				next = cp.ParentID
+				next = parent
 			}
 		}
 		return chain.SetHead(tx, threadID, next)
@@ -206,18 +256,24 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 		if err != nil {
 			return err
 		}
-		all, err := chain.ListThread(tx, threadID)
+		err = chain.ForEachInThread(tx, threadID, func(id string) error {
+			if _, ok := kept[id]; ok {
+				return nil
+			}
+			// The index may name a checkpoint that is missing or of another
+			// thread only in a damaged store; deleting then would be wrong.
+			thread, _, ok, err := chain.CheckpointHeader(tx, id)
+			if err == nil && (!ok || thread != threadID) {
+				err = fmt.Errorf("%w: thread index of %q names checkpoint %q of thread %q (stored: %v)", chain.ErrCorrupt, threadID, id, thread, ok)
+			}
+			deleted = append(deleted, id)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		for _, cp := range all {
-			if _, ok := kept[cp.ID]; ok {
-				continue
-			}
-			if err := chain.DeleteCheckpoint(tx, cp); err != nil {
-				return err
-			}
-			deleted = append(deleted, cp.ID)
+		if err := chain.DeleteCheckpoints(tx, deleted); err != nil {
+			return err
 		}
 		return db.point("deleteCheckpoints.publish")
 	})

@@ -70,6 +70,9 @@ func corruptNoise(n int, seed uint64) []byte {
 	return b
 }
 
+// talkMarker starts the one message of the corrupt store's conversation.
+const talkMarker = "TALK-5f3a9c0e1b7d"
+
 func newCorruptStore(t *testing.T) *corruptStore {
 	t.Helper()
 	root := t.TempDir()
@@ -101,9 +104,11 @@ func newCorruptStore(t *testing.T) *corruptStore {
 		"big.txt":   corruptText(cas.MaxPacked+4096, 5), // a file of its own, zstd
 		"big.bin":   corruptNoise(1<<20+4096, 6),        // a file of its own (over 1 MiB), raw
 	}
-	// Conversations make the records big enough that the checkpoints
-	// bucket gets a page of its own (not inline in its parent).
-	talk := []json.RawMessage{json.RawMessage(`{"text":"` + strings.Repeat("lorem ipsum ", 150) + `"}`)}
+	// A long source run id makes the records big enough that the
+	// checkpoints bucket gets a page of its own (not inline in its
+	// parent); the conversation lives in a shared chunk.
+	runID := "run-" + strings.Repeat("r", 1200)
+	talk := []json.RawMessage{json.RawMessage(`{"text":"` + talkMarker + strings.Repeat(" lorem ipsum", 150) + `"}`)}
 	capture := func(id string, arts []chain.Artifact) {
 		t.Helper()
 		for p, b := range files {
@@ -113,7 +118,7 @@ func newCorruptStore(t *testing.T) *corruptStore {
 		}
 		s.marker[id] = "MARKER-" + id + "-d41d8cd98f00b204"
 		res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: id, Label: s.marker[id],
-			CreatedAt: int64(len(s.cps) + 1), Conversation: talk, Artifacts: arts})
+			CreatedAt: int64(len(s.cps) + 1), SourceRunID: runID, Conversation: talk, Artifacts: arts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,6 +303,8 @@ type harm struct {
 	// metaPage: one meta page is damaged; check warns of the older
 	// transaction it opened at, and finds nothing else.
 	metaPage bool
+	// chunk: a shared chunk is damaged; check must say so.
+	chunk bool
 }
 
 func (h *harm) damaged(key string) bool { return slices.Contains(h.keys, key) }
@@ -498,6 +505,22 @@ func corruptCases() []corruptCase {
 			os.WriteFile(path, b, 0o644)
 			// cp2 is the head: the head names a record that is not there.
 			return harm{records: []string{"cp2"}, subject: []string{"t1"}}
+		}},
+		{name: "shared message chunk flipped in a data page", damage: func(t *testing.T, s *corruptStore, dir string) harm {
+			// Both checkpoints hold the same conversation, stored once.
+			path := filepath.Join(dir, engine.DBFile)
+			b, _ := os.ReadFile(path)
+			m := []byte(talkMarker)
+			n := 0
+			for i := bytes.Index(b, m); i >= 0; i = bytes.Index(b, m) {
+				b[i+len(m)/2] ^= 0x20
+				n++
+			}
+			if n == 0 {
+				t.Fatal("the message is not in the file")
+			}
+			os.WriteFile(path, b, 0o644)
+			return harm{records: []string{"cp1", "cp2"}, subject: []string{"t1"}, chunk: true}
 		}},
 		{name: "checkpoints leaf page header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			pageSize, root := boltPages(t, dir, chain.BucketCheckpoints)
@@ -824,6 +847,11 @@ func corruptCheck(t *testing.T, h harm, rep *engine.CheckReport) {
 	}) {
 		t.Errorf("no check finding names pack %s: %v", h.pack, rep.Findings)
 	}
+	if h.chunk && !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
+		return f.Kind == engine.FindingChunk && strings.Contains(f.Detail, "damaged")
+	}) {
+		t.Errorf("no check finding about the damaged chunk: %v", rep.Findings)
+	}
 	if h.metaPage && !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
 		return f.Kind == engine.FindingMetaPage && f.Severity == engine.SeverityWarning && f.Subject == engine.DBFile
 	}) {
@@ -839,8 +867,9 @@ func corruptCheck(t *testing.T, h harm, rep *engine.CheckReport) {
 			if f.Subject != "" && !slices.Contains(want, f.Subject) {
 				t.Errorf("finding about an undamaged blob: %v", f)
 			}
-		case engine.FindingRefCount, engine.FindingDanglingParent, engine.FindingOffChain:
-			// A damaged record's keys go uncounted, its children dangle.
+		case engine.FindingRefCount, engine.FindingChunk, engine.FindingDanglingParent, engine.FindingOffChain:
+			// A damaged record's keys and chunks go uncounted, its
+			// children dangle.
 			if len(h.records) == 0 && len(h.lost) == 0 {
 				t.Errorf("unexpected finding: %v", f)
 			}

@@ -116,10 +116,10 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	}
 	db = &DB{dir: dir, opts: o, bolt: bdb, metaNote: metaNote}
 	if o.ReadOnly {
-		err = db.view(initLayout)
+		err = db.view(func(tx *bolt.Tx) error { return initLayout(tx, nil) })
 	} else {
 		err = db.bolt.Update(func(tx *bolt.Tx) error {
-			if err := initLayout(tx); err != nil {
+			if err := initLayout(tx, func() error { return o.FS.BeforeCommit(path) }); err != nil {
 				return err
 			}
 			// This commit overwrites the damaged meta page: keep the note

@@ -1,15 +1,18 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
 )
 
-// The bbolt layout, format version 1. This comment and docs/ARCHITECTURE.md
+// The bbolt layout, format version 2. This comment and docs/ARCHITECTURE.md
 // are the one place it is written down; chain and lease declare their own
 // bucket names but not the layout as a whole.
 //
@@ -17,7 +20,12 @@ import (
 //	              "recovered" → text: when and why the file last opened on
 //	              its older meta page (verifyPages); Check warns of it until
 //	              a repair clears it
-//	checkpoints   checkpoint id → checkpoint record (chain/codec.go)
+//	checkpoints   checkpoint id → checkpoint record: header, artifacts and
+//	              the ids of its chunks (chain/record.go)
+//	chunks        be64 chunk id → chunk: part of a manifest or one message,
+//	              shared by the checkpoints that use it (chain/chunks.go)
+//	chunk_refs    be64 chunk id → uvarint folded count of the checkpoints
+//	              using it; the pending checkpoints of refs_pending add theirs
 //	thread_index  threadId 0x00 be64(createdAt xor 1<<63) checkpoint id → ∅
 //	              (List is one range scan in createdAt, id-bytes order)
 //	heads         threadId → head checkpoint id
@@ -44,15 +52,20 @@ var (
 )
 
 // FormatVersion is the bbolt layout this build reads and writes.
-const FormatVersion = 1
+//
+//	1  whole checkpoint records (chain.EncodeCheckpoint)
+//	2  records and shared chunks (chain/record.go); a writable Open
+//	   migrates a format-1 store in one transaction (migrate)
+const FormatVersion = 2
 
 func allBuckets() [][]byte {
 	return append([][]byte{bucketMeta, lease.BucketWriters, bucketInstances}, chain.Buckets...)
 }
 
 // initLayout creates the buckets of a new store and stamps its format, or
-// checks the format of an existing one.
-func initLayout(tx *bolt.Tx) error {
+// checks the format of an existing one, migrating a format-1 store when tx
+// is writable (beforeCommit is then asked, as every commit asks the FS).
+func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		if !tx.Writable() {
@@ -70,7 +83,20 @@ func initLayout(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	if v != FormatVersion {
+	if v == 1 && tx.Writable() {
+		err := migrate(tx)
+		if err == nil {
+			err = beforeCommit()
+		}
+		if err != nil {
+			return fmt.Errorf("migrating the store from format 1 to %d: %w", FormatVersion, err)
+		}
+		v = FormatVersion
+	}
+	switch {
+	case v == 1:
+		return fmt.Errorf("%w: store has format 1, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", ErrFormat, FormatVersion)
+	case v != FormatVersion:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
 	}
 	for _, name := range allBuckets() {
@@ -95,4 +121,63 @@ func formatOf(meta *bolt.Bucket) (uint64, error) {
 		return 0, fmt.Errorf("%w: meta/format is malformed", chain.ErrCorrupt)
 	}
 	return v, nil
+}
+
+// migrate upgrades a format-1 store to FormatVersion inside tx: the new
+// buckets, every record rewritten as chunks, the new format stamp. One
+// transaction, so a crash leaves the store in format 1, whole.
+func migrate(tx *bolt.Tx) error {
+	for _, name := range allBuckets() {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	if err := chain.MigrateRecords(tx, nil); err != nil {
+		return err
+	}
+	v := binary.AppendUvarint(nil, FormatVersion)
+	return tx.Bucket(bucketMeta).Put(keyFormat, chain.Seal(bucketMeta, keyFormat, v))
+}
+
+// Migrate upgrades the store in dir to FormatVersion, as a writable Open
+// does, and reports the format it found. A store already current is left
+// alone (from == to).
+func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err error) {
+	o, err := CheckOptions(opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Read the format first: a read-only Open refuses an old store, so
+	// look at the meta bucket alone.
+	path := filepath.Join(dir, DBFile)
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		return 0, 0, fmt.Errorf("%w at %s", ErrNoStore, dir)
+	}
+	defer recoverCorrupt(&err, path) // as in Open: bbolt reads pages unchecked
+	bdb, err := bolt.Open(path, 0o644, &bolt.Options{ReadOnly: true, Timeout: o.LockTimeout})
+	if err != nil {
+		return 0, 0, classifyOpenError(dir, path, err)
+	}
+	var v uint64
+	err = bdb.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
+		}
+		v, err = formatOf(meta)
+		return err
+	})
+	bdb.Close()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	o.ReadOnly = false
+	db, err := Open(dir, &o)
+	if err != nil {
+		return int(v), 0, err
+	}
+	return int(v), FormatVersion, db.Close()
 }

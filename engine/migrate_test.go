@@ -3,10 +3,12 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,10 +16,12 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/lease"
+	"github.com/sbxdb/sbxdb/vfs"
+	"github.com/sbxdb/sbxdb/vfs/faultfs"
 )
 
-// format1Fixture is a store written by the format-1 engine (commit bcdb02f,
-// by TestWriteFormat1Fixture as it was then) running history; the
+// format1Fixture is a store written by the format-1 engine running history
+// (by TestWriteFormat1Fixture, in the commit that added the fixture); the
 // migration test opens a copy and compares it with history replayed on the
 // current format.
 const format1Fixture = "testdata/format1"
@@ -155,27 +159,80 @@ func viewOf(t *testing.T, db *engine.DB) storeView {
 	return v
 }
 
-// TestWriteFormat1Fixture wrote testdata/format1 with the format-1 engine.
-// It is kept for the record of how the fixture was made and runs only when
-// asked to, on a build that still writes format 1.
-func TestWriteFormat1Fixture(t *testing.T) {
-	if os.Getenv("SBXDB_WRITE_FORMAT1_FIXTURE") == "" {
-		t.Skip("writes testdata/format1; set SBXDB_WRITE_FORMAT1_FIXTURE=1 on a format-1 build")
-	}
-	if engine.FormatVersion != 1 {
-		t.Fatalf("this build writes format %d", engine.FormatVersion)
-	}
-	if err := os.RemoveAll(format1Fixture); err != nil {
-		t.Fatal(err)
-	}
-	history(t, format1Fixture)
-	db, err := engine.Open(format1Fixture, historyOptions())
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "fixture")
-	if diff := cmp.Diff(viewOf(t, db), viewOf(t, db)); diff != "" {
-		t.Fatal(diff)
+}
+
+func TestMigrateFormat1(t *testing.T) {
+	ctx := context.Background()
+	old := filepath.Join(t.TempDir(), "old")
+	copyTree(t, format1Fixture, old)
+
+	// Read-only, a format-1 store is refused, saying what to do.
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
+		t.Fatalf("read-only Open of a format-1 store: %v; want ErrFormat naming sbxdb migrate", err)
 	}
+
+	// A migration whose commit fails leaves format 1, whole.
+	ffs := faultfs.New(vfs.OS)
+	ffs.FailNth(faultfs.Commit, 1, syscall.EIO)
+	opts := historyOptions()
+	opts.FS = ffs
+	if _, err := engine.Open(old, opts); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Open with a failing migration commit: %v; want EIO", err)
+	}
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) {
+		t.Fatalf("after a failed migration, read-only Open: %v; want ErrFormat (format 1 still)", err)
+	}
+
+	// A writable Open migrates; the store reads as the same history
+	// written on the current format.
+	db, err := engine.Open(old, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := viewOf(t, db)
+	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated")
+	gotTree := filepath.Join(t.TempDir(), "got")
+	if _, err := db.Restore(ctx, "c3", gotTree, nil); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	replay := filepath.Join(t.TempDir(), "replay")
+	history(t, replay)
+	db2, err := engine.Open(replay, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if diff := cmp.Diff(viewOf(t, db2), got); diff != "" {
+		t.Errorf("migrated store differs from the history replayed (-replayed +migrated):\n%s", diff)
+	}
+	restoreEqual(t, db2, "c3", filepath.Join(t.TempDir(), "want"), snapshot(t, gotTree))
+
+	// Once migrated, read-only opens work.
+	ro, err := engine.Open(old, &engine.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open after migration: %v", err)
+	}
+	ro.Close()
 }

@@ -47,6 +47,15 @@ func recIndexKey(thread string, createdAt int64, id string) []byte {
 	return append(k, id...)
 }
 
+// recLargestChunk is the size of the largest chunk.
+func recLargestChunk(chunks map[uint64][]byte) int {
+	n := 0
+	for _, c := range chunks {
+		n = max(n, len(c))
+	}
+	return n
+}
+
 // recMaxAlloc is what decoding n bytes may allocate: a manifest entry
 // takes at least 3 bytes and its Go value 80, a message at least 1 byte
 // and its slice header 24; digests grow 32 bytes to 85 of hex key. Any
@@ -55,7 +64,7 @@ func recMaxAlloc(n int) uint64 { return 40*uint64(n) + 64<<10 }
 
 // recDecode runs the record decoders on arbitrary bytes (part (a) of
 // FuzzRecord).
-func recDecode(t *testing.T, data []byte) {
+func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 	var cp *chain.Checkpoint
 	var err error
 	if n := blobAllocs(func() { cp, err = chain.DecodeCheckpoint(data) }); n > recMaxAlloc(len(data)) {
@@ -74,11 +83,30 @@ func recDecode(t *testing.T, data []byte) {
 		case len(enc) > len(data):
 			t.Errorf("re-encoding is longer (%d bytes) than the record (%d)", len(enc), len(data))
 		}
-		// The keys-only decoder reference counting uses reads the same
-		// keys as the full one, from every record the full one accepts.
-		id, keys, err := chain.DecodeBlobKeys(data)
-		if err != nil || id != cp.ID || !slices.Equal(keys, cp.BlobKeys()) {
-			t.Errorf("DecodeBlobKeys = %q, %v, %v; DecodeCheckpoint gave %q, %v", id, keys, err, cp.ID, cp.BlobKeys())
+	}
+
+	// The same bytes as a format-2 record over the template's chunks. A
+	// record may name a chunk once per 8 of its bytes, so the bound counts
+	// each 8 bytes as the largest chunk.
+	budget := recMaxAlloc(len(data) + len(data)/8*recLargestChunk(chunks))
+	var rec *chain.Checkpoint
+	if n := blobAllocs(func() { rec, err = chain.DecodeRecord(data, chunks) }); n > budget {
+		t.Errorf("DecodeRecord of %d bytes allocated %d bytes", len(data), n)
+	}
+	if err == nil {
+		// The keys reference counting reads are the checkpoint's keys.
+		keys, err := chain.DecodeRecordBlobKeys(data, chunks)
+		if err != nil || !slices.Equal(keys, rec.BlobKeys()) {
+			t.Errorf("DecodeRecordBlobKeys = %v, %v; DecodeRecord gave %v", keys, err, rec.BlobKeys())
+		}
+		// Re-encoding decodes to the same checkpoint (over its own chunks).
+		enc, own := chain.EncodeRecord(rec)
+		rec2, err := chain.DecodeRecord(enc, own)
+		switch {
+		case err != nil:
+			t.Errorf("re-encoded record does not decode: %v", err)
+		case !reflect.DeepEqual(rec, rec2):
+			t.Errorf("decode(encode(decode(b))) differs:\n%+v\n%+v", rec, rec2)
 		}
 	}
 	if n := blobAllocs(func() { chain.DecodeMessages(data) }); n > recMaxAlloc(len(data)) {
@@ -140,39 +168,58 @@ func recDecode(t *testing.T, data []byte) {
 // panic; no exec takes over 5 s or leaves the file lock held.
 func FuzzRecord(f *testing.F) {
 	fx := blobTemplate(f)
+	record := func(cp *chain.Checkpoint) []byte {
+		rec, _ := chain.EncodeRecord(cp)
+		return rec
+	}
 	for _, id := range fx.cpIDs {
-		f.Add(uint8(1), chain.EncodeCheckpoint(fx.cps[id]))
+		f.Add(uint8(1), record(fx.cps[id]))
+		f.Add(uint8(1), chain.EncodeCheckpoint(fx.cps[id])) // format 1
 	}
 	f.Add(uint8(0), fx.records["c1"])
-	f.Add(uint8(7), chain.EncodeCheckpoint(fx.cps["c3"]))
+	f.Add(uint8(7), record(fx.cps["c3"]))
 	bad := fx.cps["c1"].Clone()
 	bad.ID, bad.ParentID = "z1", ""
 	bad.Files = append(bad.Files, chain.Entry{Path: "../x", Kind: chain.KindFile, BlobKey: fx.small[0], Size: 6})
-	f.Add(uint8(1), chain.EncodeCheckpoint(bad))
-	// A conversation count of 2^60.
+	badRec, _ := chain.EncodeRecord(bad) // its chunks are not stored
+	f.Add(uint8(1), badRec)
+	// Entry and message counts of 2^60.
 	var e chain.Encoder
 	for _, s := range []string{"z2", "th-z", "", "automatic", "", ""} {
 		e.String(s)
 	}
-	e.Varint(1)
-	e.Uvarint(0)
-	e.Uvarint(0)
-	e.Uvarint(1 << 60)
+	e.Varint(1)        // createdAt
+	e.Uvarint(1)       // fullSize
+	e.Uvarint(1 << 60) // entries
+	e.Uvarint(0)       // shape ids
+	e.Uvarint(0)       // content ids
+	e.Uvarint(0)       // artifacts
+	e.Uvarint(1 << 60) // messages
 	f.Add(uint8(1), e.Bytes())
 
 	work := f.TempDir()
 	store := filepath.Join(work, "store")
 	blobStage(f, fx, store)
+	// The chunks the template store holds, by id: what a forged record's
+	// chunk ids can name (a deleted checkpoint's are gone).
+	chunks := map[uint64][]byte{}
+	blobRawUpdate(f, store, func(tx *bolt.Tx) error {
+		return tx.Bucket(chain.BucketChunks).ForEach(func(k, v []byte) error {
+			p, err := chain.Unseal(chain.BucketChunks, k, v)
+			chunks[binary.BigEndian.Uint64(k)] = bytes.Clone(p)
+			return err
+		})
+	})
 	rst := rstNewArea(f, work)
 
 	f.Fuzz(func(t *testing.T, mode uint8, data []byte) {
-		recDecode(t, data)
-		blobWithin(t, func() { recStore(t, fx, store, rst, mode, data) })
+		recDecode(t, data, chunks)
+		blobWithin(t, func() { recStore(t, fx, chunks, store, rst, mode, data) })
 	})
 }
 
 // recStore is part (b) of FuzzRecord.
-func recStore(t *testing.T, fx *blobFixture, store string, rst *rstArea, mode uint8, data []byte) {
+func recStore(t *testing.T, fx *blobFixture, chunks map[uint64][]byte, store string, rst *rstArea, mode uint8, data []byte) {
 	sealed := mode&1 != 0
 	payload := data
 	if !sealed {
@@ -187,7 +234,7 @@ func recStore(t *testing.T, fx *blobFixture, store string, rst *rstArea, mode ui
 			id = s
 		}
 	}
-	decoded, decErr := chain.DecodeCheckpoint(payload)
+	decoded, decErr := chain.DecodeRecord(payload, chunks)
 	if decErr == nil && decoded.ThreadID != "" && len(decoded.ThreadID) <= bolt.MaxKeySize/2 {
 		thread, createdAt = decoded.ThreadID, decoded.CreatedAt
 	}
@@ -202,6 +249,11 @@ func recStore(t *testing.T, fx *blobFixture, store string, rst *rstArea, mode ui
 		stored = decoded
 	}
 	good := stored != nil && recValid(stored) == nil
+	// What counting a pending record reads: its blob keys alone.
+	var pendingKeys []string
+	if _, err := chain.Unseal(chain.BucketCheckpoints, []byte(id), value); err == nil && payload != nil && chain.NewDecoder(payload).String() == id {
+		pendingKeys, _ = chain.DecodeRecordBlobKeys(payload, chunks)
+	}
 
 	blobReset(t, fx, store, fx.db, "")
 	blobRawUpdate(t, store, func(tx *bolt.Tx) error {
@@ -307,15 +359,14 @@ func recStore(t *testing.T, fx *blobFixture, store string, rst *rstArea, mode ui
 	}
 	countable := true
 	for p := range pendingIDs {
-		cp := fx.cps[p]
-		if p == id {
-			cp = stored
-		}
-		if cp == nil {
+		keys := pendingKeys
+		if p != id {
+			keys = fx.cps[p].BlobKeys()
+		} else if keys == nil {
 			countable = false
 			continue
 		}
-		for _, k := range cp.BlobKeys() {
+		for _, k := range keys {
 			want[k]++
 		}
 	}
@@ -461,6 +512,16 @@ func FuzzDatabasePage(f *testing.F) {
 	work := f.TempDir()
 	store := filepath.Join(work, "store")
 	blobStage(f, fx, store)
+	// The chunks the template store holds, by id: what a forged record's
+	// chunk ids can name (a deleted checkpoint's are gone).
+	chunks := map[uint64][]byte{}
+	blobRawUpdate(f, store, func(tx *bolt.Tx) error {
+		return tx.Bucket(chain.BucketChunks).ForEach(func(k, v []byte) error {
+			p, err := chain.Unseal(chain.BucketChunks, k, v)
+			chunks[binary.BigEndian.Uint64(k)] = bytes.Clone(p)
+			return err
+		})
+	})
 	threads := map[string]bool{}
 	for _, th := range fx.threads {
 		threads[th] = true

@@ -27,7 +27,7 @@ func openRawBolt(tb testing.TB) *bolt.DB {
 	}
 	tb.Cleanup(func() { db.Close() })
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{chain.BucketCheckpoints, chain.BucketThreadIndex, chain.BucketHeads, chain.BucketRefs} {
+		for _, name := range [][]byte{chain.BucketCheckpoints, chain.BucketChunks, chain.BucketThreadIndex, chain.BucketHeads, chain.BucketRefs} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -51,12 +51,33 @@ func rawIndexKey(cp *chain.Checkpoint) []byte {
 }
 
 // rawPut writes what the engine's append writes for cp, minus checks and
-// blob reference counts: the sealed checkpoint record, its sealed index key
-// and the sealed head. CheckRawBaseline checks the bytes equal the
-// engine's.
+// reference counts: the chunks not yet stored, the sealed checkpoint
+// record, its sealed index key and the sealed head. CheckRawBaseline checks
+// the bytes equal the engine's.
 func rawPut(tx *bolt.Tx, cp *chain.Checkpoint) error {
+	record, chunks := chain.EncodeRecord(cp)
+	b := tx.Bucket(chain.BucketChunks)
+	for h, data := range chunks {
+		k := binary.BigEndian.AppendUint64(nil, h)
+		if b.Get(k) == nil {
+			if err := b.Put(k, chain.Seal(chain.BucketChunks, k, data)); err != nil {
+				return err
+			}
+		}
+	}
+	return rawPutRecord(tx, cp, record)
+}
+
+// rawPutWhole writes cp the way format 1 stored it, whole (the unchunked
+// baseline): one sealed record with its full manifest and conversation,
+// its index key and the head.
+func rawPutWhole(tx *bolt.Tx, cp *chain.Checkpoint) error {
+	return rawPutRecord(tx, cp, chain.EncodeCheckpoint(cp))
+}
+
+func rawPutRecord(tx *bolt.Tx, cp *chain.Checkpoint, record []byte) error {
 	id := []byte(cp.ID)
-	if err := tx.Bucket(chain.BucketCheckpoints).Put(id, chain.Seal(chain.BucketCheckpoints, id, chain.EncodeCheckpoint(cp))); err != nil {
+	if err := tx.Bucket(chain.BucketCheckpoints).Put(id, chain.Seal(chain.BucketCheckpoints, id, record)); err != nil {
 		return err
 	}
 	ik := rawIndexKey(cp)
@@ -300,7 +321,7 @@ func CheckRawBaseline(t testing.TB) {
 			if !reflect.DeepEqual(got, want) {
 				return fmt.Errorf("reference counts: engine %v, baseline %v", got, want)
 			}
-			for _, name := range [][]byte{chain.BucketCheckpoints, chain.BucketThreadIndex, chain.BucketHeads} {
+			for _, name := range [][]byte{chain.BucketCheckpoints, chain.BucketChunks, chain.BucketThreadIndex, chain.BucketHeads} {
 				eb, rb := etx.Bucket(name), rtx.Bucket(name)
 				if eb == nil || rb == nil {
 					return fmt.Errorf("bucket %s missing", name)

@@ -522,9 +522,11 @@ func TestCommandsOnABusyStore(t *testing.T) {
 		{"log", "main"},
 		{"show", "cp1"},
 		{"refs"},
+		{"stats"},
 		{"check"},
 		{"gc", "--older-than", "1h"},
 		{"compact"},
+		{"migrate"},
 	} {
 		start := time.Now()
 		msg := fail(t, append(args, "--db", store)...)

@@ -33,13 +33,14 @@ func dmgStore(t *testing.T) (store string, keys map[string]string) {
 		"b.txt":   strings.Repeat("bravo ", 400),
 		"big.txt": strings.Repeat("a large blob, a file of its own ", 50_000), // over 1 MiB
 	}
-	// Twenty entries sharing one blob: records too big to be stored
-	// inline, so the checkpoints bucket has a leaf page of its own.
+	// Twenty entries sharing one blob, and a long label: records too big
+	// to be stored inline (the manifest lives in chunks), so the
+	// checkpoints bucket has a leaf page of its own.
 	for i := range 20 {
 		files[fmt.Sprintf("docs/chapter-%02d-of-the-manual.md", i)] = "the same text\n"
 	}
 	makeTree(t, ws, files)
-	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1", "--label", "MARKER-cp1-6f1ed002ab5595859014ebf0951522d9")
+	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1", "--label", "MARKER-cp1-6f1ed002ab5595859014ebf0951522d9 "+strings.Repeat("label ", 200))
 	makeTree(t, ws, tree{"c.txt": strings.Repeat("charlie ", 300)})
 	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp2")
 	keys = map[string]string{}

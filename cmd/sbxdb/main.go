@@ -11,6 +11,7 @@
 //	log THREAD            list a thread's chain from the head back through parents
 //	show CHECKPOINT       show one checkpoint: header, files, artifacts, conversation size
 //	refs                  list blob keys with their reference counts
+//	stats                 metadata and blob bytes, logical and on disk, and the sharing ratio
 //	capture DIR           record the workspace DIR as a new checkpoint on --thread's head
 //	restore CHECKPOINT DIR
 //	                      write a checkpoint's tree (or --thread's head) into DIR
@@ -19,9 +20,10 @@
 //	check                 check reference counts, heads, chains and blobs (--repair, --verify-blobs)
 //	gc                    retention (--keep N), the sweep of unused blobs (--older-than), repacking
 //	compact               rewrite the database file without its free pages
+//	migrate               upgrade a store of an older format (format 1) to this build's
 //	help [COMMAND]        print the command list, or one command's help
 //
-// capture, gc, compact and check --repair open the store for writing
+// capture, gc, compact, migrate and check --repair open the store for writing
 // (capture creates it if needed; capture holds the thread's writer lease
 // while it runs); the other commands open it read-only. --db names the store directory (default $SBXDB_DIR, else .sbxdb
 // in the current directory); --json prints JSON instead of a table (cat has
@@ -109,7 +111,7 @@ type command struct {
 }
 
 // commands is the command table, in the order `sbxdb help` lists it.
-var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd}
+var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd, migrateCmd}
 
 // invocation is one run of a command: its common flags, the command's own
 // flags, and its output.

@@ -1,0 +1,217 @@
+package chain
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Chunks: the shared parts of checkpoint records (record.go).
+//
+// A chunk is stored once, under an 8-byte id, and counted: the count of a
+// chunk is the number of checkpoints that use it, kept the way blob
+// references are (refs.go):
+//
+//	count(c) = chunk_refs[c] + the number of pending checkpoints using c
+//
+// An append stores the chunks it lacks and leaves its counts pending; the
+// fold adds them to chunk_refs. Deleting checkpoints subtracts their counts
+// and removes, in the same transaction, every chunk whose count reached 0.
+// So a chunk is stored exactly when some checkpoint uses it, which Check
+// verifies.
+
+var (
+	// BucketChunks maps be64 chunk id → sealed chunk bytes.
+	BucketChunks = []byte("chunks")
+	// BucketChunkRefs maps be64 chunk id → sealed uvarint folded count
+	// (> 0).
+	BucketChunkRefs = []byte("chunk_refs")
+)
+
+func chunkKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+
+// chunkCursor looks chunks up with one bbolt cursor: bbolt's Get makes a
+// cursor, and its search stack, for every call, which for the thousands
+// of chunks of one manifest was the largest allocation of an append.
+type chunkCursor struct {
+	b *bolt.Bucket
+	c *bolt.Cursor
+	k [8]byte
+}
+
+func newChunkCursor(tx *bolt.Tx) *chunkCursor {
+	b := bucket(tx, BucketChunks)
+	return &chunkCursor{b: b, c: b.Cursor()}
+}
+
+// get returns the stored value of chunk id, nil when it is absent.
+func (cc *chunkCursor) get(id uint64) []byte {
+	binary.BigEndian.PutUint64(cc.k[:], id)
+	k, v := cc.c.Seek(cc.k[:])
+	if !bytes.Equal(k, cc.k[:]) {
+		return nil
+	}
+	return v
+}
+
+// store stores c unless an identical chunk is stored, and returns its id:
+// c.hash, or the first id after it not held by a different chunk.
+// Comparing the stored value with c's sealed form compares the bytes and
+// checks the stored seal at once. A damaged stored chunk differs, so a new
+// copy goes under the next id and later records no longer name the damage.
+func (cc *chunkCursor) store(c *preparedChunk) (uint64, error) {
+	id, s := c.hash, c.sum
+	for {
+		v := cc.get(id)
+		if v == nil {
+			key := chunkKey(id) // bbolt keeps the key until the commit
+			// The next get seeks from the root again, which is all a
+			// cursor needs after a put.
+			return id, cc.b.Put(key, Seal(BucketChunks, key, c.data))
+		}
+		if len(v) == len(c.data)+sealSize && v[0] == recordVersion &&
+			binary.LittleEndian.Uint64(v[len(v)-8:]) == s && bytes.Equal(v[1:len(v)-8], c.data) {
+			return id, nil
+		}
+		id++
+		binary.BigEndian.PutUint64(cc.k[:], id)
+		s = sum(BucketChunks, cc.k[:], c.data)
+	}
+}
+
+// read returns the payload of chunk id, which aliases the transaction's
+// memory. A missing or damaged chunk is ErrCorrupt naming the checkpoint
+// that needs it.
+func (cc *chunkCursor) read(id uint64, owner string) ([]byte, error) {
+	v := cc.get(id)
+	if v == nil {
+		return nil, corrupt(BucketCheckpoints, []byte(owner), "chunk "+chunkName(id)+" is missing")
+	}
+	p, err := Unseal(BucketChunks, cc.k[:], v)
+	if err != nil {
+		return nil, corrupt(BucketCheckpoints, []byte(owner), "chunk "+chunkName(id)+" is damaged")
+	}
+	return p, nil
+}
+
+func chunkName(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// chunkFolded returns the folded count of chunk id (0 when absent).
+func chunkFolded(tx *bolt.Tx, id uint64) (int64, error) {
+	k := chunkKey(id)
+	return decodeCountIn(BucketChunkRefs, k, bucket(tx, BucketChunkRefs).Get(k))
+}
+
+// addChunkRef adds delta to the folded count of chunk id, deleting the
+// count when it reaches 0 (the chunk itself is the caller's business).
+func addChunkRef(tx *bolt.Tx, id uint64, delta int64) error {
+	old, err := chunkFolded(tx, id)
+	if err != nil {
+		return err
+	}
+	k := chunkKey(id)
+	if n := old + delta; n > 0 {
+		return put(tx, BucketChunkRefs, k, binary.AppendUvarint(nil, uint64(n)))
+	}
+	return bucket(tx, BucketChunkRefs).Delete(k)
+}
+
+// pendingChunkUses counts, for each chunk, the pending checkpoints using
+// it. It reads only the records' id lists. A damaged record is an error
+// when strict, else skipped (Check reports it on its own).
+func pendingChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
+	uses := map[uint64]int64{}
+	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
+		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
+			return err
+		}
+		r, err := loadRecord(tx, string(k))
+		if err == nil && r == nil {
+			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		}
+		if err != nil {
+			if strict {
+				return err
+			}
+			return nil
+		}
+		for _, c := range r.chunkIDs() {
+			uses[c]++
+		}
+		return nil
+	})
+	return uses, err
+}
+
+// DeleteCheckpoints removes the stored checkpoints ids: their records,
+// index keys and references, and every chunk no checkpoint uses any more.
+// An id that is not stored is ErrCorrupt: callers delete what they found.
+func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
+	var freed []uint64 // chunks that may have lost their last user
+	for _, id := range ids {
+		r, err := loadRecord(tx, id)
+		if err == nil && r == nil {
+			err = corrupt(BucketCheckpoints, []byte(id), "is not stored")
+		}
+		if err != nil {
+			return err
+		}
+		// Read all that is needed before deleting: r aliases the record.
+		chunks := r.chunkIDs()
+		pending := bucket(tx, BucketPendingRefs).Get([]byte(id)) != nil
+		var keys []string
+		if !pending {
+			if keys, err = r.blobKeys(newChunkCursor(tx)); err != nil {
+				return err
+			}
+		}
+		index := indexKey(r.threadID, r.createdAt, id)
+		if err := bucket(tx, BucketCheckpoints).Delete([]byte(id)); err != nil {
+			return err
+		}
+		if err := bucket(tx, BucketThreadIndex).Delete(index); err != nil {
+			return err
+		}
+		if pending {
+			// Its references were never folded in: nothing to subtract.
+			if _, err := dropPending(tx, id); err != nil {
+				return err
+			}
+		} else {
+			for _, k := range keys {
+				if err := AddRef(tx, k, -1); err != nil {
+					return err
+				}
+			}
+			for _, c := range chunks {
+				if err := addChunkRef(tx, c, -1); err != nil {
+					return err
+				}
+			}
+		}
+		freed = append(freed, chunks...)
+	}
+	if len(freed) == 0 {
+		return nil
+	}
+	uses, err := pendingChunkUses(tx, true)
+	if err != nil {
+		return err
+	}
+	slices.Sort(freed)
+	for _, c := range slices.Compact(freed) {
+		n, err := chunkFolded(tx, c)
+		if err != nil {
+			return err
+		}
+		if n+uses[c] == 0 {
+			if err := bucket(tx, BucketChunks).Delete(chunkKey(c)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package chain
+
+import (
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// MigrateRecords rewrites every checkpoint record of a format-1 store
+// (whole checkpoints, EncodeCheckpoint) as a format-2 record and its chunks
+// (record.go), in tx. Chunk counts start as the blob counts stand: a
+// checkpoint whose references are pending keeps its chunks pending too, the
+// others are folded. progress, if set, is called after each record with
+// the number done and the total. The caller creates the chunk buckets
+// first.
+func MigrateRecords(tx *bolt.Tx, progress func(done, total int)) error {
+	var ids []string
+	if err := bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
+		ids = append(ids, string(k))
+		return nil
+	}); err != nil {
+		return err
+	}
+	folded := map[uint64]int64{}
+	for i, id := range ids {
+		p, err := get(tx, BucketCheckpoints, []byte(id))
+		if err != nil {
+			return err
+		}
+		cp, err := DecodeCheckpoint(p)
+		if err == nil && cp.ID != id {
+			err = corrupt(BucketCheckpoints, []byte(id), "record holds checkpoint "+cp.ID)
+		}
+		if err == nil {
+			err = validateStored(cp)
+		}
+		if err != nil {
+			return corrupt(BucketCheckpoints, []byte(id), "format-1 record: "+err.Error())
+		}
+		prepared := Prepare(cp)
+		if err := putRecord(tx, prepared); err != nil {
+			return err
+		}
+		if bucket(tx, BucketPendingRefs).Get([]byte(id)) == nil {
+			r, err := loadRecord(tx, id)
+			if err != nil {
+				return err
+			}
+			for _, c := range r.chunkIDs() {
+				folded[c]++
+			}
+		}
+		if progress != nil {
+			progress(i+1, len(ids))
+		}
+	}
+	chunks := make([]uint64, 0, len(folded))
+	for c := range folded {
+		chunks = append(chunks, c)
+	}
+	slices.Sort(chunks)
+	for _, c := range chunks {
+		if err := addChunkRef(tx, c, folded[c]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
