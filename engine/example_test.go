@@ -62,3 +62,52 @@ func Example() {
 	// SANDBOX_SNAPSHOT_STALE_HEAD
 	// run-1 1 1
 }
+
+// ListIter walks a thread one checkpoint at a time; Stats shows how much the
+// checkpoints share. Ten checkpoints that each change one of 100 files store
+// their manifest chunks once and only the changed ones again.
+func ExampleDB_ListIter() {
+	dir, _ := os.MkdirTemp("", "sbxdb-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	db, err := engine.Open(dir, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	w, err := db.AcquireWriter(ctx, "t")
+	if err != nil {
+		log.Fatal(err)
+	}
+	files := make([]chain.Entry, 100)
+	for i := range files {
+		files[i] = chain.Entry{Path: fmt.Sprintf("src/file%03d.go", i), Kind: chain.KindFile, Size: 1,
+			BlobKey: fmt.Sprintf("%s%064x", chain.FilePrefix, i)}
+	}
+	parent := ""
+	for n := range 10 {
+		files[n*7].BlobKey = fmt.Sprintf("%s%064x", chain.FilePrefix, 1000+n) // one file changes
+		cp := &chain.Checkpoint{ID: fmt.Sprint("cp", n), ThreadID: "t", ParentID: parent, CreatedAt: int64(n),
+			Reason: chain.ReasonAutomatic, Files: append([]chain.Entry(nil), files...)}
+		if _, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: parent, Writer: w.Writer}); err != nil {
+			log.Fatal(err)
+		}
+		parent = cp.ID
+	}
+	for cp, err := range db.ListIter(ctx, "t") {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if cp.ID == "cp9" {
+			fmt.Println(cp.ID, len(cp.Files), cp.Files[63].BlobKey[len(chain.FilePrefix)+61:])
+		}
+	}
+	s, err := db.Stats(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Checkpoints, s.SharingRatio > 3)
+	// Output:
+	// cp9 100 3f1
+	// 10 true
+}
