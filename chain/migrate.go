@@ -10,10 +10,8 @@ import (
 // (whole checkpoints, EncodeCheckpoint) as a format-2 record and its chunks
 // (record.go), in tx. Chunk counts start as the blob counts stand: a
 // checkpoint whose references are pending keeps its chunks pending too, the
-// others are folded. progress, if set, is called after each record with
-// the number done and the total. The caller creates the chunk buckets
-// first.
-func MigrateRecords(tx *bolt.Tx, progress func(done, total int)) error {
+// others are folded. The caller creates the chunk buckets first.
+func MigrateRecords(tx *bolt.Tx) error {
 	var ids []string
 	if err := bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
 		ids = append(ids, string(k))
@@ -22,7 +20,7 @@ func MigrateRecords(tx *bolt.Tx, progress func(done, total int)) error {
 		return err
 	}
 	folded := map[uint64]int64{}
-	for i, id := range ids {
+	for _, id := range ids {
 		p, err := get(tx, BucketCheckpoints, []byte(id))
 		if err != nil {
 			return err
@@ -49,9 +47,6 @@ func MigrateRecords(tx *bolt.Tx, progress func(done, total int)) error {
 			for _, c := range r.chunkIDs() {
 				folded[c]++
 			}
-		}
-		if progress != nil {
-			progress(i+1, len(ids))
 		}
 	}
 	chunks := make([]uint64, 0, len(folded))

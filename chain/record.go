@@ -29,7 +29,7 @@ import (
 //   - shape chunks hold each entry's kind, flags, path and symlink target:
 //     what an edit does not change. They are large (about 128 entries).
 //   - content chunks hold each file entry's digest and size: what an edit
-//     changes. They are small (about 4 files), because the edits of one
+//     changes. They are small (2 to 8 files, about 5), because the edits of one
 //     turn are spread over the tree: 200 edited files of 20,000 change about
 //     200 content chunks, and each costs its own bytes plus nothing else. Four
 //     is near the size that minimises a chunk's bytes plus its id in the
@@ -61,15 +61,21 @@ import (
 // never makes a record name another record's data.
 
 const (
-	shapeMask   = 127 // a shape chunk ends after a path whose hash has these bits 0
-	contentMask = 3   // likewise for content chunks, on other bits of the hash
+	shapeMask = 127 // a shape chunk ends after a path whose hash has these bits 0
+	// A content chunk ends likewise, on other bits of the hash, but holds
+	// from minContent to maxContent files. Without the bounds the sizes
+	// are geometric, and an edited file most often lands in a long chunk:
+	// the chunk holding a random file averaged 7 files, not 4.
+	contentMask = 3
+	minContent  = 2
+	maxContent  = 8
 	// maxChunkBytes ends a chunk whatever the hashes say: a run of paths
 	// without a boundary must not make one chunk of the whole manifest.
 	maxChunkBytes = 64 << 10
 )
 
 // Prepared is a checkpoint encoded for storing: its record, its chunks and
-// their sealed values, its index key and its distinct blob keys. Preparing
+// their seal checksums, and its index key. Preparing
 // is pure CPU work (hashing and encoding): writers do it before they enter
 // the shared write transaction, so group commit spends its single-threaded
 // time on bbolt alone.
@@ -80,7 +86,7 @@ type Prepared struct {
 	order    []int32 // chunks by hash: the order to store them in
 	index    []byte  // thread-index key
 	indexVal []byte  // sealed
-	keys     []string
+	cp       *Checkpoint
 }
 
 type preparedChunk struct {
@@ -92,7 +98,7 @@ type preparedChunk struct {
 
 // Prepare encodes a valid checkpoint for PutPrepared.
 func Prepare(cp *Checkpoint) *Prepared {
-	p := &Prepared{ID: cp.ID, keys: cp.BlobKeys()}
+	p := &Prepared{ID: cp.ID, cp: cp}
 	p.index = indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)
 	p.indexVal = Seal(BucketThreadIndex, p.index, nil)
 
@@ -163,6 +169,7 @@ func splitManifest(files []Entry) (shape, content [][]byte) {
 	}
 	s, c := make([]byte, 0, sn), make([]byte, 0, cn)
 	sStart, cStart := 0, 0
+	n := 0 // files in the content chunk being cut
 	for i := range files {
 		f := &files[i]
 		var flags byte
@@ -175,8 +182,8 @@ func splitManifest(files []Entry) (shape, content [][]byte) {
 			s = append(s, 'f', flags)
 			c = appendDigest(c, f.BlobKey, FilePrefix)
 			c = binary.AppendUvarint(c, uint64(f.Size))
-			if (h>>32)&contentMask == 0 || len(c)-cStart >= maxChunkBytes {
-				content, cStart = append(content, c[cStart:]), len(c)
+			if n++; n >= minContent && (h>>32)&contentMask == 0 || n == maxContent {
+				content, cStart, n = append(content, c[cStart:]), len(c), 0
 			}
 		case KindDir:
 			s = append(s, 'd', flags)
@@ -227,9 +234,10 @@ func decodeArtifacts(d *Decoder) []Artifact {
 	return arts
 }
 
-// BlobKeys returns the checkpoint's distinct blob keys, sorted (shared: do
-// not modify).
-func (p *Prepared) BlobKeys() []string { return p.keys }
+// BlobKeys returns the checkpoint's distinct blob keys, sorted. It computes
+// them on each call: an append does not need them (its references stay
+// pending), and for 20,000 files they cost as much as the rest of Prepare.
+func (p *Prepared) BlobKeys() []string { return p.cp.BlobKeys() }
 
 // storedRecord is a decoded record: the header and the chunk lists, not
 // the chunks. Its id lists alias the transaction's memory.

@@ -132,7 +132,7 @@ func migrate(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	if err := chain.MigrateRecords(tx, nil); err != nil {
+	if err := chain.MigrateRecords(tx); err != nil {
 		return err
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)

@@ -201,6 +201,8 @@ func chunkedThreadOnce(b *testing.B, cps []*chain.Checkpoint) {
 	}
 	b.ReportMetric(median(perCP), "per-cp-%-median")
 	b.ReportMetric(slices.Max(perCP), "per-cp-%-max")
+	b.ReportMetric(float64(1+slices.Index(perCP, slices.Max(perCP))), "per-cp-max-at")
+	b.ReportMetric(percentile(perCP, 0.9), "per-cp-%-p90")
 	b.ReportMetric(100*float64(s.PhysicalMetadataBytes)/float64(logical), "total-%")
 	b.ReportMetric(float64(logical)/1e6, "logical-MB")
 	b.ReportMetric(float64(s.PhysicalMetadataBytes)/1e6, "physical-MB")
@@ -215,10 +217,13 @@ func chunkedThreadOnce(b *testing.B, cps []*chain.Checkpoint) {
 	b.ReportMetric(iterPeak/1e6, "iter-live-MB")
 }
 
-func median(v []float64) float64 {
+func median(v []float64) float64 { return percentile(v, 0.5) }
+
+// percentile returns the value at fraction q of v sorted (nearest rank).
+func percentile(v []float64, q float64) float64 {
 	s := slices.Clone(v)
 	sort.Float64s(s)
-	return s[len(s)/2]
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // liveHeap collects garbage and returns the heap still in use.
