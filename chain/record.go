@@ -57,7 +57,7 @@ import (
 //
 // The ids in a record are addresses, not claims: a chunk is stored under
 // the xxhash64 of its bytes, or the next free id after it when another
-// chunk holds that one (storeChunk compares the bytes), so a hash collision
+// chunk holds that one (chunkCursor.store compares the bytes), so a collision
 // never makes a record name another record's data.
 
 const (
@@ -69,16 +69,15 @@ const (
 	contentMask = 3
 	minContent  = 2
 	maxContent  = 8
-	// maxChunkBytes ends a chunk whatever the hashes say: a run of paths
-	// without a boundary must not make one chunk of the whole manifest.
+	// maxChunkBytes ends a shape chunk whatever the hashes say: a run of
+	// paths without a boundary must not make one chunk of the manifest.
 	maxChunkBytes = 64 << 10
 )
 
 // Prepared is a checkpoint encoded for storing: its record, its chunks and
-// their seal checksums, and its index key. Preparing
-// is pure CPU work (hashing and encoding): writers do it before they enter
-// the shared write transaction, so group commit spends its single-threaded
-// time on bbolt alone.
+// their seal checksums, and its index key. Preparing is pure CPU work
+// (hashing and encoding): writers do it before they enter the shared write
+// transaction, so group commit spends its single-threaded time on bbolt.
 type Prepared struct {
 	ID       string
 	record   []byte // payload, chunk ids as if none collides
