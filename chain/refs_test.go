@@ -86,7 +86,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				}
 			case cp == nil:
 				cp = &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
-				for j := range rng.IntN(5) {
+				for j := range rng.IntN(30) { // several content chunks sharing keys
 					cp.Files = append(cp.Files, Entry{Path: fmt.Sprint("f", j), Kind: KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: 1})
 				}
 				if rng.IntN(3) == 0 {
