@@ -306,6 +306,7 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 	changed := false
 	seen := 0
 	chunks := newChunkCursor(tx)
+	looked := map[uint64]chunkRef{} // chunks looked up in tx: ids are stable within it
 	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
 		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
 			return err
@@ -323,7 +324,7 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		p, err := pc.read(chunks, r)
+		p, err := pc.read(chunks, looked, r)
 		if err != nil {
 			return err
 		}
@@ -351,10 +352,14 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 
 // read returns what record r references, reading the digests of each
 // content chunk the cache does not hold.
-func (pc *PendingCache) read(chunks *chunkCursor, r *storedRecord) (pendingRecord, error) {
+func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r *storedRecord) (pendingRecord, error) {
 	p := pendingRecord{chunks: r.chunkIDs()}
 	for i := range r.content.len() {
 		id := r.content.at(i)
+		if ref, ok := looked[id]; ok { // looked up in this transaction already
+			p.content = append(p.content, ref)
+			continue
+		}
 		v := chunks.get(id)
 		if len(v) < sealSize {
 			_, err := chunks.read(id, r.id) // names the missing chunk
@@ -362,6 +367,7 @@ func (pc *PendingCache) read(chunks *chunkCursor, r *storedRecord) (pendingRecor
 		}
 		ref := chunkRef{id, binary.LittleEndian.Uint64(v[len(v)-8:])}
 		p.content = append(p.content, ref)
+		looked[id] = ref
 		if _, ok := pc.digests[ref]; ok {
 			continue
 		}
@@ -419,29 +425,39 @@ func (pc *PendingCache) recount() {
 	}
 	counts := map[[32]byte]int64{}
 	first := map[[32]byte]chunkRef{}
-	multi := map[[32]byte][]chunkRef{}
+	multi := map[[32]byte]struct{}{} // keys held by more than one chunk
 	for ref, n := range use {
 		for _, d := range pc.digests[ref] {
 			counts[d] += n
 			if f, ok := first[d]; !ok {
 				first[d] = ref
-			} else if m := multi[d]; m == nil {
-				multi[d] = []chunkRef{f, ref}
-			} else {
-				multi[d] = append(m, ref)
+			} else if f != ref {
+				multi[d] = struct{}{}
 			}
 		}
 	}
-	for d, refs := range multi {
+	// Most such keys are one file's key in two versions of its chunk (a
+	// neighbour changed), never both in one checkpoint; only a checkpoint
+	// holding a key in m > 1 of its chunks (duplicate files) is counted
+	// m-1 times too often. One pass over each checkpoint's digests finds
+	// them, with a map lookup each.
+	if len(multi) > 0 {
 		for _, p := range pc.pending {
-			m := int64(0)
-			for _, ref := range refs {
-				if _, ok := slices.BinarySearchFunc(p.content, ref, compareChunkRefs); ok {
-					m++
+			var in map[[32]byte]int64
+			for _, ref := range p.content {
+				for _, d := range pc.digests[ref] {
+					if _, ok := multi[d]; ok {
+						if in == nil {
+							in = map[[32]byte]int64{}
+						}
+						in[d]++
+					}
 				}
 			}
-			if m > 1 {
-				counts[d] -= m - 1
+			for d, m := range in {
+				if m > 1 {
+					counts[d] -= m - 1
+				}
 			}
 		}
 	}
