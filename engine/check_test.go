@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
@@ -115,5 +116,45 @@ func TestCheck(t *testing.T) {
 	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
 	if b := findings(rep, engine.FindingBlob); rep.Clean() || len(b) == 0 {
 		t.Fatalf("damaged packs not found: %+v", rep.Findings)
+	}
+}
+
+// Check finds a chunk no checkpoint uses and a chunk counted wrong, repair
+// rebuilds the counts and deletes the orphan, and the store reads the same.
+func TestCheckChunks(t *testing.T) {
+	dir := t.TempDir()
+	history(t, dir)
+	db, err := engine.Open(dir, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	before := viewOf(t, db)
+	checkNoErrors(t, db, engine.CheckStoreOptions{}, "before")
+	if err := db.DamageChunks(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Check(context.Background(), engine.CheckStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unused, miscounted bool
+	for _, f := range findings(rep, engine.FindingChunk) {
+		unused = unused || f.Subject == "fffffffffffffffe" && strings.Contains(f.Detail, "no checkpoint uses it")
+		miscounted = miscounted || strings.Contains(f.Detail, "counted 0")
+	}
+	if !unused || !miscounted || rep.Clean() {
+		t.Fatalf("check missed the damage: %v", rep.Findings)
+	}
+	rep, err = db.Check(context.Background(), engine.CheckStoreOptions{Repair: true})
+	if err != nil || rep.Repaired == 0 {
+		t.Fatalf("repair: %v, %+v", err, rep)
+	}
+	checkNoErrors(t, db, engine.CheckStoreOptions{}, "after repair")
+	if s, err := db.Stats(context.Background()); err != nil || s.Chunks != rep.Chunks {
+		t.Errorf("after repair: %d chunks stored, %d used (%v)", s.Chunks, rep.Chunks, err)
+	}
+	if diff := cmp.Diff(before, viewOf(t, db)); diff != "" {
+		t.Errorf("repair changed what the store reads:\n%s", diff)
 	}
 }

@@ -52,3 +52,20 @@ func QueueLen(db *DB) int { return len(db.c.queue) }
 func (db *DB) SetHead(threadID, id string) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.SetHead(tx, threadID, id) })
 }
+
+// DamageChunks folds pending references, then stores a chunk no checkpoint
+// uses and drops the folded count of the first counted chunk: two of the
+// problems Check must find.
+func (db *DB) DamageChunks() error {
+	return db.bolt.Update(func(tx *bolt.Tx) error {
+		if err := chain.FoldRefs(tx); err != nil {
+			return err
+		}
+		k := []byte("\xff\xff\xff\xff\xff\xff\xff\xfe")
+		if err := tx.Bucket(chain.BucketChunks).Put(k, chain.Seal(chain.BucketChunks, k, []byte("orphan"))); err != nil {
+			return err
+		}
+		first, _ := tx.Bucket(chain.BucketChunkRefs).Cursor().First()
+		return tx.Bucket(chain.BucketChunkRefs).Delete(first)
+	})
+}
