@@ -86,15 +86,20 @@ func RebuildRefs(tx *bolt.Tx, counts map[string]int64) error {
 // it is skipped (Check reports it on its own).
 func ChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
 	uses := map[uint64]int64{}
+	chunks := newChunkCursor(tx)
 	err := bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
 		r, err := loadRecord(tx, string(k))
+		var ids []uint64
+		if err == nil {
+			ids, err = r.chunkIDs(chunks)
+		}
 		if err != nil {
 			if strict {
 				return err
 			}
 			return nil
 		}
-		for _, c := range r.chunkIDs() {
+		for _, c := range ids {
 			uses[c]++
 		}
 		return nil

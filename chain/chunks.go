@@ -124,6 +124,7 @@ func addChunkRef(tx *bolt.Tx, id uint64, delta int64) error {
 // when strict, else skipped (Check reports it on its own).
 func pendingChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
 	uses := map[uint64]int64{}
+	chunks := newChunkCursor(tx)
 	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
 		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
 			return err
@@ -132,13 +133,17 @@ func pendingChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
 		if err == nil && r == nil {
 			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
 		}
+		var ids []uint64
+		if err == nil {
+			ids, err = r.chunkIDs(chunks)
+		}
 		if err != nil {
 			if strict {
 				return err
 			}
 			return nil
 		}
-		for _, c := range r.chunkIDs() {
+		for _, c := range ids {
 			uses[c]++
 		}
 		return nil
@@ -160,7 +165,10 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 			return err
 		}
 		// Read all that is needed before deleting: r aliases the record.
-		chunks := r.chunkIDs()
+		chunks, err := r.chunkIDs(newChunkCursor(tx))
+		if err != nil {
+			return err
+		}
 		pending := bucket(tx, BucketPendingRefs).Get([]byte(id)) != nil
 		var keys []string
 		if !pending {

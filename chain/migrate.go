@@ -44,7 +44,11 @@ func MigrateRecords(tx *bolt.Tx) error {
 			if err != nil {
 				return err
 			}
-			for _, c := range r.chunkIDs() {
+			ids, err := r.chunkIDs(newChunkCursor(tx))
+			if err != nil {
+				return err
+			}
+			for _, c := range ids {
 				folded[c]++
 			}
 		}

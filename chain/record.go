@@ -15,25 +15,27 @@ import (
 //
 // Consecutive checkpoints of a thread share almost all their manifest and
 // conversation. Stored whole, a thread of 200 checkpoints of a 20,000-file
-// workspace would repeat a 1.5 MB manifest 200 times and its conversations
+// workspace would repeat a 1.4 MB manifest 200 times and its conversations
 // would grow quadratically. So a checkpoint is stored as a record holding
-// its header, its artifacts and three lists of chunk ids, and the manifest
-// and the messages live in content-addressed chunks (chunks.go) that
+// its header, its artifacts and lists of chunk ids, and the manifest and
+// the messages live in content-addressed chunks (chunks.go) that
 // checkpoints share.
 //
-// The manifest is split into two columns, each cut into chunks at
-// boundaries chosen by a hash of the entry's path, so that a boundary does
-// not move when a file changes and an inserted or removed entry changes only
-// its own chunk:
+// The manifest is cut into groups of about 32 entries, at boundaries chosen
+// by a hash of the entry's path, so that a boundary does not move when a
+// file changes and an inserted or removed entry changes only its own group.
+// Each group is three kinds of chunk:
 //
-//   - shape chunks hold each entry's kind, flags, path and symlink target:
-//     what an edit does not change. They are large (about 128 entries).
-//   - content chunks hold each file entry's digest and size: what an edit
-//     changes. They are small (2 to 8 files, about 5), because the edits of one
-//     turn are spread over the tree: 200 edited files of 20,000 change about
-//     200 content chunks, and each costs its own bytes plus nothing else. Four
-//     is near the size that minimises a chunk's bytes plus its id in the
-//     list (an id costs 8 bytes in every checkpoint, a file 35 in a new chunk).
+//   - a shape chunk: each entry's kind, flags, path and symlink target,
+//     what an edit does not change;
+//   - content chunks: each file's digest and size, what an edit changes.
+//     They are small (2 to 4 files, cut on other bits of the path hash),
+//     because one turn's edits are spread over the tree and each edited
+//     file costs the whole chunk it is in;
+//   - an index chunk: the ids of the group's content chunks. An edit
+//     rewrites its group's index (about 20 ids) rather than the ids of
+//     every content chunk of the manifest in each record: for 200 edits of
+//     20,000 files, 150 indexes of 180 bytes instead of a 55 KB list.
 //
 // Each message is one chunk: a conversation grows by appending, so a new
 // checkpoint stores only its new messages and one id for each old one.
@@ -44,33 +46,39 @@ import (
 //	createdAt    varint
 //	fullSize     uvarint: RecordSize, what the checkpoint takes stored whole
 //	entries      uvarint: number of manifest entries
-//	shape        count uvarint, then count chunk ids, 8 bytes big-endian each
-//	content      count, ids
+//	groups       count uvarint, then per group its shape chunk id and its
+//	             index chunk id, 8 bytes big-endian each
 //	artifacts    count, then artifactId, name, mimeType, 32-byte digest,
 //	             size uvarint, createdAt varint (as in EncodeCheckpoint)
 //	messages     count, ids: one chunk per message, in order
 //
 //	shape chunk    per entry: kind byte ('f','d','l'), flags byte (bit 0
 //	               executable), path string; a symlink adds its target
+//	index chunk    the group's content chunk ids, 8 bytes each, in order
 //	content chunk  per file entry: 32-byte digest, size uvarint
 //	message chunk  the message's bytes
 //
 // The ids in a record are addresses, not claims: a chunk is stored under
 // the xxhash64 of its bytes, or the next free id after it when another
-// chunk holds that one (chunkCursor.store compares the bytes), so a collision
-// never makes a record name another record's data.
+// chunk holds that one (chunkCursor.store compares the bytes), so a
+// collision never makes a record name another record's data.
 
 const (
-	shapeMask = 127 // a shape chunk ends after a path whose hash has these bits 0
-	// A content chunk ends likewise, on other bits of the hash, but holds
-	// from minContent to maxContent files. Without the bounds the sizes
-	// are geometric, and an edited file most often lands in a long chunk:
-	// the chunk holding a random file averaged 7 files, not 4.
-	contentMask = 3
+	// A group ends after a path whose hash has these bits 0, or at
+	// maxGroup entries: an edit rewrites its group's index, and without a
+	// bound the groups edits land in are the long ones (size-biased).
+	shapeMask = 31
+	maxGroup  = 64
+	// A content chunk ends likewise, on other bits of the hash, and at the
+	// end of its group, holding from minContent to maxContent files.
+	// Without the bounds the sizes are geometric, and an edited file most
+	// often lands in a long chunk (a chunk holding a random file averaged
+	// 7 files where the mean was 4).
+	contentMask = 1
 	minContent  = 2
-	maxContent  = 8
-	// maxChunkBytes ends a shape chunk whatever the hashes say: a run of
-	// paths without a boundary must not make one chunk of the manifest.
+	maxContent  = 4
+	// maxChunkBytes ends a group whatever the hashes say: a run of paths
+	// without a boundary must not make one chunk of the manifest.
 	maxChunkBytes = 64 << 10
 )
 
@@ -82,17 +90,26 @@ type Prepared struct {
 	ID       string
 	record   []byte // payload, chunk ids as if none collides
 	chunks   []preparedChunk
-	order    []int32 // chunks by hash: the order to store them in
+	order    []int32 // the order to store chunks in: see Prepare
 	index    []byte  // thread-index key
 	indexVal []byte  // sealed
 	cp       *Checkpoint
 }
 
 type preparedChunk struct {
-	hash uint64 // xxhash64 of data: the id unless it collides
-	sum  uint64 // the seal checksum of data under id hash
-	slot int    // offset of the chunk's id in record
-	data []byte // aliases the checkpoint or a column buffer
+	hash  uint64 // xxhash64 of data: the id unless it collides
+	sum   uint64 // the seal checksum of data under id hash
+	in    int32  // where its id is written: -1 the record, else that index chunk
+	slot  int32  // offset of its id there
+	index bool   // an index chunk, whose data are the ids of others
+	data  []byte // aliases the checkpoint or a buffer of Prepare
+}
+
+// manifestGroup is one group of a manifest: its shape chunk and its
+// content chunks.
+type manifestGroup struct {
+	shape   []byte
+	content [][]byte
 }
 
 // Prepare encodes a valid checkpoint for PutPrepared.
@@ -101,12 +118,8 @@ func Prepare(cp *Checkpoint) *Prepared {
 	p.index = indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)
 	p.indexVal = Seal(BucketThreadIndex, p.index, nil)
 
-	shape, content := splitManifest(cp.Files)
-	msgs := make([][]byte, len(cp.Conversation))
-	for i, m := range cp.Conversation {
-		msgs[i] = m
-	}
-	n := 3*binary.MaxVarintLen64 + 8*(len(shape)+len(content)+len(msgs))
+	groups, nContent := splitManifest(cp.Files)
+	n := 3*binary.MaxVarintLen64 + 16*len(groups) + 8*len(cp.Conversation)
 	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
 		n += prefixed(len(s))
 	}
@@ -121,40 +134,64 @@ func Prepare(cp *Checkpoint) *Prepared {
 	e.Varint(cp.CreatedAt)
 	e.Uvarint(uint64(RecordSize(cp)))
 	e.Uvarint(uint64(len(cp.Files)))
-	p.chunks = make([]preparedChunk, 0, len(shape)+len(content)+len(msgs))
-	p.addList(e, shape)
-	p.addList(e, content)
+	p.chunks = make([]preparedChunk, 0, 2*len(groups)+nContent+len(cp.Conversation))
+	ids := make([]byte, 0, 8*nContent) // every index chunk's data, one buffer
+	e.Uvarint(uint64(len(groups)))
+	for _, g := range groups {
+		p.add(g.shape, -1, len(e.b), false)
+		e.b = binary.BigEndian.AppendUint64(e.b, p.chunks[len(p.chunks)-1].hash)
+		at := int32(len(p.chunks) + len(g.content)) // the index chunk, added after its content
+		start := len(ids)
+		for _, c := range g.content {
+			p.add(c, at, len(ids)-start, false)
+			ids = binary.BigEndian.AppendUint64(ids, p.chunks[len(p.chunks)-1].hash)
+		}
+		p.add(ids[start:], -1, len(e.b), true)
+		e.b = binary.BigEndian.AppendUint64(e.b, p.chunks[len(p.chunks)-1].hash)
+	}
 	encodeArtifacts(e, cp.Artifacts)
-	p.addList(e, msgs)
+	e.Uvarint(uint64(len(cp.Conversation)))
+	for _, m := range cp.Conversation {
+		p.add(m, -1, len(e.b), false)
+		e.b = binary.BigEndian.AppendUint64(e.b, p.chunks[len(p.chunks)-1].hash)
+	}
 	p.record = e.b
-	// bbolt keeps a node's keys in a slice and inserts into it by copying
-	// what follows: a million new chunks in random order made the first
-	// append of a million-entry manifest quadratic (217 s). In key order,
-	// each lands at the end.
+	// Leaves first, then index chunks (whose bytes name leaves, and change
+	// if a leaf's id had to move), each by hash: bbolt keeps a node's keys
+	// in a slice and inserts into it by copying what follows, so a million
+	// new chunks in random order made the first append of a million-entry
+	// manifest quadratic (217 s). In key order, each lands at the end.
 	p.order = make([]int32, len(p.chunks))
 	for i := range p.order {
 		p.order[i] = int32(i)
 	}
-	slices.SortFunc(p.order, func(a, b int32) int { return cmp.Compare(p.chunks[a].hash, p.chunks[b].hash) })
+	slices.SortFunc(p.order, func(a, b int32) int {
+		ca, cb := &p.chunks[a], &p.chunks[b]
+		if ca.index != cb.index {
+			if ca.index {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(ca.hash, cb.hash)
+	})
 	return p
 }
 
-// addList appends a chunk list to the record being encoded.
-func (p *Prepared) addList(e *Encoder, chunks [][]byte) {
-	e.Uvarint(uint64(len(chunks)))
+// add appends a chunk whose id goes at slot of the record (in -1) or of
+// index chunk in.
+func (p *Prepared) add(data []byte, in int32, slot int, index bool) {
+	h := xxhash.Sum64(data)
 	var k [8]byte
-	for _, data := range chunks {
-		h := xxhash.Sum64(data)
-		binary.BigEndian.PutUint64(k[:], h)
-		p.chunks = append(p.chunks, preparedChunk{hash: h, sum: sum(BucketChunks, k[:], data), slot: len(e.b), data: data})
-		e.b = binary.BigEndian.AppendUint64(e.b, h)
-	}
+	binary.BigEndian.PutUint64(k[:], h)
+	p.chunks = append(p.chunks, preparedChunk{hash: h, sum: sum(BucketChunks, k[:], data), in: in, slot: int32(slot), index: index, data: data})
 }
 
-// splitManifest encodes the shape and content columns of files, each in
-// one buffer sized first, and cuts them into chunks (slices of those
-// buffers): a manifest may hold a million entries.
-func splitManifest(files []Entry) (shape, content [][]byte) {
+// splitManifest encodes the shape and content of files, each in one buffer
+// sized first, and cuts them into groups and chunks (slices of those
+// buffers): a manifest may hold a million entries. It returns the groups
+// and their number of content chunks.
+func splitManifest(files []Entry) (groups []manifestGroup, nContent int) {
 	sn, cn := 0, 0
 	for i := range files {
 		f := &files[i]
@@ -168,7 +205,9 @@ func splitManifest(files []Entry) (shape, content [][]byte) {
 	}
 	s, c := make([]byte, 0, sn), make([]byte, 0, cn)
 	sStart, cStart := 0, 0
-	n := 0 // files in the content chunk being cut
+	n := 0       // files in the content chunk being cut
+	entries := 0 // in the group being cut
+	var g manifestGroup
 	for i := range files {
 		f := &files[i]
 		var flags byte
@@ -181,9 +220,7 @@ func splitManifest(files []Entry) (shape, content [][]byte) {
 			s = append(s, 'f', flags)
 			c = appendDigest(c, f.BlobKey, FilePrefix)
 			c = binary.AppendUvarint(c, uint64(f.Size))
-			if n++; n >= minContent && (h>>32)&contentMask == 0 || n == maxContent {
-				content, cStart, n = append(content, c[cStart:]), len(c), 0
-			}
+			n++
 		case KindDir:
 			s = append(s, 'd', flags)
 		case KindSymlink:
@@ -195,17 +232,18 @@ func splitManifest(files []Entry) (shape, content [][]byte) {
 			s = binary.AppendUvarint(s, uint64(len(f.Target)))
 			s = append(s, f.Target...)
 		}
-		if h&shapeMask == 0 || len(s)-sStart >= maxChunkBytes {
-			shape, sStart = append(shape, s[sStart:]), len(s)
+		entries++
+		groupEnds := h&shapeMask == 0 || entries == maxGroup || len(s)-sStart >= maxChunkBytes || i == len(files)-1
+		if n > 0 && (groupEnds || n >= minContent && (h>>32)&contentMask == 0 || n == maxContent) {
+			g.content, cStart, n = append(g.content, c[cStart:]), len(c), 0
+			nContent++
+		}
+		if groupEnds {
+			g.shape, sStart, entries = s[sStart:], len(s), 0
+			groups, g = append(groups, g), manifestGroup{}
 		}
 	}
-	if len(s) > sStart {
-		shape = append(shape, s[sStart:])
-	}
-	if len(c) > cStart {
-		content = append(content, c[cStart:])
-	}
-	return shape, content
+	return groups, nContent
 }
 
 func encodeArtifacts(e *Encoder, arts []Artifact) {
@@ -246,23 +284,19 @@ type storedRecord struct {
 	createdAt                  int64
 	fullSize                   uint64
 	entries                    uint64
-	shape, content, messages   idList
+	groups                     idList // shape id, index id, for each group
+	messages                   idList
 	artifacts                  []Artifact
 }
 
 // idList is a run of 8-byte big-endian chunk ids.
 type idList []byte
 
-func (l idList) len() int         { return len(l) / 8 }
-func (l idList) at(i int) uint64  { return binary.BigEndian.Uint64(l[8*i:]) }
-func (d *Decoder) idList() idList { return idList(d.Fixed(8 * d.Count(8))) }
-func (l idList) all() []uint64 {
-	out := make([]uint64, l.len())
-	for i := range out {
-		out[i] = l.at(i)
-	}
-	return out
-}
+func (l idList) len() int        { return len(l) / 8 }
+func (l idList) at(i int) uint64 { return binary.BigEndian.Uint64(l[8*i:]) }
+
+// idList reads a count of n-id tuples and their ids.
+func (d *Decoder) idList(n int) idList { return idList(d.Fixed(8 * n * d.Count(8*n))) }
 
 func decodeRecord(p []byte) (*storedRecord, error) {
 	d := NewDecoder(p)
@@ -272,26 +306,44 @@ func decodeRecord(p []byte) (*storedRecord, error) {
 	r.createdAt = d.Varint()
 	r.fullSize = d.Uvarint()
 	r.entries = d.Uvarint()
-	r.shape = d.idList()
-	r.content = d.idList()
+	r.groups = d.idList(2)
 	r.artifacts = decodeArtifacts(d)
-	r.messages = d.idList()
+	r.messages = d.idList(1)
 	if err := d.Err(); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// chunkIDs returns the record's distinct chunk ids, sorted.
-func (r *storedRecord) chunkIDs() []uint64 {
-	ids := make([]uint64, 0, r.shape.len()+r.content.len()+r.messages.len())
-	for _, l := range []idList{r.shape, r.content, r.messages} {
-		for i := range l.len() {
-			ids = append(ids, l.at(i))
+// contentIDs returns the content chunk ids of group g, read from its index
+// chunk (aliasing the chunk).
+func (r *storedRecord) contentIDs(chunks chunkSource, g int) (idList, error) {
+	data, err := chunks.read(r.groups.at(2*g+1), r.id)
+	if err == nil && len(data)%8 != 0 {
+		err = corrupt(BucketCheckpoints, []byte(r.id), "index chunk "+chunkName(r.groups.at(2*g+1))+" is not a list of ids")
+	}
+	return idList(data), err
+}
+
+// chunkIDs returns the record's distinct chunk ids, sorted: its shape,
+// index and message chunks, and the content chunks its index chunks name.
+func (r *storedRecord) chunkIDs(chunks chunkSource) ([]uint64, error) {
+	ids := make([]uint64, 0, r.groups.len()+r.messages.len())
+	for g := range r.groups.len() / 2 {
+		content, err := r.contentIDs(chunks, g)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, r.groups.at(2*g), r.groups.at(2*g+1))
+		for i := range content.len() {
+			ids = append(ids, content.at(i))
 		}
 	}
+	for i := range r.messages.len() {
+		ids = append(ids, r.messages.at(i))
+	}
 	slices.Sort(ids)
-	return slices.Compact(ids)
+	return slices.Compact(ids), nil
 }
 
 // loadRecord reads and decodes the record of id; nil when it is not stored.
@@ -324,21 +376,26 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 		Artifacts: r.artifacts,
 	}
 	bad := func(why string) error { return corrupt(BucketCheckpoints, []byte(r.id), why) }
-	shape := make([][]byte, r.shape.len())
+	groups := r.groups.len() / 2
+	shape := make([][]byte, groups)
 	size := 0
-	for i := range shape {
-		data, err := chunks.read(r.shape.at(i), r.id)
+	for g := range shape {
+		data, err := chunks.read(r.groups.at(2*g), r.id)
 		if err != nil {
 			return nil, err
 		}
-		shape[i], size = data, size+len(data)
+		shape[g], size = data, size+len(data)
 	}
 	// An entry takes at least 3 bytes of shape: a forged count cannot
 	// size the slice beyond what the chunks hold. It is checked at the end.
 	cp.Files = make([]Entry, 0, min(r.entries, uint64(size/3)))
-	var cd Decoder
-	ci := 0
-	for _, data := range shape {
+	for g, data := range shape {
+		content, err := r.contentIDs(chunks, g)
+		if err != nil {
+			return nil, err
+		}
+		var cd Decoder
+		ci := 0
 		d := Decoder{b: data}
 		for len(d.b) > 0 && d.err == nil {
 			if uint64(len(cp.Files)) == r.entries {
@@ -351,8 +408,8 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 			switch kind {
 			case 'f':
 				f.Kind = KindFile
-				for len(cd.b) == 0 && cd.err == nil && ci < r.content.len() {
-					data, err := chunks.read(r.content.at(ci), r.id)
+				for len(cd.b) == 0 && cd.err == nil && ci < content.len() {
+					data, err := chunks.read(content.at(ci), r.id)
 					if err != nil {
 						return nil, err
 					}
@@ -376,8 +433,11 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 		if err := d.Err(); err != nil {
 			return nil, bad("shape chunk: " + err.Error())
 		}
+		if ci != content.len() || len(cd.b) != 0 {
+			return nil, bad("a group's content chunks do not match its files")
+		}
 	}
-	if uint64(len(cp.Files)) != r.entries || ci != r.content.len() || len(cd.b) != 0 {
+	if uint64(len(cp.Files)) != r.entries {
 		return nil, bad("chunks do not add up to its entries")
 	}
 	cp.Conversation = make([]json.RawMessage, r.messages.len())
@@ -400,11 +460,7 @@ func (r *storedRecord) blobKeys(chunks chunkSource) ([]string, error) {
 		sum      [32]byte
 	}
 	seen := map[ref]struct{}{}
-	for i := range r.content.len() {
-		data, err := chunks.read(r.content.at(i), r.id)
-		if err != nil {
-			return nil, err
-		}
+	err := r.forEachContent(chunks, func(_ uint64, data []byte) error {
 		d := Decoder{b: data}
 		for len(d.b) > 0 {
 			var k ref
@@ -413,8 +469,12 @@ func (r *storedRecord) blobKeys(chunks chunkSource) ([]string, error) {
 			seen[k] = struct{}{}
 		}
 		if err := d.Err(); err != nil {
-			return nil, corrupt(BucketCheckpoints, []byte(r.id), "content chunk: "+err.Error())
+			return corrupt(BucketCheckpoints, []byte(r.id), "content chunk: "+err.Error())
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	keys := make([]string, 0, len(seen)+len(r.artifacts))
 	for k := range seen {
@@ -425,6 +485,26 @@ func (r *storedRecord) blobKeys(chunks chunkSource) ([]string, error) {
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
+}
+
+// forEachContent calls fn with each content chunk of the record, in order.
+func (r *storedRecord) forEachContent(chunks chunkSource, fn func(id uint64, data []byte) error) error {
+	for g := range r.groups.len() / 2 {
+		content, err := r.contentIDs(chunks, g)
+		if err != nil {
+			return err
+		}
+		for i := range content.len() {
+			data, err := chunks.read(content.at(i), r.id)
+			if err != nil {
+				return err
+			}
+			if err := fn(content.at(i), data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // EncodeRecord returns the format-2 record payload of a valid checkpoint

@@ -353,9 +353,22 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 // read returns what record r references, reading the digests of each
 // content chunk the cache does not hold.
 func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r *storedRecord) (pendingRecord, error) {
-	p := pendingRecord{chunks: r.chunkIDs()}
-	for i := range r.content.len() {
-		id := r.content.at(i)
+	var err error
+	p := pendingRecord{}
+	if p.chunks, err = r.chunkIDs(chunks); err != nil {
+		return p, err
+	}
+	var content []uint64
+	for g := range r.groups.len() / 2 {
+		ids, err := r.contentIDs(chunks, g)
+		if err != nil {
+			return p, err
+		}
+		for i := range ids.len() {
+			content = append(content, ids.at(i))
+		}
+	}
+	for _, id := range content {
 		if ref, ok := looked[id]; ok { // looked up in this transaction already
 			p.content = append(p.content, ref)
 			continue

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cespare/xxhash/v2"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -131,19 +132,40 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 func PutRecord(tx *bolt.Tx, cp *Checkpoint) error { return putRecord(tx, Prepare(cp)) }
 
 func putRecord(tx *bolt.Tx, p *Prepared) error {
-	record, moved := p.record, false
 	chunks := newChunkCursor(tx)
-	for _, i := range p.order {
-		c := &p.chunks[i]
-		id, err := chunks.store(c)
+	ids := make([]uint64, len(p.chunks))
+	var moved map[int32][]byte  // index chunks whose data name a moved id
+	for _, i := range p.order { // leaves before the index chunks naming them
+		c := p.chunks[i]
+		if data, ok := moved[i]; ok { // c is an index chunk: new bytes, new hash
+			c.data, c.hash = data, xxhash.Sum64(data)
+			c.sum = sum(BucketChunks, chunkKey(c.hash), data)
+		}
+		id, err := chunks.store(&c)
 		if err != nil {
 			return err
 		}
-		if id != c.hash { // a collision moved it: the record names where
-			if !moved { // p may be stored again (a retried commit)
-				record, moved = slices.Clone(record), true
+		ids[i] = id
+		if id == c.hash || c.in < 0 {
+			continue
+		}
+		// A collision moved a content chunk: its index chunk names where.
+		// (p may be stored again, by a retried commit: copy, not patch.)
+		if moved == nil {
+			moved = map[int32][]byte{}
+		}
+		if _, ok := moved[c.in]; !ok {
+			moved[c.in] = slices.Clone(p.chunks[c.in].data)
+		}
+		binary.BigEndian.PutUint64(moved[c.in][c.slot:], id)
+	}
+	record, copied := p.record, false
+	for i, c := range p.chunks {
+		if c.in < 0 && ids[i] != c.hash {
+			if !copied {
+				record, copied = slices.Clone(record), true
 			}
-			binary.BigEndian.PutUint64(record[c.slot:], id)
+			binary.BigEndian.PutUint64(record[c.slot:], ids[i])
 		}
 	}
 	if err := bucket(tx, BucketCheckpoints).Put([]byte(p.ID), Seal(BucketCheckpoints, []byte(p.ID), record)); err != nil {

@@ -191,8 +191,7 @@ func FuzzRecord(f *testing.F) {
 	e.Varint(1)        // createdAt
 	e.Uvarint(1)       // fullSize
 	e.Uvarint(1 << 60) // entries
-	e.Uvarint(0)       // shape ids
-	e.Uvarint(0)       // content ids
+	e.Uvarint(0)       // groups
 	e.Uvarint(0)       // artifacts
 	e.Uvarint(1 << 60) // messages
 	f.Add(uint8(1), e.Bytes())
