@@ -57,12 +57,13 @@ func (cc *chunkCursor) get(id uint64) []byte {
 	return v
 }
 
-// store stores c unless an identical chunk is stored, and returns its id:
-// c.hash, or the first id after it not held by a different chunk.
+// store stores c unless an identical chunk is stored, and returns its id
+// (c.hash, or the first id after it not held by a different chunk) and
+// whether it stored it.
 // Comparing the stored value with c's sealed form compares the bytes and
 // checks the stored seal at once. A damaged stored chunk differs, so a new
 // copy goes under the next id and later records no longer name the damage.
-func (cc *chunkCursor) store(c *preparedChunk) (uint64, error) {
+func (cc *chunkCursor) store(c *preparedChunk) (id uint64, created bool, err error) {
 	id, s := c.hash, c.sum
 	for {
 		v := cc.get(id)
@@ -70,11 +71,11 @@ func (cc *chunkCursor) store(c *preparedChunk) (uint64, error) {
 			key := chunkKey(id) // bbolt keeps the key until the commit
 			// The next get seeks from the root again, which is all a
 			// cursor needs after a put.
-			return id, cc.b.Put(key, Seal(BucketChunks, key, c.data))
+			return id, true, cc.b.Put(key, Seal(BucketChunks, key, c.data))
 		}
 		if len(v) == len(c.data)+sealSize && v[0] == recordVersion &&
 			binary.LittleEndian.Uint64(v[len(v)-8:]) == s && bytes.Equal(v[1:len(v)-8], c.data) {
-			return id, nil
+			return id, false, nil
 		}
 		id++
 		binary.BigEndian.PutUint64(cc.k[:], id)

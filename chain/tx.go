@@ -134,23 +134,27 @@ func PutRecord(tx *bolt.Tx, cp *Checkpoint) error { return putRecord(tx, Prepare
 func putRecord(tx *bolt.Tx, p *Prepared) error {
 	chunks := newChunkCursor(tx)
 	ids := make([]uint64, len(p.chunks))
-	var moved map[int32][]byte  // index chunks whose data name a moved id
-	for _, i := range p.order { // leaves before the index chunks naming them
-		c := p.chunks[i]
-		if data, ok := moved[i]; ok { // c is an index chunk: new bytes, new hash
-			c.data, c.hash = data, xxhash.Sum64(data)
-			c.sum = sum(BucketChunks, chunkKey(c.hash), data)
-		}
-		id, err := chunks.store(&c)
+	var moved map[int32][]byte // index chunks whose data name a moved id
+	var created map[int32]bool // of those, the ones this put stored
+	for _, i := range p.order {
+		c := &p.chunks[i]
+		id, isNew, err := chunks.store(c)
 		if err != nil {
 			return err
 		}
 		ids[i] = id
+		if c.index && isNew {
+			if created == nil {
+				created = map[int32]bool{}
+			}
+			created[i] = true
+		}
 		if id == c.hash || c.in < 0 {
 			continue
 		}
-		// A collision moved a content chunk: its index chunk names where.
-		// (p may be stored again, by a retried commit: copy, not patch.)
+		// A collision moved a content chunk: its index chunk must name
+		// where. (p may be stored again, by a retried commit: copy, not
+		// patch.)
 		if moved == nil {
 			moved = map[int32][]byte{}
 		}
@@ -159,8 +163,27 @@ func putRecord(tx *bolt.Tx, p *Prepared) error {
 		}
 		binary.BigEndian.PutUint64(moved[c.in][c.slot:], id)
 	}
+	// Collisions are rare enough to fix afterwards: an index chunk naming
+	// a moved chunk is stored again with the right ids, and the copy
+	// stored above with the wrong ones, if this put stored it, removed.
+	for i, data := range moved {
+		c := p.chunks[i]
+		if created[i] {
+			if err := chunks.b.Delete(chunkKey(ids[i])); err != nil {
+				return err
+			}
+		}
+		c.data, c.hash = data, xxhash.Sum64(data)
+		c.sum = sum(BucketChunks, chunkKey(c.hash), data)
+		id, _, err := chunks.store(&c)
+		if err != nil {
+			return err
+		}
+		ids[i] = id
+	}
 	record, copied := p.record, false
-	for i, c := range p.chunks {
+	for i := range p.chunks {
+		c := &p.chunks[i]
 		if c.in < 0 && ids[i] != c.hash {
 			if !copied {
 				record, copied = slices.Clone(record), true
