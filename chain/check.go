@@ -85,26 +85,7 @@ func RebuildRefs(tx *bolt.Tx, counts map[string]int64) error {
 // chunk. A record that cannot be decoded is an error when strict; otherwise
 // it is skipped (Check reports it on its own).
 func ChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
-	uses := map[uint64]int64{}
-	chunks := newChunkCursor(tx)
-	err := bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
-		r, err := loadRecord(tx, string(k))
-		var ids []uint64
-		if err == nil {
-			ids, err = r.chunkIDs(chunks)
-		}
-		if err != nil {
-			if strict {
-				return err
-			}
-			return nil
-		}
-		for _, c := range ids {
-			uses[c]++
-		}
-		return nil
-	})
-	return uses, err
+	return chunkUses(tx, BucketCheckpoints, strict)
 }
 
 // ChunkProblem is a chunk whose stored state disagrees with the records.

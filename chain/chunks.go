@@ -121,18 +121,28 @@ func addChunkRef(tx *bolt.Tx, id uint64, delta int64) error {
 }
 
 // pendingChunkUses counts, for each chunk, the pending checkpoints using
-// it. It reads only the records' id lists. A damaged record is an error
-// when strict, else skipped (Check reports it on its own).
+// it. A damaged record is an error when strict, else skipped (Check
+// reports it on its own).
 func pendingChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
+	return chunkUses(tx, BucketPendingRefs, strict)
+}
+
+// chunkUses counts, for each chunk, the checkpoints named by the keys of
+// bucket over (checkpoints, or refs_pending) that use it.
+func chunkUses(tx *bolt.Tx, over []byte, strict bool) (map[uint64]int64, error) {
 	uses := map[uint64]int64{}
 	chunks := newChunkCursor(tx)
-	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
-		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
-			return err
+	err := bucket(tx, over).ForEach(func(k, v []byte) error {
+		var err error
+		if string(over) == string(BucketPendingRefs) {
+			_, err = Unseal(BucketPendingRefs, k, v)
 		}
-		r, err := loadRecord(tx, string(k))
+		var r *storedRecord
+		if err == nil {
+			r, err = loadRecord(tx, string(k))
+		}
 		if err == nil && r == nil {
-			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+			err = corrupt(over, k, "names a missing checkpoint")
 		}
 		var ids []uint64
 		if err == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/vfs/faultfs"
@@ -159,32 +160,12 @@ func viewOf(t *testing.T, db *engine.DB) storeView {
 	return v
 }
 
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		out := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestMigrateFormat1(t *testing.T) {
 	ctx := context.Background()
 	old := filepath.Join(t.TempDir(), "old")
-	copyTree(t, format1Fixture, old)
+	if err := fstree.CopyFiles(format1Fixture, old); err != nil {
+		t.Fatal(err)
+	}
 
 	// Read-only, a format-1 store is refused, saying what to do.
 	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {

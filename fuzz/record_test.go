@@ -511,16 +511,6 @@ func FuzzDatabasePage(f *testing.F) {
 	work := f.TempDir()
 	store := filepath.Join(work, "store")
 	blobStage(f, fx, store)
-	// The chunks the template store holds, by id: what a forged record's
-	// chunk ids can name (a deleted checkpoint's are gone).
-	chunks := map[uint64][]byte{}
-	blobRawUpdate(f, store, func(tx *bolt.Tx) error {
-		return tx.Bucket(chain.BucketChunks).ForEach(func(k, v []byte) error {
-			p, err := chain.Unseal(chain.BucketChunks, k, v)
-			chunks[binary.BigEndian.Uint64(k)] = bytes.Clone(p)
-			return err
-		})
-	})
 	threads := map[string]bool{}
 	for _, th := range fx.threads {
 		threads[th] = true

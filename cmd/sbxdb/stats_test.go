@@ -2,19 +2,21 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
 // TestMigrateAndStats upgrades the engine's format-1 fixture with the
 // command, then reads it: stats, the log, a restore.
 func TestMigrateAndStats(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	copyDir(t, filepath.Join("..", "..", "engine", "testdata", "format1"), store)
+	if err := fstree.CopyFiles(filepath.Join("..", "..", "engine", "testdata", "format1"), store); err != nil {
+		t.Fatal(err)
+	}
 
 	// A reading command refuses the old store and says what to run.
 	if msg := fail(t, "threads", "--db", store); !strings.Contains(msg, "format 1") || !strings.Contains(msg, "sbxdb migrate") {
@@ -52,27 +54,5 @@ func TestMigrateAndStats(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats output lacks %q:\n%s", want, out)
 		}
-	}
-}
-
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		out := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

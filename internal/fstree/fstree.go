@@ -91,3 +91,26 @@ func (n Node) String() string {
 	}
 	return n.Mode.String()
 }
+
+// CopyFiles copies the directories and regular files under src into dst
+// (created as needed), for tests that work on a copy of a fixture.
+func CopyFiles(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	})
+}
