@@ -384,9 +384,9 @@ func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r 
 		if _, ok := pc.digests[ref]; ok {
 			continue
 		}
-		data, err := chunks.read(id, r.id)
+		data, err := Unseal(BucketChunks, chunkKey(id), v) // v is the chunk: no second lookup
 		if err != nil {
-			return p, err
+			return p, corrupt(BucketCheckpoints, []byte(r.id), "chunk "+chunkName(id)+" is damaged")
 		}
 		var ds [][32]byte
 		d := Decoder{b: data}
@@ -436,17 +436,28 @@ func (pc *PendingCache) recount() {
 			delete(pc.digests, ref)
 		}
 	}
-	counts := map[[32]byte]int64{}
-	first := map[[32]byte]chunkRef{}
-	multi := map[[32]byte]struct{}{} // keys held by more than one chunk
+	// Per key: the checkpoints counted (once per chunk of theirs holding
+	// it), and how many distinct chunks hold it.
+	type tally struct {
+		n      int64
+		chunks int32
+	}
+	size := 0
+	for ref := range use {
+		size += len(pc.digests[ref])
+	}
+	tallies := make(map[[32]byte]tally, size)
 	for ref, n := range use {
 		for _, d := range pc.digests[ref] {
-			counts[d] += n
-			if f, ok := first[d]; !ok {
-				first[d] = ref
-			} else if f != ref {
-				multi[d] = struct{}{}
-			}
+			t := tallies[d]
+			t.n, t.chunks = t.n+n, t.chunks+1
+			tallies[d] = t
+		}
+	}
+	multi := map[[32]byte]struct{}{} // keys held by more than one chunk
+	for d, t := range tallies {
+		if t.chunks > 1 {
+			multi[d] = struct{}{}
 		}
 	}
 	// Most such keys are one file's key in two versions of its chunk (a
@@ -469,14 +480,16 @@ func (pc *PendingCache) recount() {
 			}
 			for d, m := range in {
 				if m > 1 {
-					counts[d] -= m - 1
+					t := tallies[d]
+					t.n -= m - 1
+					tallies[d] = t
 				}
 			}
 		}
 	}
-	pc.counts = make(map[string]int64, len(counts))
-	for d, n := range counts {
-		pc.counts[FilePrefix+hex.EncodeToString(d[:])] = n
+	pc.counts = make(map[string]int64, len(tallies))
+	for d, t := range tallies {
+		pc.counts[FilePrefix+hex.EncodeToString(d[:])] = t.n
 	}
 	for _, p := range pc.pending {
 		for _, k := range p.artifacts {
