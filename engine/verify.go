@@ -229,6 +229,11 @@ func (w *pageWalker) node(p []byte, id uint64, minClosed, maxOpen []byte) ([]byt
 	if pageHeaderSize+count*elementSize > len(p) {
 		return nil, fmt.Errorf("page %d: %d elements overflow the page", id, count)
 	}
+	if flags == branchFlag && count == 0 {
+		// bbolt indexes a branch's first element without looking (found
+		// by FuzzDatabasePage: its freelist walk panicked).
+		return nil, fmt.Errorf("page %d is a branch without elements", id)
+	}
 	// element returns element i's key and value (a leaf's; none for a
 	// branch), both checked to lie inside the page. Offsets are relative to
 	// the element itself.
