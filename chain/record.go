@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -304,7 +305,39 @@ func decodeRecord(p []byte) (*storedRecord, error) {
 	if err := d.Err(); err != nil {
 		return nil, err
 	}
+	// What the record claims bounds what reading it may produce (a valid
+	// record produces exactly fullSize bytes, within MaxRecordBytes): a
+	// forged one naming one large chunk many times must fail, not make the
+	// reader allocate its size each time (found by review).
+	switch {
+	case r.fullSize > MaxRecordBytes:
+		return nil, fmt.Errorf("claims %d bytes, more than the limit", r.fullSize)
+	case r.entries > r.fullSize/3: // an entry is at least 3 bytes
+		return nil, fmt.Errorf("claims %d entries in %d bytes", r.entries, r.fullSize)
+	case uint64(r.groups.len()/2) > r.entries: // a group holds an entry or more
+		return nil, fmt.Errorf("%d groups for %d entries", r.groups.len()/2, r.entries)
+	}
 	return r, nil
+}
+
+// contentLists returns each group's content chunk ids, read from its index
+// chunk (aliasing it). Each content chunk holds a file or more, so a record
+// naming more than its entries is corrupt: that bounds what a forged index
+// makes a reader allocate.
+func (r *storedRecord) contentLists(chunks chunkSource) ([]idList, error) {
+	lists := make([]idList, r.groups.len()/2)
+	total := 0
+	for g := range lists {
+		l, err := r.contentIDs(chunks, g)
+		if err != nil {
+			return nil, err
+		}
+		if total += l.len(); uint64(total) > r.entries {
+			return nil, corrupt(BucketCheckpoints, []byte(r.id), "more content chunks than entries")
+		}
+		lists[g] = l
+	}
+	return lists, nil
 }
 
 // contentIDs returns the content chunk ids of group g, read from its index
@@ -320,12 +353,12 @@ func (r *storedRecord) contentIDs(chunks chunkSource, g int) (idList, error) {
 // chunkIDs returns the record's distinct chunk ids, sorted: its shape,
 // index and message chunks, and the content chunks its index chunks name.
 func (r *storedRecord) chunkIDs(chunks chunkSource) ([]uint64, error) {
+	lists, err := r.contentLists(chunks)
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]uint64, 0, r.groups.len()+r.messages.len())
-	for g := range r.groups.len() / 2 {
-		content, err := r.contentIDs(chunks, g)
-		if err != nil {
-			return nil, err
-		}
+	for g, content := range lists {
 		ids = append(ids, r.groups.at(2*g), r.groups.at(2*g+1))
 		for i := range content.len() {
 			ids = append(ids, content.at(i))
@@ -378,14 +411,22 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 		}
 		shape[g], size = data, size+len(data)
 	}
+	lists, err := r.contentLists(chunks)
+	if err != nil {
+		return nil, err
+	}
 	// An entry takes at least 3 bytes of shape: a forged count cannot
 	// size the slice beyond what the chunks hold. It is checked at the end.
 	cp.Files = make([]Entry, 0, min(r.entries, uint64(size/3)))
+	// produced counts what the reassembly has made, in RecordSize's
+	// measure; it may not pass fullSize (see decodeRecord).
+	produced := uint64(0)
+	overBudget := func(n int) bool {
+		produced += uint64(n)
+		return produced > r.fullSize
+	}
 	for g, data := range shape {
-		content, err := r.contentIDs(chunks, g)
-		if err != nil {
-			return nil, err
-		}
+		content := lists[g]
 		var cd Decoder
 		ci := 0
 		d := Decoder{b: data}
@@ -420,6 +461,16 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 			default:
 				d.fail("entry kind")
 			}
+			n := 2 + prefixed(len(f.Path)) // as RecordSize counts it
+			switch f.Kind {
+			case KindFile:
+				n += 32 + uvarintSize(uint64(f.Size))
+			case KindSymlink:
+				n += prefixed(len(f.Target))
+			}
+			if overBudget(n) {
+				return nil, bad("its chunks hold more than its size")
+			}
 			cp.Files = append(cp.Files, f)
 		}
 		if err := d.Err(); err != nil {
@@ -437,6 +488,9 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 		data, err := chunks.read(r.messages.at(i), r.id)
 		if err != nil {
 			return nil, err
+		}
+		if overBudget(prefixed(len(data))) { // checked before the copy
+			return nil, bad("its chunks hold more than its size")
 		}
 		cp.Conversation[i] = append(json.RawMessage{}, data...)
 	}
@@ -481,11 +535,11 @@ func (r *storedRecord) blobKeys(chunks chunkSource) ([]string, error) {
 
 // forEachContent calls fn with each content chunk of the record, in order.
 func (r *storedRecord) forEachContent(chunks chunkSource, fn func(id uint64, data []byte) error) error {
-	for g := range r.groups.len() / 2 {
-		content, err := r.contentIDs(chunks, g)
-		if err != nil {
-			return err
-		}
+	lists, err := r.contentLists(chunks)
+	if err != nil {
+		return err
+	}
+	for _, content := range lists {
 		for i := range content.len() {
 			data, err := chunks.read(content.at(i), r.id)
 			if err != nil {

@@ -334,6 +334,9 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 		return nil
 	})
 	if err != nil {
+		// Some records may be in pending and the counts not recomputed:
+		// make the next load recount whatever it finds.
+		pc.counts = nil
 		return err
 	}
 	if seen != len(pc.pending) { // some are pending no more
@@ -358,12 +361,12 @@ func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r 
 	if p.chunks, err = r.chunkIDs(chunks); err != nil {
 		return p, err
 	}
+	lists, err := r.contentLists(chunks)
+	if err != nil {
+		return p, err
+	}
 	var content []uint64
-	for g := range r.groups.len() / 2 {
-		ids, err := r.contentIDs(chunks, g)
-		if err != nil {
-			return p, err
-		}
+	for _, ids := range lists {
 		for i := range ids.len() {
 			content = append(content, ids.at(i))
 		}

@@ -164,14 +164,17 @@ func putRecord(tx *bolt.Tx, p *Prepared) error {
 		binary.BigEndian.PutUint64(moved[c.in][c.slot:], id)
 	}
 	// Collisions are rare enough to fix afterwards: an index chunk naming
-	// a moved chunk is stored again with the right ids, and the copy
-	// stored above with the wrong ones, if this put stored it, removed.
+	// a moved chunk is stored again with the right ids. The copy stored
+	// above with the wrong ones is removed if this put stored it and
+	// nothing of this put names it still: two groups can have the same
+	// index bytes before the fix, and only one of them names the moved
+	// chunk (found by review: deleting it unconditionally lost a chunk the
+	// other group needed).
+	var stale []uint64
 	for i, data := range moved {
 		c := p.chunks[i]
 		if created[i] {
-			if err := chunks.b.Delete(chunkKey(ids[i])); err != nil {
-				return err
-			}
+			stale = append(stale, ids[i])
 		}
 		c.data, c.hash = data, xxhash.Sum64(data)
 		c.sum = sum(BucketChunks, chunkKey(c.hash), data)
@@ -180,6 +183,13 @@ func putRecord(tx *bolt.Tx, p *Prepared) error {
 			return err
 		}
 		ids[i] = id
+	}
+	for _, old := range stale {
+		if !slices.Contains(ids, old) {
+			if err := chunks.b.Delete(chunkKey(old)); err != nil {
+				return err
+			}
+		}
 	}
 	record, copied := p.record, false
 	for i := range p.chunks {

@@ -1,0 +1,342 @@
+package chain
+
+import (
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	bolt "go.etcd.io/bbolt"
+)
+
+func recordDB(t *testing.T) *bolt.DB {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "r.db"), 0o644, &bolt.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.Update(func(tx *bolt.Tx) error {
+		for _, name := range Buckets {
+			tx.CreateBucket(name)
+		}
+		return nil
+	})
+	return db
+}
+
+// boundaryPaths returns n paths each ending a group (hash&shapeMask == 0).
+func boundaryPaths(n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		p := fmt.Sprintf("p%06d", i)
+		if xxhash.Sum64String(p)&shapeMask == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Two groups of one file each. Their content chunks C1, C2 (different
+// bytes) are forged to share xxhash h, as a real 64-bit collision would.
+// Both groups' index chunks are then the same bytes ([h]). One content
+// chunk is stored at h, the other moves to h+1; the group of the moved one
+// gets a corrected index. If the index chunk stored "created" by this put
+// belongs to the group that needs the fix, putRecord deletes it, but the
+// other group's record slot still names it.
+func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
+	for _, swap := range []bool{false, true} {
+		t.Run(fmt.Sprint("swap=", swap), func(t *testing.T) {
+			db := recordDB(t)
+			paths := boundaryPaths(2)
+			cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
+			cp.Files = []Entry{
+				{Path: paths[0], Kind: KindFile, BlobKey: fileKey(1), Size: 1},
+				{Path: paths[1], Kind: KindFile, BlobKey: fileKey(2), Size: 2},
+			}
+			p := Prepare(cp)
+			// chunks: shape1, C1, I1, shape2, C2, I2
+			if len(p.chunks) != 6 || !p.chunks[2].index || !p.chunks[5].index {
+				t.Fatalf("layout: %d chunks", len(p.chunks))
+			}
+			h := p.chunks[1].hash
+			// forge C2's hash = h
+			c2 := &p.chunks[4]
+			c2.hash = h
+			c2.sum = sum(BucketChunks, chunkKey(h), c2.data)
+			// I2's data names C2: rewrite to h, rehash.
+			i2 := &p.chunks[5]
+			i2.data = binary.BigEndian.AppendUint64(nil, h)
+			i2.hash = xxhash.Sum64(i2.data)
+			i2.sum = sum(BucketChunks, chunkKey(i2.hash), i2.data)
+			binary.BigEndian.PutUint64(p.record[i2.slot:], i2.hash)
+			if i2.hash != p.chunks[2].hash {
+				t.Fatal("index chunks differ")
+			}
+			// Equal hashes: SortFunc is not stable, any order is possible.
+			// C1 stored first (C2 moves: group 2 needs the fix); I2 stored
+			// first (created), I1 finds it.
+			p.order = []int32{1, 4, 5, 2, 0, 3}
+			if swap { // C2 first (C1 moves), I1 created
+				p.order = []int32{4, 1, 2, 5, 0, 3}
+			}
+			// shapes in any order; keep hash order irrelevant for them
+			err := db.Update(func(tx *bolt.Tx) error {
+				if err := putRecord(tx, p); err != nil {
+					return err
+				}
+				return addPending(tx, p.ID)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.View(func(tx *bolt.Tx) error {
+				got, err := GetCheckpoint(tx, "c1")
+				if err != nil {
+					return err
+				}
+				if got.Files[0].BlobKey != fileKey(1) || got.Files[1].BlobKey != fileKey(2) {
+					return fmt.Errorf("wrong content: %v", got.Files)
+				}
+				uses, err := ChunkUses(tx, true)
+				if err != nil {
+					return err
+				}
+				if pr, err := CheckChunks(tx, uses); err != nil || len(pr) > 0 {
+					return fmt.Errorf("chunks: %v %v", pr, err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A record naming one large message chunk N times must not make a read
+// allocate N copies: refused on its size claim, or, when the claim is
+// forged small, as soon as the chunks pass it.
+func TestRepeatedChunkOverItsClaim(t *testing.T) {
+	db := recordDB(t)
+	msg := make([]byte, 1<<20)
+	msg[0], msg[len(msg)-1] = '"', '"'
+	for i := 1; i < len(msg)-1; i++ {
+		msg[i] = 'a'
+	}
+	const n = 1000
+	cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic}
+	for range n {
+		cp.Conversation = append(cp.Conversation, json.RawMessage(msg))
+	}
+	var recLen int
+	err := db.Update(func(tx *bolt.Tx) error {
+		if err := PutRecord(tx, cp); err != nil {
+			return err
+		}
+		recLen = len(tx.Bucket(BucketCheckpoints).Get([]byte("c1")))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err = db.View(func(tx *bolt.Tx) error {
+		_, err := GetCheckpoint(tx, "c1")
+		return err
+	})
+	runtime.ReadMemStats(&after)
+	t.Logf("record %d bytes + one 1 MiB chunk; GetCheckpoint err=%v; allocated %d MiB (RecordSize %d > MaxRecordBytes %d: %v)",
+		recLen, err, (after.TotalAlloc-before.TotalAlloc)>>20, RecordSize(cp), MaxRecordBytes, RecordSize(cp) > MaxRecordBytes)
+	if after.TotalAlloc-before.TotalAlloc > MaxRecordBytes {
+		t.Errorf("a %d-byte record made a read allocate %d MiB", recLen, (after.TotalAlloc-before.TotalAlloc)>>20)
+	}
+}
+
+// Same collision, but the order is the one Prepare's sort produces: with
+// more chunks than insertion sort handles, pdqsort may put the equal-hash
+// chunks in either order. Try fillers until the bad order shows up.
+func TestCollisionInPrepareOrder(t *testing.T) {
+	paths := boundaryPaths(40)
+	for fill := 0; fill < 38; fill++ {
+		cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
+		for i := 0; i < 2+fill; i++ {
+			cp.Files = append(cp.Files, Entry{Path: paths[i], Kind: KindFile, BlobKey: fileKey(100 + i), Size: int64(i)})
+		}
+		p := Prepare(cp)
+		// group g is chunks 3g, 3g+1 (content), 3g+2 (index)
+		h := p.chunks[1].hash
+		c2 := &p.chunks[4]
+		c2.hash = h
+		c2.sum = sum(BucketChunks, chunkKey(h), c2.data)
+		i2 := &p.chunks[5]
+		i2.data = binary.BigEndian.AppendUint64(nil, h)
+		i2.hash = xxhash.Sum64(i2.data)
+		i2.sum = sum(BucketChunks, chunkKey(i2.hash), i2.data)
+		binary.BigEndian.PutUint64(p.record[i2.slot:], i2.hash)
+		for i := range p.order {
+			p.order[i] = int32(i)
+		}
+		slices.SortFunc(p.order, func(a, b int32) int { return cmp.Compare(p.chunks[a].hash, p.chunks[b].hash) })
+		db := recordDB(t)
+		err := db.Update(func(tx *bolt.Tx) error { return putRecord(tx, p) })
+		if err == nil {
+			err = db.View(func(tx *bolt.Tx) error { _, err := GetCheckpoint(tx, "c1"); return err })
+		}
+		if err != nil {
+			t.Errorf("%d chunks, order %v: %v", len(p.chunks), p.order, err)
+			return
+		}
+	}
+}
+
+// Randomized: larger manifests (several groups, dirs, symlinks, duplicate
+// files), puts, deletes of several at once, folds. After each step every
+// stored checkpoint reads back as appended, chunks check clean and blob
+// counts match.
+func TestRandomRecordsRoundTrip(t *testing.T) {
+	db := recordDB(t)
+	rng := newRng(11)
+	stored := map[string]*Checkpoint{}
+	for step := range 600 {
+		err := db.Update(func(tx *bolt.Tx) error {
+			switch rng.IntN(4) {
+			case 0, 1:
+				id := fmt.Sprintf("c%d", rng.IntN(30))
+				if stored[id] != nil {
+					return nil
+				}
+				cp := &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
+				n := rng.IntN(400)
+				for j := range n {
+					p := fmt.Sprintf("d%d/f%04d", j/50, j)
+					switch rng.IntN(10) {
+					case 0:
+						cp.Files = append(cp.Files, Entry{Path: p, Kind: KindDir})
+					case 1:
+						cp.Files = append(cp.Files, Entry{Path: p, Kind: KindSymlink, Target: "x"})
+					default:
+						cp.Files = append(cp.Files, Entry{Path: p, Kind: KindFile, BlobKey: fileKey(rng.IntN(40)), Size: int64(rng.IntN(3)), Executable: rng.IntN(5) == 0})
+					}
+				}
+				for range rng.IntN(5) {
+					cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(4))))
+				}
+				stored[id] = cp
+				if err := PutCheckpoint(tx, cp); err != nil {
+					return err
+				}
+				if PendingRefs(tx) >= 4 {
+					return FoldRefs(tx)
+				}
+			case 2:
+				var ids []string
+				for id := range stored {
+					if rng.IntN(4) == 0 {
+						ids = append(ids, id)
+					}
+				}
+				for _, id := range ids {
+					delete(stored, id)
+				}
+				return DeleteCheckpoints(tx, ids)
+			case 3:
+				if rng.IntN(5) == 0 {
+					return FoldRefs(tx)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		err = db.View(func(tx *bolt.Tx) error {
+			for id, want := range stored {
+				got, err := GetCheckpoint(tx, id)
+				if err != nil {
+					return err
+				}
+				w := want.Clone()
+				if len(w.Files) == 0 {
+					w.Files = got.Files
+				}
+				if fmt.Sprint(w) != fmt.Sprint(got) {
+					return fmt.Errorf("%s differs", id)
+				}
+			}
+			uses, err := ChunkUses(tx, true)
+			if err != nil {
+				return err
+			}
+			if pr, err := CheckChunks(tx, uses); err != nil || len(pr) > 0 {
+				return fmt.Errorf("chunks: %v %v", pr, err)
+			}
+			got, err := References(tx)
+			if err != nil {
+				return err
+			}
+			want := recount(tx)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				return fmt.Errorf("refs differ")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+	}
+}
+
+func newRng(s uint64) *rand.Rand { return rand.New(rand.NewPCG(s, s)) }
+
+// The same repetition under a forged, small size claim: the reassembly
+// stops once its chunks pass the claim, before copying them.
+func TestRepeatedChunkUnderAForgedClaim(t *testing.T) {
+	db := recordDB(t)
+	msg := []byte(`"` + strings.Repeat("a", 1<<20) + `"`)
+	h := xxhash.Sum64(msg)
+	var e Encoder
+	for _, s := range []string{"c1", "t", "", "automatic", "", ""} {
+		e.String(s)
+	}
+	e.Varint(0)
+	e.Uvarint(1 << 21) // fullSize: two copies' worth
+	e.Uvarint(0)       // entries
+	e.Uvarint(0)       // groups
+	e.Uvarint(0)       // artifacts
+	e.Uvarint(1000)    // messages, all the same chunk
+	for range 1000 {
+		e.b = binary.BigEndian.AppendUint64(e.b, h)
+	}
+	err := db.Update(func(tx *bolt.Tx) error {
+		k := chunkKey(h)
+		if err := tx.Bucket(BucketChunks).Put(k, Seal(BucketChunks, k, msg)); err != nil {
+			return err
+		}
+		return tx.Bucket(BucketCheckpoints).Put([]byte("c1"), Seal(BucketCheckpoints, []byte("c1"), e.Bytes()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err = db.View(func(tx *bolt.Tx) error {
+		_, err := GetCheckpoint(tx, "c1")
+		return err
+	})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("GetCheckpoint of a record over its claim: %v, want ErrCorrupt", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+		t.Errorf("a record claiming 2 MiB made a read allocate %d MiB", n>>20)
+	}
+}
