@@ -95,7 +95,8 @@ func chunkedThread() []*chain.Checkpoint {
 //   - get-ratio: Get of the head over the baseline's read of the whole
 //     record (unseal, decode, validate);
 //   - list-ms and list-live-MB: List of the thread, and the heap its
-//     result holds; iter-live-MB: the most heap ListIter holds at once.
+//     result holds; iter-live-MB: the most heap ListIter holds at once;
+//   - deletehead-ms: DeleteHead of the head at the end.
 func ChunkedThread(b *testing.B) {
 	cps := chunkedThread()
 	for b.Loop() {
@@ -199,6 +200,14 @@ func chunkedThreadOnce(b *testing.B, cps []*chain.Checkpoint) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// DeleteHead of the head, which is pending, with up to 63 others: it
+	// reads the chunk lists of every pending checkpoint to know which of
+	// its chunks no one else uses.
+	t0 = time.Now()
+	if err := db.DeleteHead(ctx, "agent", head, l.Writer); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(time.Since(t0).Microseconds())/1000, "deletehead-ms")
 	b.ReportMetric(median(perCP), "per-cp-%-median")
 	b.ReportMetric(slices.Max(perCP), "per-cp-%-max")
 	b.ReportMetric(float64(1+slices.Index(perCP, slices.Max(perCP))), "per-cp-max-at")
