@@ -163,7 +163,7 @@ func viewOf(t *testing.T, db *engine.DB) storeView {
 func TestMigrateFormat1(t *testing.T) {
 	ctx := context.Background()
 	old := filepath.Join(t.TempDir(), "old")
-	if err := fstree.CopyFiles(format1Fixture, old); err != nil {
+	if err := fstree.Copy(format1Fixture, old); err != nil {
 		t.Fatal(err)
 	}
 

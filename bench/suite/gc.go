@@ -3,8 +3,6 @@ package suite
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +14,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
+	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
 // GCCheckpoints is the number of checkpoints of every GC store: its
@@ -163,54 +162,10 @@ func NewGCStore(tb testing.TB, scale GCScale, unreferenced int, pending, withWor
 }
 
 // CopyTree copies the regular files, directories and symlinks under src
-// into dst (which must not exist), keeping modes. The benchmark command
-// builds one store per kind and copies it for every run, before timing.
-func CopyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return os.Mkdir(target, info.Mode().Perm())
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		case d.Type().IsRegular():
-			return copyFile(p, target, info.Mode().Perm())
-		}
-		return nil
-	})
-}
-
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
+// into dst (which must not exist), keeping modes (fstree.Copy). The
+// benchmark command builds one store per kind and copies it for every run,
+// before timing.
+func CopyTree(src, dst string) error { return fstree.Copy(src, dst) }
 
 // Mark reads the marks, every referenced key with its count, from s. One
 // op is one BlobReferences; it reports references read per second.

@@ -14,7 +14,7 @@ import (
 // command, then reads it: stats, the log, a restore.
 func TestMigrateAndStats(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	if err := fstree.CopyFiles(filepath.Join("..", "..", "engine", "testdata", "format1"), store); err != nil {
+	if err := fstree.Copy(filepath.Join("..", "..", "engine", "testdata", "format1"), store); err != nil {
 		t.Fatal(err)
 	}
 

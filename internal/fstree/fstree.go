@@ -6,6 +6,7 @@ package fstree
 import (
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -92,9 +93,10 @@ func (n Node) String() string {
 	return n.Mode.String()
 }
 
-// CopyFiles copies the directories and regular files under src into dst
-// (created as needed), for tests that work on a copy of a fixture.
-func CopyFiles(src, dst string) error {
+// Copy copies the regular files, directories and symlinks under src into
+// dst (which must not exist), keeping modes: for tests and benchmarks that
+// work on a copy of a prepared tree.
+func Copy(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -103,14 +105,40 @@ func CopyFiles(src, dst string) error {
 		if err != nil {
 			return err
 		}
-		out := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o755)
-		}
-		b, err := os.ReadFile(p)
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(out, b, 0o644)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(target, info.Mode().Perm())
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			return copyFile(p, target, info.Mode().Perm())
+		}
+		return nil
 	})
+}
+
+func copyFile(src, dst string, mode fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
