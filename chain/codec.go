@@ -334,21 +334,10 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 	cp.Files = make([]Entry, d.Count(3))
 	for i := range cp.Files {
 		f := &cp.Files[i]
-		kind, flags := d.Byte(), d.Byte()
-		f.Path = d.String()
-		f.Executable = flags&flagExecutable != 0
-		switch kind {
-		case 'f':
-			f.Kind = KindFile
+		*f = d.entry()
+		if f.Kind == KindFile { // format 1 keeps a file's digest and size inline
 			f.BlobKey = d.digest(FilePrefix)
 			f.Size = int64(d.Uvarint())
-		case 'd':
-			f.Kind = KindDir
-		case 'l':
-			f.Kind = KindSymlink
-			f.Target = d.String()
-		default:
-			d.fail("entry kind")
 		}
 	}
 	cp.Artifacts = make([]Artifact, d.Count(36))
@@ -364,6 +353,28 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// entry reads a manifest entry's kind byte, flags and path, and a
+// symlink's target: what both record formats write in that order. A
+// file's digest and size are the caller's to read (inline in format 1, in
+// content chunks in format 2).
+func (d *Decoder) entry() (f Entry) {
+	kind, flags := d.Byte(), d.Byte()
+	f.Path = d.String()
+	f.Executable = flags&flagExecutable != 0
+	switch kind {
+	case 'f':
+		f.Kind = KindFile
+	case 'd':
+		f.Kind = KindDir
+	case 'l':
+		f.Kind = KindSymlink
+		f.Target = d.String()
+	default:
+		d.fail("entry kind")
+	}
+	return f
 }
 
 // skip reads past a length-prefixed string without copying it.

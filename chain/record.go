@@ -434,13 +434,8 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 			if uint64(len(cp.Files)) == r.entries {
 				return nil, bad("more entries than its count")
 			}
-			var f Entry
-			kind, flags := d.Byte(), d.Byte()
-			f.Path = d.String()
-			f.Executable = flags&flagExecutable != 0
-			switch kind {
-			case 'f':
-				f.Kind = KindFile
+			f := d.entry()
+			if f.Kind == KindFile {
 				for len(cd.b) == 0 && cd.err == nil && ci < content.len() {
 					data, err := chunks.read(content.at(ci), r.id)
 					if err != nil {
@@ -453,13 +448,6 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 				if cd.err != nil {
 					return nil, bad("content chunks: " + cd.err.Error())
 				}
-			case 'd':
-				f.Kind = KindDir
-			case 'l':
-				f.Kind = KindSymlink
-				f.Target = d.String()
-			default:
-				d.fail("entry kind")
 			}
 			n := 2 + prefixed(len(f.Path)) // as RecordSize counts it
 			switch f.Kind {
