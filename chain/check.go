@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -167,11 +166,8 @@ func RebuildChunkRefs(tx *bolt.Tx, uses map[uint64]int64) error {
 	if _, err := tx.CreateBucket(BucketChunkRefs); err != nil {
 		return err
 	}
-	ids := slices.Sorted(maps.Keys(uses))
-	for _, id := range ids {
-		if err := addChunkRef(tx, id, uses[id]); err != nil {
-			return err
-		}
+	if err := addChunkRefs(tx, uses); err != nil {
+		return err
 	}
 	var unused [][]byte
 	if err := bucket(tx, BucketChunks).ForEach(func(k, _ []byte) error {

@@ -3,6 +3,7 @@ package chain
 import (
 	"bytes"
 	"encoding/binary"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -118,6 +119,17 @@ func addChunkRef(tx *bolt.Tx, id uint64, delta int64) error {
 		return put(tx, BucketChunkRefs, k, binary.AppendUvarint(nil, uint64(n)))
 	}
 	return bucket(tx, BucketChunkRefs).Delete(k)
+}
+
+// addChunkRefs adds each count to the folded count of its chunk, in id
+// order (neighbouring ids share leaf pages).
+func addChunkRefs(tx *bolt.Tx, counts map[uint64]int64) error {
+	for _, id := range slices.Sorted(maps.Keys(counts)) {
+		if err := addChunkRef(tx, id, counts[id]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pendingChunkUses counts, for each chunk, the pending checkpoints using

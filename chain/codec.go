@@ -280,16 +280,7 @@ func EncodeCheckpoint(cp *Checkpoint) []byte {
 			e.String(f.Target)
 		}
 	}
-	e.Uvarint(uint64(len(cp.Artifacts)))
-	for i := range cp.Artifacts {
-		a := &cp.Artifacts[i]
-		e.String(a.ArtifactID)
-		e.String(a.Name)
-		e.String(a.MimeType)
-		e.digest(a.BlobKey, ArtifactPrefix)
-		e.Uvarint(uint64(a.Size))
-		e.Varint(a.CreatedAt)
-	}
+	encodeArtifacts(e, cp.Artifacts)
 	e.Uvarint(uint64(len(cp.Conversation)))
 	for _, m := range cp.Conversation {
 		e.Raw(m)
@@ -340,14 +331,7 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 			f.Size = int64(d.Uvarint())
 		}
 	}
-	cp.Artifacts = make([]Artifact, d.Count(36))
-	for i := range cp.Artifacts {
-		a := &cp.Artifacts[i]
-		a.ArtifactID, a.Name, a.MimeType = d.String(), d.String(), d.String()
-		a.BlobKey = d.digest(ArtifactPrefix)
-		a.Size = int64(d.Uvarint())
-		a.CreatedAt = d.Varint()
-	}
+	cp.Artifacts = decodeArtifacts(d)
 	cp.Conversation = decodeMessages(d)
 	if err := d.Err(); err != nil {
 		return nil, err

@@ -1,8 +1,6 @@
 package chain
 
 import (
-	"slices"
-
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -53,15 +51,5 @@ func MigrateRecords(tx *bolt.Tx) error {
 			}
 		}
 	}
-	chunks := make([]uint64, 0, len(folded))
-	for c := range folded {
-		chunks = append(chunks, c)
-	}
-	slices.Sort(chunks)
-	for _, c := range chunks {
-		if err := addChunkRef(tx, c, folded[c]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return addChunkRefs(tx, folded)
 }

@@ -89,15 +89,8 @@ func FoldRefs(tx *bolt.Tx) error {
 			chunks[c]++
 		}
 	}
-	ids := make([]uint64, 0, len(chunks))
-	for c := range chunks {
-		ids = append(ids, c)
-	}
-	slices.Sort(ids)
-	for _, c := range ids {
-		if err := addChunkRef(tx, c, chunks[c]); err != nil {
-			return err
-		}
+	if err := addChunkRefs(tx, chunks); err != nil {
+		return err
 	}
 	if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
 		return err
