@@ -208,7 +208,7 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 		}
 		if pending {
 			// Its references were never folded in: nothing to subtract.
-			if _, err := dropPending(tx, id); err != nil {
+			if _, err := dropPending(tx, id, r.entries); err != nil {
 				return err
 			}
 		} else {
@@ -225,24 +225,84 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 		}
 		freed = append(freed, chunks...)
 	}
-	if len(freed) == 0 {
-		return nil
-	}
-	uses, err := pendingChunkUses(tx, true)
-	if err != nil {
-		return err
-	}
+	// Only a chunk whose folded count is gone may have lost its last user;
+	// the pending checkpoints (up to RefFoldAfter of them) are read only
+	// when there is such a chunk.
 	slices.Sort(freed)
+	var unfolded []uint64
 	for _, c := range slices.Compact(freed) {
 		n, err := chunkFolded(tx, c)
 		if err != nil {
 			return err
 		}
-		if n+uses[c] == 0 {
+		if n == 0 {
+			unfolded = append(unfolded, c)
+		}
+	}
+	if len(unfolded) == 0 {
+		return nil
+	}
+	used, err := pendingUse(tx, unfolded)
+	if err != nil {
+		return err
+	}
+	for _, c := range unfolded {
+		if !used[c] {
 			if err := bucket(tx, BucketChunks).Delete(chunkKey(c)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// pendingUse reports which of chunks (sorted) a pending checkpoint uses.
+// Pending checkpoints share most of their index chunks, so each distinct
+// index chunk is read once: 44 pending checkpoints of 20,000 files name
+// about 26,000 index chunks, 8,000 of them distinct.
+func pendingUse(tx *bolt.Tx, chunks []uint64) (map[uint64]bool, error) {
+	used := make(map[uint64]bool, len(chunks))
+	for _, c := range chunks {
+		used[c] = false
+	}
+	mark := func(id uint64) {
+		if u, ok := used[id]; ok && !u {
+			used[id] = true
+		}
+	}
+	cc := newChunkCursor(tx)
+	indexes := map[uint64]bool{} // index chunks read
+	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
+		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
+			return err
+		}
+		r, err := loadRecord(tx, string(k))
+		if err == nil && r == nil {
+			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		}
+		if err != nil {
+			return err
+		}
+		for i := range r.messages.len() {
+			mark(r.messages.at(i))
+		}
+		for g := range r.groups.len() / 2 {
+			mark(r.groups.at(2 * g))
+			index := r.groups.at(2*g + 1)
+			mark(index)
+			if indexes[index] {
+				continue
+			}
+			indexes[index] = true
+			content, err := r.contentIDs(cc, g)
+			if err != nil {
+				return err
+			}
+			for i := range content.len() {
+				mark(content.at(i))
+			}
+		}
+		return nil
+	})
+	return used, err
 }

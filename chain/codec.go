@@ -175,7 +175,7 @@ func (d *Decoder) Raw() []byte {
 }
 
 // The whole-checkpoint encoding: the record of store format 1, read now only
-// to migrate such a store (record.go has format 2), and the measure of what
+// to migrate such a store (record.go has formats 2 and 3), and the measure of what
 // a checkpoint takes stored whole (RecordSize, MaxRecordBytes).
 //
 //
@@ -342,7 +342,7 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 // entry reads a manifest entry's kind byte, flags and path, and a
 // symlink's target: what both record formats write in that order. A
 // file's digest and size are the caller's to read (inline in format 1, in
-// content chunks in format 2).
+// content chunks or inline in the record since format 2).
 func (d *Decoder) entry() (f Entry) {
 	kind, flags := d.Byte(), d.Byte()
 	f.Path = d.String()

@@ -44,7 +44,20 @@ func boundaryPaths(n int) []string {
 	return out
 }
 
-// Two groups of one file each. Their content chunks C1, C2 (different
+// padding returns a directory entry whose path sorts before boundaryPaths'
+// and does not end a group, long enough that a manifest holding it is cut
+// into chunks rather than stored inline in its record.
+func padding() Entry {
+	for i := 0; ; i++ {
+		p := fmt.Sprintf("a%d/%s", i, strings.Repeat("x", inlineManifestMax))
+		if xxhash.Sum64String(p)&shapeMask != 0 {
+			return Entry{Path: p, Kind: KindDir}
+		}
+	}
+}
+
+// Two groups of one file each (the first padded, so that the manifest is
+// chunked). Their content chunks C1, C2 (different
 // bytes) are forged to share xxhash h, as a real 64-bit collision would.
 // Both groups' index chunks are then the same bytes ([h]). One content
 // chunk is stored at h, the other moves to h+1; the group of the moved one
@@ -58,6 +71,7 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 			paths := boundaryPaths(2)
 			cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
 			cp.Files = []Entry{
+				padding(),
 				{Path: paths[0], Kind: KindFile, BlobKey: fileKey(1), Size: 1},
 				{Path: paths[1], Kind: KindFile, BlobKey: fileKey(2), Size: 2},
 			}
@@ -92,7 +106,7 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 				if err := putRecord(tx, p); err != nil {
 					return err
 				}
-				return addPending(tx, p.ID)
+				return addPending(tx, p.ID, uint64(len(cp.Files)))
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -102,8 +116,8 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if got.Files[0].BlobKey != fileKey(1) || got.Files[1].BlobKey != fileKey(2) {
-					return fmt.Errorf("wrong content: %v", got.Files)
+				if got.Files[1].BlobKey != fileKey(1) || got.Files[2].BlobKey != fileKey(2) {
+					return fmt.Errorf("wrong content: %v", got.Files[1:])
 				}
 				uses, err := ChunkUses(tx, true)
 				if err != nil {
@@ -168,6 +182,7 @@ func TestCollisionInPrepareOrder(t *testing.T) {
 	paths := boundaryPaths(40)
 	for fill := 0; fill < 38; fill++ {
 		cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
+		cp.Files = []Entry{padding()}
 		for i := 0; i < 2+fill; i++ {
 			cp.Files = append(cp.Files, Entry{Path: paths[i], Kind: KindFile, BlobKey: fileKey(100 + i), Size: int64(i)})
 		}
@@ -234,7 +249,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 				if err := PutCheckpoint(tx, cp); err != nil {
 					return err
 				}
-				if PendingRefs(tx) >= 4 {
+				if PendingWeight(tx) >= 4 {
 					return FoldRefs(tx)
 				}
 			case 2:
@@ -338,5 +353,100 @@ func TestRepeatedChunkUnderAForgedClaim(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
 		t.Errorf("a record claiming 2 MiB made a read allocate %d MiB", n>>20)
+	}
+}
+
+// A manifest of at most inlineManifestMax bytes (shape plus content) is
+// stored in its record, one byte more is cut into chunks; both read back
+// as appended.
+func TestInlineManifestThreshold(t *testing.T) {
+	// n files "f0000".. of size 1: shape 2+1+5 = 8 bytes, content 33 each;
+	// a directory entry pads the shape to the byte.
+	manifest := func(total int) *Checkpoint {
+		cp := &Checkpoint{ID: fmt.Sprint("c", total), ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{json.RawMessage(`"hi"`)}}
+		n := (total - 8) / 41
+		for j := range n {
+			cp.Files = append(cp.Files, Entry{Path: fmt.Sprintf("f%04d", j), Kind: KindFile, BlobKey: fileKey(j), Size: 1})
+		}
+		pad := total - 41*n - 3 // a dir's shape: kind, flags, length byte, path
+		cp.Files = append(cp.Files, Entry{Path: "z" + strings.Repeat("d", pad-1), Kind: KindDir})
+		if sn, cn := manifestSize(cp.Files); sn+cn != total {
+			t.Fatalf("manifest of %d bytes, want %d", sn+cn, total)
+		}
+		return cp
+	}
+	db := recordDB(t)
+	for _, total := range []int{inlineManifestMax, inlineManifestMax + 1} {
+		cp := manifest(total)
+		p := Prepare(cp)
+		inline := len(p.chunks) == 1 // the message only
+		if inline != (total <= inlineManifestMax) {
+			t.Errorf("%d-byte manifest: %d chunks (inline %v)", total, len(p.chunks), inline)
+		}
+		err := db.Update(func(tx *bolt.Tx) error { return PutCheckpoint(tx, cp) })
+		if err == nil {
+			err = db.View(func(tx *bolt.Tx) error {
+				got, err := GetCheckpoint(tx, cp.ID)
+				if err == nil && fmt.Sprint(got) != fmt.Sprint(cp) {
+					err = fmt.Errorf("reads back as %v", got)
+				}
+				return err
+			})
+		}
+		if err != nil {
+			t.Errorf("%d-byte manifest: %v", total, err)
+		}
+	}
+}
+
+// A damaged inline manifest is an error naming what does not add up,
+// never a panic or a wrong checkpoint.
+func TestInlineManifestDamaged(t *testing.T) {
+	shapeOf := func(paths ...string) []byte {
+		var s []byte
+		for _, p := range paths {
+			s = append(s, 'f', 0, byte(len(p)))
+			s = append(s, p...)
+		}
+		return s
+	}
+	contentOf := func(n int) []byte {
+		var c []byte
+		for i := range n {
+			c = appendDigest(c, fileKey(i), FilePrefix)
+			c = append(c, 1)
+		}
+		return c
+	}
+	record := func(entries int, shape, content []byte) []byte {
+		e := &Encoder{}
+		for _, s := range []string{"c", "t", "", string(ReasonAutomatic), "", ""} {
+			e.String(s)
+		}
+		e.Varint(1)
+		e.Uvarint(1000) // fullSize
+		e.Uvarint(uint64(entries))
+		e.Uvarint(0) // no groups: inline
+		e.Raw(shape)
+		e.Raw(content)
+		e.Uvarint(0) // artifacts
+		e.Uvarint(0) // messages
+		return e.Bytes()
+	}
+	good, err := DecodeRecord(record(2, shapeOf("a", "b"), contentOf(2)), nil)
+	if err != nil || len(good.Files) != 2 || good.Files[1].BlobKey != fileKey(1) {
+		t.Fatalf("a good inline record: %v, %v", good, err)
+	}
+	for name, rec := range map[string][]byte{
+		"content of a file more":   record(2, shapeOf("a", "b"), contentOf(3)),
+		"content of a file less":   record(2, shapeOf("a", "b"), contentOf(1)),
+		"more entries than count":  record(1, shapeOf("a", "b"), contentOf(2)),
+		"fewer entries than count": record(3, shapeOf("a", "b"), contentOf(2)),
+		"truncated":                record(2, shapeOf("a", "b"), contentOf(2))[:30],
+		"content cut in a digest":  record(2, shapeOf("a", "b"), contentOf(2)[:50]),
+	} {
+		if cp, err := DecodeRecord(rec, nil); err == nil {
+			t.Errorf("%s: decoded as %v", name, cp)
+		}
 	}
 }

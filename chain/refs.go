@@ -21,7 +21,15 @@ import (
 // records its checkpoint id as pending, and FoldRefs later sums the
 // increments of all pending checkpoints per key and writes each once. When
 // to fold is the caller's policy (the engine folds at the end of a commit
-// once enough checkpoints are pending); PendingRefs tells how many are.
+// once enough is pending); PendingWeight tells how much is.
+//
+// The pending set is weighed, not counted, because what it costs grows
+// with the manifests: a fold writes each distinct key once, and readers
+// decode every pending checkpoint. A pending checkpoint weighs
+// pendingWeight(entries): 1, plus 1 per pendingEntriesPerWeight manifest
+// entries. So a bound on the weight lets a thread of small checkpoints
+// (each sharing most keys with the last) run many appends between folds,
+// and keeps a few huge manifests from piling up.
 //
 // Invariant: the count of key k is
 //
@@ -30,20 +38,32 @@ import (
 // and every reader goes through RefCounter, which applies it. A pending
 // checkpoint that is deleted before folding simply stops being pending.
 
-func addPending(tx *bolt.Tx, id string) error {
+// pendingEntriesPerWeight is how many manifest entries add 1 to the
+// weight of a pending checkpoint.
+const pendingEntriesPerWeight = 1024
+
+// pendingWeight is the weight of a pending checkpoint of entries entries.
+func pendingWeight(entries uint64) uint64 { return 1 + entries/pendingEntriesPerWeight }
+
+// addPending adds checkpoint id, of entries manifest entries, to the
+// pending set; the bucket's sequence is the set's weight.
+func addPending(tx *bolt.Tx, id string, entries uint64) error {
 	b := bucket(tx, BucketPendingRefs)
 	if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), nil)); err != nil {
 		return err
 	}
-	return b.SetSequence(b.Sequence() + 1)
+	return b.SetSequence(b.Sequence() + pendingWeight(entries))
 }
 
-// PendingRefs returns how many checkpoints' references are not folded yet.
-func PendingRefs(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
+// PendingWeight returns the weight of the checkpoints whose references are
+// not folded yet: 1 for each, plus 1 for each 1,024 entries of its
+// manifest. (Format 2 kept their number: a store it wrote weighs its
+// pending set once, when it is upgraded.)
+func PendingWeight(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
 
-// dropPending removes id from the pending set, reporting whether it was
-// there.
-func dropPending(tx *bolt.Tx, id string) (bool, error) {
+// dropPending removes id, of entries manifest entries, from the pending
+// set, reporting whether it was there.
+func dropPending(tx *bolt.Tx, id string, entries uint64) (bool, error) {
 	b := bucket(tx, BucketPendingRefs)
 	if b.Get([]byte(id)) == nil {
 		return false, nil
@@ -51,10 +71,29 @@ func dropPending(tx *bolt.Tx, id string) (bool, error) {
 	if err := b.Delete([]byte(id)); err != nil {
 		return false, err
 	}
-	if n := b.Sequence(); n > 0 {
-		return true, b.SetSequence(n - 1)
+	return true, b.SetSequence(b.Sequence() - min(b.Sequence(), pendingWeight(entries)))
+}
+
+// WeighPending sets the pending set's weight from its checkpoints' records
+// (upgrading a store whose bucket sequence counted them).
+func WeighPending(tx *bolt.Tx) error {
+	b := bucket(tx, BucketPendingRefs)
+	w := uint64(0)
+	err := b.ForEach(func(k, _ []byte) error {
+		r, err := loadRecord(tx, string(k))
+		if err == nil && r == nil {
+			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+		}
+		if err != nil {
+			return err
+		}
+		w += pendingWeight(r.entries)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return true, nil
+	return b.SetSequence(w)
 }
 
 // pendingCounts sums the distinct keys of the pending checkpoints (a
@@ -278,6 +317,7 @@ type chunkRef struct{ id, sum uint64 }
 type pendingRecord struct {
 	sum       uint64     // the record's seal checksum
 	content   []chunkRef // distinct content chunks, sorted
+	inline    [][32]byte // or the distinct digests of an inline manifest
 	artifacts []string   // distinct artifact keys
 	chunks    []uint64   // distinct chunk ids of every list (chunk counts)
 }
@@ -354,6 +394,13 @@ func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r 
 	if p.chunks, err = r.chunkIDs(chunks); err != nil {
 		return p, err
 	}
+	if r.inline {
+		ds, err := contentDigests(r.content)
+		if err != nil {
+			return p, corrupt(BucketCheckpoints, []byte(r.id), "inline content: "+err.Error())
+		}
+		p.inline = ds
+	}
 	lists, err := r.contentLists(chunks)
 	if err != nil {
 		return p, err
@@ -384,19 +431,11 @@ func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r 
 		if err != nil {
 			return p, corrupt(BucketCheckpoints, []byte(r.id), "chunk "+chunkName(id)+" is damaged")
 		}
-		var ds [][32]byte
-		d := Decoder{b: data}
-		for len(d.b) > 0 {
-			var sum [32]byte
-			copy(sum[:], d.Fixed(32))
-			d.Uvarint()
-			ds = append(ds, sum)
-		}
-		if err := d.Err(); err != nil {
+		ds, err := contentDigests(data)
+		if err != nil {
 			return p, corrupt(BucketCheckpoints, []byte(r.id), "content chunk: "+err.Error())
 		}
-		slices.SortFunc(ds, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
-		pc.digests[ref] = slices.Compact(ds)
+		pc.digests[ref] = ds
 	}
 	slices.SortFunc(p.content, compareChunkRefs)
 	p.content = slices.Compact(p.content)
@@ -406,6 +445,24 @@ func (pc *PendingCache) read(chunks *chunkCursor, looked map[uint64]chunkRef, r 
 	slices.Sort(p.artifacts)
 	p.artifacts = slices.Compact(p.artifacts)
 	return p, nil
+}
+
+// contentDigests returns the distinct file digests of content bytes (a
+// content chunk, or an inline manifest's content), sorted.
+func contentDigests(data []byte) ([][32]byte, error) {
+	var ds [][32]byte
+	d := Decoder{b: data}
+	for len(d.b) > 0 {
+		var sum [32]byte
+		copy(sum[:], d.Fixed(32))
+		d.Uvarint()
+		ds = append(ds, sum)
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(ds, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(ds), nil
 }
 
 func compareChunkRefs(a, b chunkRef) int {
@@ -442,11 +499,23 @@ func (pc *PendingCache) recount() {
 	for ref := range use {
 		size += len(pc.digests[ref])
 	}
+	for _, p := range pc.pending {
+		size += len(p.inline)
+	}
 	tallies := make(map[[32]byte]tally, size)
 	for ref, n := range use {
 		for _, d := range pc.digests[ref] {
 			t := tallies[d]
 			t.n, t.chunks = t.n+n, t.chunks+1
+			tallies[d] = t
+		}
+	}
+	// An inline manifest's digests are distinct and held by no chunk: each
+	// counts its checkpoint once.
+	for _, p := range pc.pending {
+		for _, d := range p.inline {
+			t := tallies[d]
+			t.n++
 			tallies[d] = t
 		}
 	}

@@ -86,7 +86,9 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				}
 			case cp == nil:
 				cp = &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
-				for j := range rng.IntN(30) { // several content chunks sharing keys
+				// Up to 90 files: about a third inline (under 2 KiB), the
+				// rest in several content chunks sharing keys.
+				for j := range rng.IntN(90) {
 					cp.Files = append(cp.Files, Entry{Path: fmt.Sprint("f", j), Kind: KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: 1})
 				}
 				if rng.IntN(3) == 0 {
@@ -100,7 +102,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				if err := PutCheckpoint(tx, cp); err != nil {
 					return err
 				}
-				if PendingRefs(tx) >= foldAfter {
+				if PendingWeight(tx) >= foldAfter {
 					folds++
 					if err := FoldRefs(tx); err != nil {
 						return err
@@ -166,5 +168,53 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 	}
 	if folds < 100 {
 		t.Errorf("only %d automatic folds: the test did not exercise folding", folds)
+	}
+}
+
+// The pending set weighs 1 per checkpoint plus 1 per 1,024 entries, kept
+// by appends and deletes, and WeighPending recomputes it from the records
+// (as the upgrade of a format-2 store, whose sequence counted keys, does).
+func TestPendingWeight(t *testing.T) {
+	db := recordDB(t)
+	sizes := map[string]int{"small": 3, "k1": 1023, "k2": 1024, "big": 5000}
+	want := uint64(0)
+	err := db.Update(func(tx *bolt.Tx) error {
+		for id, n := range sizes {
+			cp := &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
+			for j := range n {
+				cp.Files = append(cp.Files, Entry{Path: fmt.Sprintf("f%05d", j), Kind: KindFile, BlobKey: fileKey(j), Size: 1})
+			}
+			if err := PutCheckpoint(tx, cp); err != nil {
+				return err
+			}
+		}
+		if got := PendingWeight(tx); got != 1+1+2+5 {
+			return fmt.Errorf("after the appends: weight %d, want 9", got)
+		}
+		if err := DeleteCheckpoints(tx, []string{"big"}); err != nil {
+			return err
+		}
+		if want = 1 + 1 + 2; PendingWeight(tx) != want {
+			return fmt.Errorf("after deleting big: weight %d, want %d", PendingWeight(tx), want)
+		}
+		if err := tx.Bucket(BucketPendingRefs).SetSequence(3); err != nil { // format 2 counted keys
+			return err
+		}
+		if err := WeighPending(tx); err != nil {
+			return err
+		}
+		if got := PendingWeight(tx); got != want {
+			return fmt.Errorf("WeighPending: %d, want %d", got, want)
+		}
+		if err := FoldRefs(tx); err != nil {
+			return err
+		}
+		if got := PendingWeight(tx); got != 0 {
+			return fmt.Errorf("after a fold: weight %d, want 0", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -138,11 +138,11 @@ func (c *committer) run(batch []*writeReq) {
 	}
 }
 
-// foldIfDue folds pending blob references once Options.RefFoldAfter
-// checkpoints are pending, at the end of a commit so that one fold serves
-// every append of the batch.
+// foldIfDue folds pending blob references once the pending checkpoints
+// weigh Options.RefFoldAfter, at the end of a commit so that one fold
+// serves every append of the batch.
 func (c *committer) foldIfDue(tx *bolt.Tx) error {
-	if chain.PendingRefs(tx) < uint64(c.db.opts.RefFoldAfter) {
+	if chain.PendingWeight(tx) < uint64(c.db.opts.RefFoldAfter) {
 		return nil
 	}
 	return chain.FoldRefs(tx)

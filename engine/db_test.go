@@ -231,8 +231,8 @@ func TestNewerFormatIsRefused(t *testing.T) {
 	})
 	b.Close()
 	_, err = engine.Open(dir, nil)
-	if !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "format 2") {
-		t.Fatalf("Open of a newer format: %v, want ErrFormat naming format 2", err)
+	if want := fmt.Sprintf("reads format %d", engine.FormatVersion); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open of a newer format: %v, want ErrFormat saying %q", err, want)
 	}
 }
 

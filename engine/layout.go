@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The bbolt layout, format version 2. This comment and docs/ARCHITECTURE.md
+// The bbolt layout, format version 3. This comment and docs/ARCHITECTURE.md
 // are the one place it is written down; chain and lease declare their own
 // bucket names but not the layout as a whole.
 //
@@ -21,7 +21,8 @@ import (
 //	              its older meta page (verifyPages); Check warns of it until
 //	              a repair clears it
 //	checkpoints   checkpoint id → checkpoint record: header, artifacts and
-//	              the ids of its chunks (chain/record.go)
+//	              the ids of its chunks, or a small manifest inline
+//	              (chain/record.go)
 //	chunks        be64 chunk id → chunk: part of a manifest or one message,
 //	              shared by the checkpoints that use it (chain/chunks.go)
 //	chunk_refs    be64 chunk id → uvarint folded count of the checkpoints
@@ -32,7 +33,8 @@ import (
 //	refs          blob key → uvarint folded reference count, always > 0
 //	refs_pending  checkpoint id → ∅ for each checkpoint whose references are
 //	              not folded into refs yet (Options.RefFoldAfter); bucket
-//	              sequence = key count
+//	              sequence = their weight: 1 each, plus 1 per 1,024
+//	              manifest entries (chain.PendingWeight)
 //	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
 //	transcripts   threadId → message list (present, even empty, blocks a fork)
 //	writers       threadId → writer state: last fence, live lease if any
@@ -54,16 +56,21 @@ var (
 // FormatVersion is the bbolt layout this build reads and writes.
 //
 //	1  whole checkpoint records (chain.EncodeCheckpoint)
-//	2  records and shared chunks (chain/record.go); a writable Open
-//	   migrates a format-1 store in one transaction (migrate)
-const FormatVersion = 2
+//	2  records and shared chunks (chain/record.go); refs_pending's
+//	   sequence counts its keys
+//	3  a manifest of at most 2 KiB inline in its record; refs_pending's
+//	   sequence weighs its keys. Every format-2 record reads the same, so
+//	   this build reads a format-2 store as it is
+//
+// A writable Open migrates an older store in one transaction (migrate).
+const FormatVersion = 3
 
 func allBuckets() [][]byte {
 	return append([][]byte{bucketMeta, lease.BucketWriters, bucketInstances}, chain.Buckets...)
 }
 
 // initLayout creates the buckets of a new store and stamps its format, or
-// checks the format of an existing one, migrating a format-1 store when tx
+// checks the format of an existing one, migrating an older store when tx
 // is writable (beforeCommit is then asked, as every commit asks the FS).
 func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	meta := tx.Bucket(bucketMeta)
@@ -83,19 +90,20 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	if err != nil {
 		return err
 	}
-	if v == 1 && tx.Writable() {
-		err := migrate(tx)
+	if (v == 1 || v == 2) && tx.Writable() {
+		err := migrate(tx, v)
 		if err == nil {
 			err = beforeCommit()
 		}
 		if err != nil {
-			return fmt.Errorf("migrating the store from format 1 to %d: %w", FormatVersion, err)
+			return fmt.Errorf("migrating the store from format %d to %d: %w", v, FormatVersion, err)
 		}
 		v = FormatVersion
 	}
 	switch {
 	case v == 1:
 		return fmt.Errorf("%w: store has format 1, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", ErrFormat, FormatVersion)
+	case v == 2: // read-only: its records read as they are
 	case v != FormatVersion:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
 	}
@@ -123,16 +131,22 @@ func formatOf(meta *bolt.Bucket) (uint64, error) {
 	return v, nil
 }
 
-// migrate upgrades a format-1 store to FormatVersion inside tx: the new
-// buckets, every record rewritten as chunks, the new format stamp. One
-// transaction, so a crash leaves the store in format 1, whole.
-func migrate(tx *bolt.Tx) error {
-	for _, name := range allBuckets() {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+// migrate upgrades a store of format from (1 or 2) to FormatVersion inside
+// tx: from format 1, the new buckets and every record rewritten as chunks;
+// then the pending set weighed, and the new format stamp. One transaction,
+// so a crash leaves the store as it was, whole.
+func migrate(tx *bolt.Tx, from uint64) error {
+	if from == 1 {
+		for _, name := range allBuckets() {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		if err := chain.MigrateRecords(tx); err != nil {
 			return err
 		}
 	}
-	if err := chain.MigrateRecords(tx); err != nil {
+	if err := chain.WeighPending(tx); err != nil {
 		return err
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)

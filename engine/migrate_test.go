@@ -160,12 +160,46 @@ func viewOf(t *testing.T, db *engine.DB) storeView {
 	return v
 }
 
-func TestMigrateFormat1(t *testing.T) {
-	ctx := context.Background()
-	old := filepath.Join(t.TempDir(), "old")
-	if err := fstree.Copy(format1Fixture, old); err != nil {
+// fixtureCopy copies the store fixture into a new directory and returns it.
+func fixtureCopy(t *testing.T, fixture string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "old")
+	if err := fstree.Copy(fixture, dir); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// replayed writes history on the current format and opens it (closed when
+// the test ends).
+func replayed(t *testing.T) *engine.DB {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "replay")
+	history(t, dir)
+	db, err := engine.Open(dir, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// failMigration opens the old store in dir writable with its migration's
+// commit failing, and requires the failure.
+func failMigration(t *testing.T, dir string) {
+	t.Helper()
+	ffs := faultfs.New(vfs.OS)
+	ffs.FailNth(faultfs.Commit, 1, syscall.EIO)
+	opts := historyOptions()
+	opts.FS = ffs
+	if _, err := engine.Open(dir, opts); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Open with a failing migration commit: %v; want EIO", err)
+	}
+}
+
+func TestMigrateFormat1(t *testing.T) {
+	ctx := context.Background()
+	old := fixtureCopy(t, format1Fixture)
 
 	// Read-only, a format-1 store is refused, saying what to do.
 	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
@@ -173,13 +207,7 @@ func TestMigrateFormat1(t *testing.T) {
 	}
 
 	// A migration whose commit fails leaves format 1, whole.
-	ffs := faultfs.New(vfs.OS)
-	ffs.FailNth(faultfs.Commit, 1, syscall.EIO)
-	opts := historyOptions()
-	opts.FS = ffs
-	if _, err := engine.Open(old, opts); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("Open with a failing migration commit: %v; want EIO", err)
-	}
+	failMigration(t, old)
 	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) {
 		t.Fatalf("after a failed migration, read-only Open: %v; want ErrFormat (format 1 still)", err)
 	}
@@ -198,13 +226,7 @@ func TestMigrateFormat1(t *testing.T) {
 	}
 	db.Close()
 
-	replay := filepath.Join(t.TempDir(), "replay")
-	history(t, replay)
-	db2, err := engine.Open(replay, historyOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db2.Close()
+	db2 := replayed(t)
 	if diff := cmp.Diff(viewOf(t, db2), got); diff != "" {
 		t.Errorf("migrated store differs from the history replayed (-replayed +migrated):\n%s", diff)
 	}
@@ -216,4 +238,48 @@ func TestMigrateFormat1(t *testing.T) {
 		t.Fatalf("read-only Open after migration: %v", err)
 	}
 	ro.Close()
+}
+
+// format2Fixture is a store written by the format-2 engine (commit
+// b39cfe5) running history: every manifest in chunks, and refs_pending's
+// sequence counting its keys.
+const format2Fixture = "testdata/format2"
+
+func TestMigrateFormat2(t *testing.T) {
+	ctx := context.Background()
+	old := fixtureCopy(t, format2Fixture)
+	db2 := replayed(t)
+	want := viewOf(t, db2)
+
+	// Read-only, a format-2 store reads as it is, the same as the history
+	// written on the current format (small manifests inline).
+	ro, err := engine.Open(old, &engine.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open of a format-2 store: %v", err)
+	}
+	if diff := cmp.Diff(want, viewOf(t, ro)); diff != "" {
+		t.Errorf("format-2 store read as it is differs from the history replayed (-replayed +format 2):\n%s", diff)
+	}
+	ro.Close()
+
+	// A migration whose commit fails leaves format 2.
+	failMigration(t, old)
+	from, to, err := engine.Migrate(ctx, old, historyOptions())
+	if err != nil || from != 2 || to != engine.FormatVersion {
+		t.Fatalf("Migrate = %d, %d, %v; want 2, %d (format 2 left by the failed one)", from, to, err, engine.FormatVersion)
+	}
+	db, err := engine.Open(old, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if diff := cmp.Diff(want, viewOf(t, db)); diff != "" {
+		t.Errorf("migrated store differs from the history replayed (-replayed +migrated):\n%s", diff)
+	}
+	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated from format 2")
+	wantTree := filepath.Join(t.TempDir(), "want")
+	if _, err := db2.Restore(ctx, "c3", wantTree, nil); err != nil {
+		t.Fatal(err)
+	}
+	restoreEqual(t, db, "c3", filepath.Join(t.TempDir(), "got"), snapshot(t, wantTree))
 }

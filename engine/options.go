@@ -25,11 +25,14 @@ type Options struct {
 	// ReadOnly opens the store for reading; writes fail. Several read-only
 	// handles may share a store, but not with a writer.
 	ReadOnly bool
-	// RefFoldAfter is how many appended checkpoints may have their blob
-	// reference counts pending before a commit folds them into the counts
-	// (chain/refs.go). Higher makes appends cheaper and reading counts
-	// (BlobReferences, Fork's check) costlier: a read decodes the pending
-	// checkpoints. Default 64; 1 folds at every commit.
+	// RefFoldAfter is how much may have its blob reference counts pending
+	// before a commit folds them into the counts (chain/refs.go), weighed
+	// as chain.PendingWeight does: 1 for each appended checkpoint, plus 1
+	// for each 1,024 entries of its manifest. Higher makes appends cheaper
+	// and reading counts (BlobReferences, Fork's check, DeleteHead's chunk
+	// check) costlier: a read decodes the pending checkpoints. Default
+	// 1,024: as many small checkpoints, or 51 of 20,000 files, about a
+	// million manifest entries; 1 folds at every commit.
 	RefFoldAfter int
 	// NoSync skips fsync on commit. Unsafe: a crash can lose acknowledged
 	// writes. For tests and benchmarks only.
@@ -45,7 +48,7 @@ const (
 	DefaultLeaseDuration = 120 * time.Second
 	DefaultRenewAfter    = 45 * time.Second
 	DefaultLockTimeout   = time.Second
-	DefaultRefFoldAfter  = 64
+	DefaultRefFoldAfter  = 1024
 )
 
 // ErrInvalidOptions reports options the contract rejects at construction.

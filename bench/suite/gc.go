@@ -62,7 +62,7 @@ func (s *GCStore) now() time.Time { return time.UnixMilli(s.clock.Load()) }
 // closes it: scale.References+unreferenced tiny blobs, and GCCheckpoints
 // checkpoints naming the first scale.References of them. It is written
 // without fsync. With pending, the last 36 checkpoints' references are left
-// pending (the engine folds every 64 appends), each with keys of its own:
+// pending (it folds every 64 appends), each with keys of its own:
 // the costliest case for counting; else every reference is folded. When
 // withWorkspace, it also writes a 200-file workspace under dir/ws for
 // CaptureDuringSweep.
@@ -71,7 +71,9 @@ func BuildGCStore(dir string, scale GCScale, unreferenced int, pending, withWork
 		return fmt.Errorf("GC scale: %d references is not a multiple of %d", scale.References, GCCheckpoints)
 	}
 	now := func() time.Time { return gcT0 }
-	foldAfter := 0 // the default
+	// Fold after 64 checkpoints (each weighs 1 plus 1 per 1,024 entries,
+	// chain.PendingWeight), so that the last 36 of 100 are pending.
+	foldAfter := 64 * (1 + scale.PerCheckpoint()/1024)
 	if !pending {
 		foldAfter = 1
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,10 +23,10 @@ func TestMigrateAndStats(t *testing.T) {
 	if msg := fail(t, "threads", "--db", store); !strings.Contains(msg, "format 1") || !strings.Contains(msg, "sbxdb migrate") {
 		t.Errorf("threads on a format-1 store: %q", msg)
 	}
-	if out := ok(t, "migrate", "--db", store); !strings.Contains(out, "from format 1 to 2") {
+	if out := ok(t, "migrate", "--db", store); !strings.Contains(out, fmt.Sprintf("from format 1 to %d", engine.FormatVersion)) {
 		t.Errorf("migrate: %q", out)
 	}
-	if out := ok(t, "migrate", "--db", store); !strings.Contains(out, "already format 2") {
+	if out := ok(t, "migrate", "--db", store); !strings.Contains(out, fmt.Sprintf("already format %d", engine.FormatVersion)) {
 		t.Errorf("migrate again: %q", out)
 	}
 	ok(t, "check", "--db", store, "--verify-blobs")
