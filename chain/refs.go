@@ -45,11 +45,11 @@ const pendingEntriesPerWeight = 1024
 // pendingWeight is the weight of a pending checkpoint of entries entries.
 func pendingWeight(entries uint64) uint64 { return 1 + entries/pendingEntriesPerWeight }
 
-// addPending adds checkpoint id, of entries manifest entries, to the
-// pending set; the bucket's sequence is the set's weight.
-func addPending(tx *bolt.Tx, id string, entries uint64) error {
+// addPending adds checkpoint id of thread, of entries manifest entries, to
+// the pending set; the bucket's sequence is the set's weight.
+func addPending(tx *bolt.Tx, id, thread string, entries uint64) error {
 	b := bucket(tx, BucketPendingRefs)
-	if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), nil)); err != nil {
+	if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), []byte(thread))); err != nil {
 		return err
 	}
 	return b.SetSequence(b.Sequence() + pendingWeight(entries))
@@ -60,6 +60,32 @@ func addPending(tx *bolt.Tx, id string, entries uint64) error {
 // manifest. (Format 2 kept their number: a store it wrote weighs its
 // pending set once, when it is upgraded.)
 func PendingWeight(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
+
+// PendingPerThread reports whether the pending checkpoints number at least
+// per for each thread they belong to (a format-2 store names no threads
+// until it is upgraded: they count as one). It stops reading once the
+// threads seen make that impossible: the checkpoints are no more than
+// their weight.
+func PendingPerThread(tx *bolt.Tx, per int) (bool, error) {
+	limit := PendingWeight(tx)
+	n := 0
+	seen := map[string]bool{}
+	c := bucket(tx, BucketPendingRefs).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		thread, err := Unseal(BucketPendingRefs, k, v)
+		if err != nil {
+			return false, err
+		}
+		n++
+		if !seen[string(thread)] { // the lookup does not allocate
+			seen[string(thread)] = true
+			if uint64(per*len(seen)) > limit {
+				return false, nil
+			}
+		}
+	}
+	return n >= per*len(seen), nil
+}
 
 // dropPending removes id, of entries manifest entries, from the pending
 // set, reporting whether it was there.
@@ -74,11 +100,13 @@ func dropPending(tx *bolt.Tx, id string, entries uint64) (bool, error) {
 	return true, b.SetSequence(b.Sequence() - min(b.Sequence(), pendingWeight(entries)))
 }
 
-// WeighPending sets the pending set's weight from its checkpoints' records
-// (upgrading a store whose bucket sequence counted them).
+// WeighPending sets the pending set's weight, and each entry's thread,
+// from the checkpoints' records (upgrading a format-2 store, whose bucket
+// sequence counted them and whose entries were empty).
 func WeighPending(tx *bolt.Tx) error {
 	b := bucket(tx, BucketPendingRefs)
 	w := uint64(0)
+	threads := map[string]string{}
 	err := b.ForEach(func(k, _ []byte) error {
 		r, err := loadRecord(tx, string(k))
 		if err == nil && r == nil {
@@ -88,10 +116,16 @@ func WeighPending(tx *bolt.Tx) error {
 			return err
 		}
 		w += pendingWeight(r.entries)
+		threads[string(k)] = r.threadID
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	for id, thread := range threads {
+		if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), []byte(thread))); err != nil {
+			return err
+		}
 	}
 	return b.SetSequence(w)
 }

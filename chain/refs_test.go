@@ -191,20 +191,42 @@ func TestPendingWeight(t *testing.T) {
 		if got := PendingWeight(tx); got != 1+1+2+5 {
 			return fmt.Errorf("after the appends: weight %d, want 9", got)
 		}
+		// 4 checkpoints of one thread, weighing 9.
+		for per, want := range map[int]bool{4: true, 5: false, 9: false} {
+			if due, err := PendingPerThread(tx, per); due != want || err != nil {
+				return fmt.Errorf("PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
+			}
+		}
 		if err := DeleteCheckpoints(tx, []string{"big"}); err != nil {
 			return err
 		}
 		if want = 1 + 1 + 2; PendingWeight(tx) != want {
 			return fmt.Errorf("after deleting big: weight %d, want %d", PendingWeight(tx), want)
 		}
-		if err := tx.Bucket(BucketPendingRefs).SetSequence(3); err != nil { // format 2 counted keys
+		// Format 2 counted keys and named no threads.
+		b := tx.Bucket(BucketPendingRefs)
+		for _, id := range []string{"small", "k1", "k2"} {
+			if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), nil)); err != nil {
+				return err
+			}
+		}
+		if err := b.SetSequence(3); err != nil {
+			return err
+		}
+		if err := PutCheckpoint(tx, &Checkpoint{ID: "other", ThreadID: "t2", Reason: ReasonAutomatic}); err != nil {
 			return err
 		}
 		if err := WeighPending(tx); err != nil {
 			return err
 		}
-		if got := PendingWeight(tx); got != want {
-			return fmt.Errorf("WeighPending: %d, want %d", got, want)
+		if got := PendingWeight(tx); got != want+1 {
+			return fmt.Errorf("WeighPending: %d, want %d", got, want+1)
+		}
+		// 4 checkpoints, now of 2 threads.
+		for per, want := range map[int]bool{2: true, 3: false} {
+			if due, err := PendingPerThread(tx, per); due != want || err != nil {
+				return fmt.Errorf("after WeighPending, PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
+			}
 		}
 		if err := FoldRefs(tx); err != nil {
 			return err

@@ -123,7 +123,7 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 	if err := putRecord(tx, p); err != nil {
 		return err
 	}
-	return addPending(tx, p.ID, uint64(len(p.cp.Files)))
+	return addPending(tx, p.ID, p.cp.ThreadID, uint64(len(p.cp.Files)))
 }
 
 // PutRecord stores cp's record and index key only, leaving reference counts

@@ -27,6 +27,16 @@ func (db *DB) SetRefCount(key string, n int64) error {
 	})
 }
 
+// Pending returns the pending set's weight and size.
+func (db *DB) Pending() (weight uint64, n int, err error) {
+	err = db.bolt.View(func(tx *bolt.Tx) error {
+		weight = chain.PendingWeight(tx)
+		n = tx.Bucket(chain.BucketPendingRefs).Stats().KeyN
+		return nil
+	})
+	return weight, n, err
+}
+
 // OnPoint registers a test hook at a named point of a write.
 func (db *DB) OnPoint(name string, fn func() error) (remove func()) {
 	db.pointsMu.Lock()

@@ -31,8 +31,8 @@ import (
 //	              (List is one range scan in createdAt, id-bytes order)
 //	heads         threadId → head checkpoint id
 //	refs          blob key → uvarint folded reference count, always > 0
-//	refs_pending  checkpoint id → ∅ for each checkpoint whose references are
-//	              not folded into refs yet (Options.RefFoldAfter); bucket
+//	refs_pending  checkpoint id → its threadId, for each checkpoint whose
+//	              references are not folded into refs yet (foldIfDue); bucket
 //	              sequence = their weight: 1 each, plus 1 per 1,024
 //	              manifest entries (chain.PendingWeight)
 //	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)

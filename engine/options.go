@@ -32,7 +32,9 @@ type Options struct {
 	// and reading counts (BlobReferences, Fork's check, DeleteHead's chunk
 	// check) costlier: a read decodes the pending checkpoints. Default
 	// 1,024: as many small checkpoints, or 51 of 20,000 files, about a
-	// million manifest entries; 1 folds at every commit.
+	// million manifest entries; 1 folds at every commit. A commit also
+	// folds once 64 checkpoints are pending per thread among them (a lone
+	// writer folds every 64 appends: its pending set then fits a page).
 	RefFoldAfter int
 	// NoSync skips fsync on commit. Unsafe: a crash can lose acknowledged
 	// writes. For tests and benchmarks only.
