@@ -226,7 +226,7 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 		freed = append(freed, chunks...)
 	}
 	// Only a chunk whose folded count is gone may have lost its last user;
-	// the pending checkpoints (up to RefFoldAfter of them) are read only
+	// the pending checkpoints (at most RefFoldAfter of them) are read only
 	// when there is such a chunk.
 	slices.Sort(freed)
 	var unfolded []uint64

@@ -342,7 +342,7 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 // entry reads a manifest entry's kind byte, flags and path, and a
 // symlink's target: what both record formats write in that order. A
 // file's digest and size are the caller's to read (inline in format 1, in
-// content chunks or inline in the record since format 2).
+// content chunks since format 2, or inline in the record in format 3).
 func (d *Decoder) entry() (f Entry) {
 	kind, flags := d.Byte(), d.Byte()
 	f.Path = d.String()

@@ -5,8 +5,8 @@ import (
 )
 
 // MigrateRecords rewrites every checkpoint record of a format-1 store
-// (whole checkpoints, EncodeCheckpoint) as a format-2 record and its chunks
-// (record.go), in tx. Chunk counts start as the blob counts stand: a
+// (whole checkpoints, EncodeCheckpoint) as the record this build writes and
+// its chunks, or with its manifest inline (record.go), in tx. Chunk counts start as the blob counts stand: a
 // checkpoint whose references are pending keeps its chunks pending too, the
 // others are folded. The caller creates the chunk buckets first.
 func MigrateRecords(tx *bolt.Tx) error {

@@ -600,7 +600,7 @@ func (r *storedRecord) forEachContent(chunks chunkSource, fn func(data []byte) e
 	return nil
 }
 
-// EncodeRecord returns the format-2 record payload of a valid checkpoint
+// EncodeRecord returns the record payload of a valid checkpoint
 // as an append stores it when no chunk id collides, and its chunks by id.
 // For tests that forge stored records.
 func EncodeRecord(cp *Checkpoint) (record []byte, chunks map[uint64][]byte) {
@@ -612,7 +612,7 @@ func EncodeRecord(cp *Checkpoint) (record []byte, chunks map[uint64][]byte) {
 	return p.record, chunks
 }
 
-// DecodeRecord decodes a format-2 record payload and reassembles its
+// DecodeRecord decodes a record payload (format 2 or 3) and reassembles its
 // checkpoint from chunks; it runs the code a store's reads run, without
 // the final validation. For tests.
 func DecodeRecord(p []byte, chunks map[uint64][]byte) (*Checkpoint, error) {

@@ -253,16 +253,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 					return FoldRefs(tx)
 				}
 			case 2:
-				var ids []string
-				for id := range stored {
-					if rng.IntN(4) == 0 {
-						ids = append(ids, id)
-					}
-				}
-				for _, id := range ids {
-					delete(stored, id)
-				}
-				return DeleteCheckpoints(tx, ids)
+				return deleteSome(tx, rng, stored, 4)
 			case 3:
 				if rng.IntN(5) == 0 {
 					return FoldRefs(tx)
@@ -287,22 +278,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 					return fmt.Errorf("%s differs", id)
 				}
 			}
-			uses, err := ChunkUses(tx, true)
-			if err != nil {
-				return err
-			}
-			if pr, err := CheckChunks(tx, uses); err != nil || len(pr) > 0 {
-				return fmt.Errorf("chunks: %v %v", pr, err)
-			}
-			got, err := References(tx)
-			if err != nil {
-				return err
-			}
-			want := recount(tx)
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				return fmt.Errorf("refs differ")
-			}
-			return nil
+			return checkCounts(tx)
 		})
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
@@ -447,6 +423,63 @@ func TestInlineManifestDamaged(t *testing.T) {
 	} {
 		if cp, err := DecodeRecord(rec, nil); err == nil {
 			t.Errorf("%s: decoded as %v", name, cp)
+		}
+	}
+}
+
+// Manifests of only directories, only symlinks or only files, of 0 to 139
+// entries and three path lengths, cross the inline bound in every way; each
+// reads back, and counts and chunks stay right through folds and deletes.
+// (Written by a review of format 3.)
+func TestInlineBoundaryKinds(t *testing.T) {
+	db := recordDB(t)
+	stride := 2
+	if testing.Short() {
+		stride = 7
+	}
+	i := 0
+	for _, kind := range []Kind{KindDir, KindSymlink, KindFile} {
+		for n := 0; n < 140; n += stride {
+			for _, plen := range []int{5, 13, 60} {
+				i++
+				cp := &Checkpoint{ID: fmt.Sprint("c", i), ThreadID: "t", Reason: ReasonAutomatic}
+				for j := range n {
+					e := Entry{Path: fmt.Sprintf("%0*d", plen, j), Kind: kind}
+					switch kind {
+					case KindSymlink:
+						e.Target = strings.Repeat("x", 1+j%7)
+					case KindFile:
+						e.BlobKey, e.Size = fileKey(j%5), int64(j)
+					}
+					cp.Files = append(cp.Files, e)
+				}
+				err := db.Update(func(tx *bolt.Tx) error {
+					if err := PutCheckpoint(tx, cp); err != nil {
+						return err
+					}
+					if i%5 == 0 {
+						if err := FoldRefs(tx); err != nil {
+							return err
+						}
+					}
+					got, err := GetCheckpoint(tx, cp.ID)
+					if err != nil {
+						return err
+					}
+					if len(got.Files) != len(cp.Files) || len(cp.Files) > 0 && fmt.Sprint(got.Files) != fmt.Sprint(cp.Files) {
+						return fmt.Errorf("reads back as %v", got.Files)
+					}
+					if i%2 == 0 {
+						if err := DeleteCheckpoints(tx, []string{cp.ID}); err != nil {
+							return err
+						}
+					}
+					return checkCounts(tx)
+				})
+				if err != nil {
+					t.Fatalf("%v × %d, paths of %d: %v", kind, n, plen, err)
+				}
+			}
 		}
 	}
 }

@@ -102,18 +102,19 @@ func dropPending(tx *bolt.Tx, id string, entries uint64) (bool, error) {
 
 // WeighPending sets the pending set's weight, and each entry's thread,
 // from the checkpoints' records (upgrading a format-2 store, whose bucket
-// sequence counted them and whose entries were empty).
+// sequence counted them and whose entries were empty). An entry whose
+// record is missing or damaged weighs 1 and is left as it is: the upgrade
+// runs in a writable Open, and must not lock out the check and repair that
+// report and fix it (found by review).
 func WeighPending(tx *bolt.Tx) error {
 	b := bucket(tx, BucketPendingRefs)
 	w := uint64(0)
 	threads := map[string]string{}
 	err := b.ForEach(func(k, _ []byte) error {
 		r, err := loadRecord(tx, string(k))
-		if err == nil && r == nil {
-			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
-		}
-		if err != nil {
-			return err
+		if err != nil || r == nil {
+			w++
+			return nil
 		}
 		w += pendingWeight(r.entries)
 		threads[string(k)] = r.threadID

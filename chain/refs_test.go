@@ -109,22 +109,10 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 					}
 				}
 			}
-			got, err := References(tx)
-			if err != nil {
+			if err := checkCounts(tx); err != nil {
 				return err
 			}
 			want := recount(tx)
-			if diff := cmp.Diff(want, got); diff != "" {
-				return fmt.Errorf("counts differ from the recount (-want +got):\n%s", diff)
-			}
-			// Chunks: stored exactly when used, counted right.
-			uses, err := ChunkUses(tx, true)
-			if err != nil {
-				return err
-			}
-			if problems, err := CheckChunks(tx, uses); err != nil || len(problems) > 0 {
-				return fmt.Errorf("chunks: %v %v", problems, err)
-			}
 			wantN := map[string]int64{}
 			for _, r := range want {
 				wantN[r.Key] = r.References
@@ -156,7 +144,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 					return err
 				}
 				after, _ := References(tx)
-				if diff := cmp.Diff(got, after); diff != "" {
+				if diff := cmp.Diff(want, after); diff != "" {
 					return fmt.Errorf("an explicit fold changed counts:\n%s", diff)
 				}
 			}
@@ -239,4 +227,133 @@ func TestPendingWeight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The count model with what TestLazyRefsMatchRecount lacks: several
+// threads, directories and symlinks, deletes of several checkpoints at
+// once, folds by weight, and manifests past 1,024 entries (weight above 1).
+// After every step: each checkpoint reads back, counts equal a recount,
+// chunks check clean, and the pending set's weight and thread names agree
+// with the checkpoints. (Written by a review of format 3.)
+func TestRefsModelThreadsAndWeights(t *testing.T) {
+	seeds, steps := uint64(3), 800
+	if testing.Short() {
+		seeds, steps = 1, 300
+	}
+	for seed := range seeds {
+		db := recordDB(t)
+		rng := rand.New(rand.NewPCG(seed, 99))
+		stored := map[string]*Checkpoint{}
+		for step := range steps {
+			err := db.Update(func(tx *bolt.Tx) error {
+				if op := rng.IntN(10); op < 3 && len(stored) > 0 {
+					if err := deleteSome(tx, rng, stored, 3); err != nil {
+						return err
+					}
+				} else {
+					id := fmt.Sprintf("s%dc%d", seed, step)
+					cp := &Checkpoint{ID: id, ThreadID: fmt.Sprint("t", rng.IntN(3)), Reason: ReasonAutomatic}
+					n := rng.IntN(80)
+					if rng.IntN(60) == 0 {
+						n = 1030 + rng.IntN(1100)
+					}
+					for j := range n {
+						e := Entry{Path: fmt.Sprintf("f%05d", j), Kind: KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: int64(rng.IntN(3))}
+						switch rng.IntN(6) {
+						case 0:
+							e = Entry{Path: e.Path, Kind: KindDir}
+						case 1:
+							e = Entry{Path: e.Path, Kind: KindSymlink, Target: fmt.Sprint("tgt", rng.IntN(2))}
+						}
+						cp.Files = append(cp.Files, e)
+					}
+					if rng.IntN(3) == 0 {
+						cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
+					}
+					for range rng.IntN(4) {
+						cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(3))))
+					}
+					stored[id] = cp
+					if err := PutCheckpoint(tx, cp); err != nil {
+						return err
+					}
+					if PendingWeight(tx) >= 7 || rng.IntN(20) == 0 {
+						if err := FoldRefs(tx); err != nil {
+							return err
+						}
+					}
+				}
+				for id, cp := range stored {
+					got, err := GetCheckpoint(tx, id)
+					if err != nil {
+						return err
+					}
+					if diff := cmp.Diff(cp.Files, got.Files); len(cp.Files) > 0 && diff != "" {
+						return fmt.Errorf("%s files differ: %s", id, diff)
+					}
+				}
+				if err := checkCounts(tx); err != nil {
+					return err
+				}
+				w := uint64(0)
+				err := tx.Bucket(BucketPendingRefs).ForEach(func(k, v []byte) error {
+					th, err := Unseal(BucketPendingRefs, k, v)
+					if err != nil {
+						return err
+					}
+					cp := stored[string(k)]
+					if cp == nil || string(th) != cp.ThreadID {
+						return fmt.Errorf("pending %s names thread %q", k, th)
+					}
+					w += pendingWeight(uint64(len(cp.Files)))
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				if w != PendingWeight(tx) {
+					return fmt.Errorf("weight %d, want %d", PendingWeight(tx), w)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+		}
+	}
+}
+
+// checkCounts checks the invariants of counts in tx: the references equal
+// a recount from the records, and the chunks are stored exactly when used
+// and counted right.
+func checkCounts(tx *bolt.Tx) error {
+	got, err := References(tx)
+	if err != nil {
+		return err
+	}
+	if diff := cmp.Diff(recount(tx), got); diff != "" {
+		return fmt.Errorf("counts differ from the recount (-want +got):\n%s", diff)
+	}
+	uses, err := ChunkUses(tx, true)
+	if err != nil {
+		return err
+	}
+	if problems, err := CheckChunks(tx, uses); err != nil || len(problems) > 0 {
+		return fmt.Errorf("chunks: %v %v", problems, err)
+	}
+	return nil
+}
+
+// deleteSome deletes about one in n of the stored checkpoints, at once.
+func deleteSome(tx *bolt.Tx, rng *rand.Rand, stored map[string]*Checkpoint, n int) error {
+	var ids []string
+	for id := range stored {
+		if rng.IntN(n) == 0 {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		delete(stored, id)
+	}
+	return DeleteCheckpoints(tx, ids)
 }

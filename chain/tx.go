@@ -27,8 +27,8 @@ var (
 	// (> 0); see refs.go for the pending part of a count.
 	BucketRefs = []byte("refs")
 	// BucketPendingRefs holds the id of each checkpoint whose references
-	// are not yet folded into BucketRefs (→ sealed empty payload). Its
-	// bucket sequence counts its keys.
+	// are not yet folded into BucketRefs (→ sealed threadId; empty in
+	// format 2). Its bucket sequence is their weight (refs.go).
 	BucketPendingRefs = []byte("refs_pending")
 	// BucketTranscripts maps threadId → sealed message list.
 	BucketTranscripts = []byte("transcripts")

@@ -19,6 +19,7 @@ import (
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/vfs/faultfs"
+	bolt "go.etcd.io/bbolt"
 )
 
 // format1Fixture is a store written by the format-1 engine running history
@@ -282,4 +283,38 @@ func TestMigrateFormat2(t *testing.T) {
 		t.Fatal(err)
 	}
 	restoreEqual(t, db, "c3", filepath.Join(t.TempDir(), "got"), snapshot(t, wantTree))
+}
+
+// A format-2 store whose pending set names a missing checkpoint still
+// upgrades, so that check reports the damage and repair fixes it, as it
+// would in format 3 (found by review: the upgrade refused the store, and
+// with it every writable open).
+func TestMigrateFormat2DanglingPending(t *testing.T) {
+	ctx := context.Background()
+	dir := fixtureCopy(t, format2Fixture)
+	b, err := bolt.Open(filepath.Join(dir, engine.DBFile), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		k := []byte("ghost")
+		return tx.Bucket(chain.BucketPendingRefs).Put(k, chain.Seal(chain.BucketPendingRefs, k, nil))
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := engine.Open(dir, historyOptions())
+	if err != nil {
+		t.Fatalf("writable Open of a format-2 store with a dangling pending key: %v", err)
+	}
+	defer db.Close()
+	rep, err := db.Check(ctx, engine.CheckStoreOptions{})
+	if err != nil || rep.Clean() {
+		t.Fatalf("check of the upgraded store: clean %v, %v; want a finding", rep.Clean(), err)
+	}
+	if _, err := db.Check(ctx, engine.CheckStoreOptions{Repair: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkNoErrors(t, db, engine.CheckStoreOptions{}, "after repair")
 }

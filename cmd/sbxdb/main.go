@@ -20,7 +20,7 @@
 //	check                 check reference counts, heads, chains and blobs (--repair, --verify-blobs)
 //	gc                    retention (--keep N), the sweep of unused blobs (--older-than), repacking
 //	compact               rewrite the database file without its free pages
-//	migrate               upgrade a store of an older format (format 1) to this build's
+//	migrate               upgrade a store of an older format (1 or 2) to this build's
 //	help [COMMAND]        print the command list, or one command's help
 //
 // capture, gc, compact, migrate and check --repair open the store for writing
