@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -107,10 +108,25 @@ func dropPending(tx *bolt.Tx, id string, entries uint64) (bool, error) {
 // runs in a writable Open, and must not lock out the check and repair that
 // report and fix it (found by review).
 func WeighPending(tx *bolt.Tx) error {
+	w, threads, err := weighPending(tx)
+	if err != nil {
+		return err
+	}
 	b := bucket(tx, BucketPendingRefs)
+	for id, thread := range threads {
+		if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), []byte(thread))); err != nil {
+			return err
+		}
+	}
+	return b.SetSequence(w)
+}
+
+// weighPending returns the weight of the pending set as its records give
+// it, and the thread of each entry that has a record.
+func weighPending(tx *bolt.Tx) (uint64, map[string]string, error) {
 	w := uint64(0)
 	threads := map[string]string{}
-	err := b.ForEach(func(k, _ []byte) error {
+	err := bucket(tx, BucketPendingRefs).ForEach(func(k, _ []byte) error {
 		r, err := loadRecord(tx, string(k))
 		if err != nil || r == nil {
 			w++
@@ -120,15 +136,29 @@ func WeighPending(tx *bolt.Tx) error {
 		threads[string(k)] = r.threadID
 		return nil
 	})
+	return w, threads, err
+}
+
+// CheckPending compares the pending set's weight and its entries' threads
+// with what the records give, and describes each difference. They decide
+// only when folds run, never a count; WeighPending sets them right.
+func CheckPending(tx *bolt.Tx) ([]string, error) {
+	w, threads, err := weighPending(tx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for id, thread := range threads {
-		if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), []byte(thread))); err != nil {
-			return err
+	var out []string
+	if have := PendingWeight(tx); have != w {
+		out = append(out, fmt.Sprintf("pending set weighs %d, its checkpoints %d", have, w))
+	}
+	err = bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
+		thread, err := Unseal(BucketPendingRefs, k, v)
+		if want, ok := threads[string(k)]; ok && (err != nil || string(thread) != want) {
+			out = append(out, fmt.Sprintf("pending entry %q names thread %q, its checkpoint %q", k, thread, want))
 		}
-	}
-	return b.SetSequence(w)
+		return nil
+	})
+	return out, err
 }
 
 // pendingCounts sums the distinct keys of the pending checkpoints (a

@@ -44,6 +44,7 @@ const (
 	FindingMissingBlob    = "missing-blob"
 	FindingBlob           = "blob"      // damage found by the blob store's check
 	FindingMetaPage       = "meta-page" // the database opened on its older meta page
+	FindingPending        = "pending"   // the pending set's weight or threads are off (a warning: they only time folds)
 )
 
 // Finding is one problem Check found.
@@ -72,7 +73,7 @@ type CheckReport struct {
 	// a crash); gc removes them. Not a problem either.
 	OrphanFiles int       `json:"orphanFiles"`
 	Verified    bool      `json:"verified"` // every blob was read back
-	Repaired    int       `json:"repaired"` // keys whose wrong count Repair rewrote
+	Repaired    int       `json:"repaired"` // findings Repair fixed: wrong counts, or the pending set
 	Findings    []Finding `json:"findings"`
 }
 
@@ -175,6 +176,12 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 			return r, fmt.Errorf("repairing reference counts: %w", err)
 		}
 		r.Repaired = wrong
+	} else if opts.Repair && len(findingsOf(r, FindingPending)) > 0 {
+		// The rebuild above empties the pending set; alone, it is weighed anew.
+		if err := db.write(ctx, chain.WeighPending); err != nil {
+			return r, fmt.Errorf("weighing the pending set: %w", err)
+		}
+		r.Repaired = len(findingsOf(r, FindingPending))
 	}
 	if opts.Repair && recovered != "" {
 		// Reported once in full; the store itself checked out.
@@ -293,6 +300,14 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 	}
 	for _, p := range problems {
 		add(SeverityError, FindingChunk, p.Chunk, "%s", p.Detail)
+	}
+
+	pending, err := chain.CheckPending(tx)
+	if err != nil {
+		add(SeverityError, FindingRefCount, "", "pending set unreadable: %v", err)
+	}
+	for _, p := range pending {
+		add(SeverityWarning, FindingPending, "refs_pending", "%s", p)
 	}
 
 	// Reference counts.

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,10 +11,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	bolt "go.etcd.io/bbolt"
 )
 
 // checkNoErrors runs Check and fails the test on every error finding
@@ -156,5 +160,67 @@ func TestCheckChunks(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, viewOf(t, db)); diff != "" {
 		t.Errorf("repair changed what the store reads:\n%s", diff)
+	}
+}
+
+// A pending set whose weight or thread names are off is a warning (they
+// only decide when folds run), and repair weighs it anew.
+func TestCheckPendingWeight(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := open(t, dir)
+	l, err := db.AcquireWriter(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("a file")
+	k := cas.FilesPrefix + fmt.Sprintf("%x", sha256.Sum256(data))
+	if err := db.Blobs().Put(ctx, k, data); err != nil {
+		t.Fatal(err)
+	}
+	cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", CreatedAt: 1, Reason: chain.ReasonAutomatic,
+		Files: []chain.Entry{{Path: "a", Kind: chain.KindFile, BlobKey: k, Size: int64(len(data))}}}
+	if _, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, Writer: l.Writer}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	b, err := bolt.Open(filepath.Join(dir, engine.DBFile), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		pb := tx.Bucket(chain.BucketPendingRefs)
+		if err := pb.Put([]byte("c1"), chain.Seal(chain.BucketPendingRefs, []byte("c1"), []byte("other"))); err != nil {
+			return err
+		}
+		return pb.SetSequence(7) // 1, but under any fold threshold: a write would fold past one
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err = engine.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rep, err := db.Check(ctx, engine.CheckStoreOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range rep.Findings {
+		if f.Kind == engine.FindingPending && f.Severity == engine.SeverityWarning {
+			got = append(got, f.Detail)
+		}
+	}
+	if len(got) != 2 || !rep.Clean() || rep.Repaired != 2 {
+		t.Fatalf("findings %q, clean %v, repaired %d; want the weight and the thread, as warnings, repaired", got, rep.Clean(), rep.Repaired)
+	}
+	rep = checkNoErrors(t, db, engine.CheckStoreOptions{}, "after repair")
+	for _, f := range rep.Findings {
+		if f.Kind == engine.FindingPending {
+			t.Errorf("after repair: %s", f)
+		}
 	}
 }
