@@ -145,15 +145,11 @@ func chunkUses(tx *bolt.Tx, over []byte, strict bool) (map[uint64]int64, error) 
 	uses := map[uint64]int64{}
 	chunks := newChunkCursor(tx)
 	err := bucket(tx, over).ForEach(func(k, v []byte) error {
+		var r *storedRecord
 		var err error
 		if string(over) == string(BucketPendingRefs) {
-			_, err = Unseal(BucketPendingRefs, k, v)
-		}
-		var r *storedRecord
-		if err == nil {
-			r, err = loadRecord(tx, string(k))
-		}
-		if err == nil && r == nil {
+			r, err = loadPending(tx, k, v)
+		} else if r, err = loadRecord(tx, string(k)); err == nil && r == nil {
 			err = corrupt(over, k, "names a missing checkpoint")
 		}
 		var ids []uint64
@@ -192,7 +188,7 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 		if err != nil {
 			return err
 		}
-		pending := bucket(tx, BucketPendingRefs).Get([]byte(id)) != nil
+		pending := isPending(tx, r)
 		var keys []string
 		if !pending {
 			if keys, err = r.blobKeys(newChunkCursor(tx)); err != nil {
@@ -208,7 +204,7 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 		}
 		if pending {
 			// Its references were never folded in: nothing to subtract.
-			if _, err := dropPending(tx, id, r.entries); err != nil {
+			if _, err := dropPending(tx, r); err != nil {
 				return err
 			}
 		} else {
@@ -273,13 +269,7 @@ func pendingUse(tx *bolt.Tx, chunks []uint64) (map[uint64]bool, error) {
 	cc := newChunkCursor(tx)
 	indexes := map[uint64]bool{} // index chunks read
 	err := bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
-		if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
-			return err
-		}
-		r, err := loadRecord(tx, string(k))
-		if err == nil && r == nil {
-			err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
-		}
+		r, err := loadPending(tx, k, v)
 		if err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ func MigrateRecords(tx *bolt.Tx) error {
 		if err := putRecord(tx, prepared); err != nil {
 			return err
 		}
-		if bucket(tx, BucketPendingRefs).Get([]byte(id)) == nil {
+		if bucket(tx, BucketPendingRefs).Get([]byte(id)) == nil { // format 1's key: the id (UpgradePending rekeys it)
 			r, err := loadRecord(tx, id)
 			if err != nil {
 				return err

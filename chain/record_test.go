@@ -106,7 +106,7 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 				if err := putRecord(tx, p); err != nil {
 					return err
 				}
-				return addPending(tx, p.ID, cp.ThreadID, uint64(len(cp.Files)))
+				return addPending(tx, p.ID, cp.ThreadID, cp.CreatedAt, uint64(len(cp.Files)))
 			})
 			if err != nil {
 				t.Fatal(err)

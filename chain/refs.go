@@ -41,24 +41,52 @@ import (
 
 // pendingEntriesPerWeight is how many manifest entries add 1 to the
 // weight of a pending checkpoint.
-const pendingEntriesPerWeight = 1024
+const pendingEntriesPerWeight = 256
 
 // pendingWeight is the weight of a pending checkpoint of entries entries.
 func pendingWeight(entries uint64) uint64 { return 1 + entries/pendingEntriesPerWeight }
 
-// addPending adds checkpoint id of thread, of entries manifest entries, to
-// the pending set; the bucket's sequence is the set's weight.
-func addPending(tx *bolt.Tx, id, thread string, entries uint64) error {
+// CheckpointWeight is the weight in the pending set of a checkpoint whose
+// manifest has entries entries (Options.RefFoldAfter is in this unit).
+func CheckpointWeight(entries int) uint64 { return pendingWeight(uint64(entries)) }
+
+// pendingKey is the refs_pending key of checkpoint id created at createdAt:
+// the time first (as in the thread index, xor 2^63 so that the bytes sort
+// as the numbers), then the id. The appends of one commit, made at about
+// the same time whatever their threads, then land on the bucket's last
+// leaf; keyed by id, 30 appends of 30 threads wrote about ten of its leaves.
+func pendingKey(createdAt int64, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(createdAt)^1<<63)
+	return append(k, id...)
+}
+
+// PendingKey is the refs_pending key of a checkpoint, for tests that forge
+// a pending set.
+func PendingKey(createdAt int64, id string) []byte { return pendingKey(createdAt, id) }
+
+// pendingID returns the checkpoint id that pending key k names.
+func pendingID(k []byte) (string, error) {
+	if len(k) <= 8 {
+		return "", corrupt(BucketPendingRefs, k, "is not a pending-set key")
+	}
+	return string(k[8:]), nil
+}
+
+// addPending adds a checkpoint (its id, thread, createdAt and number of
+// manifest entries) to the pending set; the bucket's sequence is the set's
+// weight.
+func addPending(tx *bolt.Tx, id, thread string, createdAt int64, entries uint64) error {
 	b := bucket(tx, BucketPendingRefs)
-	if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), []byte(thread))); err != nil {
+	k := pendingKey(createdAt, id)
+	if err := b.Put(k, Seal(BucketPendingRefs, k, []byte(thread))); err != nil {
 		return err
 	}
 	return b.SetSequence(b.Sequence() + pendingWeight(entries))
 }
 
 // PendingWeight returns the weight of the checkpoints whose references are
-// not folded yet: 1 for each, plus 1 for each 1,024 entries of its
-// manifest. (Format 2 kept their number: a store it wrote weighs its
+// not folded yet: 1 for each, plus 1 for each 256 entries of its manifest.
+// (Formats 1 and 2 kept their number: a store they wrote weighs its
 // pending set once, when it is upgraded.)
 func PendingWeight(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
 
@@ -88,33 +116,84 @@ func PendingPerThread(tx *bolt.Tx, per int) (bool, error) {
 	return n >= per*len(seen), nil
 }
 
-// dropPending removes id, of entries manifest entries, from the pending
-// set, reporting whether it was there.
-func dropPending(tx *bolt.Tx, id string, entries uint64) (bool, error) {
+// loadPending returns the record of the checkpoint that the pending entry
+// k, v names, checking the entry's seal; a missing record is ErrCorrupt.
+func loadPending(tx *bolt.Tx, k, v []byte) (*storedRecord, error) {
+	if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
+		return nil, err
+	}
+	id, err := pendingID(k)
+	if err != nil {
+		return nil, err
+	}
+	r, err := loadRecord(tx, id)
+	if err == nil && r == nil {
+		err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+	}
+	return r, err
+}
+
+// isPending reports whether stored checkpoint r is in the pending set.
+func isPending(tx *bolt.Tx, r *storedRecord) bool {
+	return bucket(tx, BucketPendingRefs).Get(pendingKey(r.createdAt, r.id)) != nil
+}
+
+// dropPending removes stored checkpoint r from the pending set, reporting
+// whether it was there.
+func dropPending(tx *bolt.Tx, r *storedRecord) (bool, error) {
 	b := bucket(tx, BucketPendingRefs)
-	if b.Get([]byte(id)) == nil {
+	k := pendingKey(r.createdAt, r.id)
+	if b.Get(k) == nil {
 		return false, nil
 	}
-	if err := b.Delete([]byte(id)); err != nil {
+	if err := b.Delete(k); err != nil {
 		return false, err
 	}
-	return true, b.SetSequence(b.Sequence() - min(b.Sequence(), pendingWeight(entries)))
+	return true, b.SetSequence(b.Sequence() - min(b.Sequence(), pendingWeight(r.entries)))
+}
+
+// UpgradePending rewrites the pending set of a format-1 or format-2 store,
+// keyed by checkpoint id with empty values, as format 3 keeps it: keyed by
+// pendingKey, each naming its thread, the sequence its weight. An entry
+// whose record is missing or damaged is kept (keyed with createdAt 0, and
+// weighing 1): the upgrade runs in a writable Open, and must not lock out
+// the check and repair that report and fix it (found by review).
+func UpgradePending(tx *bolt.Tx) error {
+	b := bucket(tx, BucketPendingRefs)
+	var ids []string
+	if err := b.ForEach(func(k, _ []byte) error { ids = append(ids, string(k)); return nil }); err != nil {
+		return err
+	}
+	for _, id := range ids { // no new key is an old one: ids hold no NUL, no 0x80 first
+		if err := b.Delete([]byte(id)); err != nil {
+			return err
+		}
+	}
+	for _, id := range ids {
+		var createdAt int64
+		var thread string
+		if r, err := loadRecord(tx, id); err == nil && r != nil {
+			createdAt, thread = r.createdAt, r.threadID
+		}
+		k := pendingKey(createdAt, id)
+		if err := b.Put(k, Seal(BucketPendingRefs, k, []byte(thread))); err != nil {
+			return err
+		}
+	}
+	return WeighPending(tx)
 }
 
 // WeighPending sets the pending set's weight, and each entry's thread,
-// from the checkpoints' records (upgrading a format-2 store, whose bucket
-// sequence counted them and whose entries were empty). An entry whose
-// record is missing or damaged weighs 1 and is left as it is: the upgrade
-// runs in a writable Open, and must not lock out the check and repair that
-// report and fix it (found by review).
+// from the checkpoints' records. An entry whose record is missing or
+// damaged weighs 1 and is left as it is.
 func WeighPending(tx *bolt.Tx) error {
 	w, threads, err := weighPending(tx)
 	if err != nil {
 		return err
 	}
 	b := bucket(tx, BucketPendingRefs)
-	for id, thread := range threads {
-		if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), []byte(thread))); err != nil {
+	for k, thread := range threads {
+		if err := b.Put([]byte(k), Seal(BucketPendingRefs, []byte(k), []byte(thread))); err != nil {
 			return err
 		}
 	}
@@ -122,13 +201,17 @@ func WeighPending(tx *bolt.Tx) error {
 }
 
 // weighPending returns the weight of the pending set as its records give
-// it, and the thread of each entry that has a record.
+// it, and the thread of each entry (by key) that has a record.
 func weighPending(tx *bolt.Tx) (uint64, map[string]string, error) {
 	w := uint64(0)
 	threads := map[string]string{}
 	err := bucket(tx, BucketPendingRefs).ForEach(func(k, _ []byte) error {
-		r, err := loadRecord(tx, string(k))
-		if err != nil || r == nil {
+		id, err := pendingID(k)
+		var r *storedRecord
+		if err == nil {
+			r, err = loadRecord(tx, id)
+		}
+		if err != nil || r == nil || r.createdAt != pendingCreatedAt(k) {
 			w++
 			return nil
 		}
@@ -138,6 +221,9 @@ func weighPending(tx *bolt.Tx) (uint64, map[string]string, error) {
 	})
 	return w, threads, err
 }
+
+// pendingCreatedAt returns the createdAt of a pending key (at least 8 bytes).
+func pendingCreatedAt(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ 1<<63) }
 
 // CheckPending compares the pending set's weight and its entries' threads
 // with what the records give, and describes each difference. They decide
@@ -370,7 +456,7 @@ func decodeCountIn(name, key, v []byte) (int64, error) {
 // of 20,000 files each read about 17,000 chunks, not 320,000, and count
 // 100,000 digests, not 1.3 million (a fold took a second before).
 type PendingCache struct {
-	pending map[string]pendingRecord // by checkpoint id
+	pending map[string]pendingRecord // by pending-set key
 	digests map[chunkRef][][32]byte  // distinct file digests of a content chunk
 	counts  map[string]int64         // the pending counts, for the set in pending
 }
@@ -410,7 +496,11 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 			return err
 		}
 		seen++
-		rec := bucket(tx, BucketCheckpoints).Get(k)
+		id, err := pendingID(k)
+		if err != nil {
+			return err
+		}
+		rec := bucket(tx, BucketCheckpoints).Get([]byte(id))
 		if len(rec) < sealSize {
 			return corrupt(BucketPendingRefs, k, "names a missing checkpoint")
 		}
@@ -418,7 +508,7 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 		if c, ok := pc.pending[string(k)]; ok && c.sum == s {
 			return nil
 		}
-		r, err := loadRecord(tx, string(k))
+		r, err := loadPending(tx, k, v)
 		if err != nil {
 			return err
 		}
@@ -438,9 +528,9 @@ func (pc *PendingCache) load(tx *bolt.Tx) error {
 		return err
 	}
 	if seen != len(pc.pending) { // some are pending no more
-		for id := range pc.pending {
-			if bucket(tx, BucketPendingRefs).Get([]byte(id)) == nil {
-				delete(pc.pending, id)
+		for k := range pc.pending {
+			if bucket(tx, BucketPendingRefs).Get([]byte(k)) == nil {
+				delete(pc.pending, k)
 			}
 		}
 		changed = true

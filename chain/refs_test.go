@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -159,12 +160,12 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 	}
 }
 
-// The pending set weighs 1 per checkpoint plus 1 per 1,024 entries, kept
-// by appends and deletes, and WeighPending recomputes it from the records
-// (as the upgrade of a format-2 store, whose sequence counted keys, does).
+// The pending set weighs 1 per checkpoint plus 1 per 256 entries, kept by
+// appends and deletes; UpgradePending rekeys and weighs the pending set of
+// a format-2 store (keyed by id, empty values, the sequence a count).
 func TestPendingWeight(t *testing.T) {
 	db := recordDB(t)
-	sizes := map[string]int{"small": 3, "k1": 1023, "k2": 1024, "big": 5000}
+	sizes := map[string]int{"small": 3, "k1": 255, "k2": 256, "big": 1300}
 	want := uint64(0)
 	err := db.Update(func(tx *bolt.Tx) error {
 		for id, n := range sizes {
@@ -176,11 +177,11 @@ func TestPendingWeight(t *testing.T) {
 				return err
 			}
 		}
-		if got := PendingWeight(tx); got != 1+1+2+5 {
-			return fmt.Errorf("after the appends: weight %d, want 9", got)
+		if got := PendingWeight(tx); got != 1+1+2+6 {
+			return fmt.Errorf("after the appends: weight %d, want 10", got)
 		}
-		// 4 checkpoints of one thread, weighing 9.
-		for per, want := range map[int]bool{4: true, 5: false, 9: false} {
+		// 4 checkpoints of one thread, weighing 10.
+		for per, want := range map[int]bool{4: true, 5: false, 11: false} {
 			if due, err := PendingPerThread(tx, per); due != want || err != nil {
 				return fmt.Errorf("PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
 			}
@@ -191,29 +192,38 @@ func TestPendingWeight(t *testing.T) {
 		if want = 1 + 1 + 2; PendingWeight(tx) != want {
 			return fmt.Errorf("after deleting big: weight %d, want %d", PendingWeight(tx), want)
 		}
-		// Format 2 counted keys and named no threads.
-		b := tx.Bucket(BucketPendingRefs)
-		for _, id := range []string{"small", "k1", "k2"} {
+		// Format 2 keyed the set by id, with empty values, and counted it.
+		if err := PutRecord(tx, &Checkpoint{ID: "other", ThreadID: "t2", Reason: ReasonAutomatic}); err != nil {
+			return err
+		}
+		if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
+			return err
+		}
+		b, err := tx.CreateBucket(BucketPendingRefs)
+		if err != nil {
+			return err
+		}
+		for _, id := range []string{"small", "k1", "k2", "other"} {
 			if err := b.Put([]byte(id), Seal(BucketPendingRefs, []byte(id), nil)); err != nil {
 				return err
 			}
 		}
-		if err := b.SetSequence(3); err != nil {
+		if err := b.SetSequence(4); err != nil {
 			return err
 		}
-		if err := PutCheckpoint(tx, &Checkpoint{ID: "other", ThreadID: "t2", Reason: ReasonAutomatic}); err != nil {
-			return err
-		}
-		if err := WeighPending(tx); err != nil {
+		if err := UpgradePending(tx); err != nil {
 			return err
 		}
 		if got := PendingWeight(tx); got != want+1 {
-			return fmt.Errorf("WeighPending: %d, want %d", got, want+1)
+			return fmt.Errorf("UpgradePending: weight %d, want %d", got, want+1)
+		}
+		if b.Get([]byte("k1")) != nil || b.Get(PendingKey(0, "k1")) == nil {
+			return fmt.Errorf("UpgradePending left the key of k1 as it was")
 		}
 		// 4 checkpoints, now of 2 threads.
 		for per, want := range map[int]bool{2: true, 3: false} {
 			if due, err := PendingPerThread(tx, per); due != want || err != nil {
-				return fmt.Errorf("after WeighPending, PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
+				return fmt.Errorf("after UpgradePending, PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
 			}
 		}
 		if err := FoldRefs(tx); err != nil {
@@ -301,8 +311,8 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					cp := stored[string(k)]
-					if cp == nil || string(th) != cp.ThreadID {
+					cp := stored[string(k[8:])]
+					if cp == nil || string(th) != cp.ThreadID || !bytes.Equal(k, PendingKey(cp.CreatedAt, cp.ID)) {
 						return fmt.Errorf("pending %s names thread %q", k, th)
 					}
 					w += pendingWeight(uint64(len(cp.Files)))

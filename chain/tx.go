@@ -26,9 +26,10 @@ var (
 	// BucketRefs maps blob key → sealed uvarint folded reference count
 	// (> 0); see refs.go for the pending part of a count.
 	BucketRefs = []byte("refs")
-	// BucketPendingRefs holds the id of each checkpoint whose references
-	// are not yet folded into BucketRefs (→ sealed threadId; empty in
-	// format 2). Its bucket sequence is their weight (refs.go).
+	// BucketPendingRefs holds, for each checkpoint whose references are
+	// not yet folded into BucketRefs, be64(createdAt xor 2^63) ‖ its id
+	// (→ sealed threadId). Formats 1 and 2 keyed it by id with an empty
+	// value. Its bucket sequence is their weight (refs.go).
 	BucketPendingRefs = []byte("refs_pending")
 	// BucketTranscripts maps threadId → sealed message list.
 	BucketTranscripts = []byte("transcripts")
@@ -123,7 +124,7 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 	if err := putRecord(tx, p); err != nil {
 		return err
 	}
-	return addPending(tx, p.ID, p.cp.ThreadID, uint64(len(p.cp.Files)))
+	return addPending(tx, p.ID, p.cp.ThreadID, p.cp.CreatedAt, uint64(len(p.cp.Files)))
 }
 
 // PutRecord stores cp's record and index key only, leaving reference counts

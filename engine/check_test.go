@@ -190,7 +190,8 @@ func TestCheckPendingWeight(t *testing.T) {
 	}
 	err = b.Update(func(tx *bolt.Tx) error {
 		pb := tx.Bucket(chain.BucketPendingRefs)
-		if err := pb.Put([]byte("c1"), chain.Seal(chain.BucketPendingRefs, []byte("c1"), []byte("other"))); err != nil {
+		k := chain.PendingKey(1, "c1")
+		if err := pb.Put(k, chain.Seal(chain.BucketPendingRefs, k, []byte("other"))); err != nil {
 			return err
 		}
 		return pb.SetSequence(7) // 1, but under any fold threshold: a write would fold past one

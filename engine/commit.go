@@ -149,7 +149,7 @@ const foldPerThread = 64
 // foldIfDue folds pending blob references at the end of a commit, so that
 // one fold serves every append of the batch, once the pending checkpoints
 // weigh Options.RefFoldAfter or number foldPerThread per thread they
-// belong to (64 writers fold 16 appends each at 1,024; a lone writer folds
+// belong to (64 writers fold 64 appends each at 4,096; a lone writer folds
 // every 64).
 func (c *committer) foldIfDue(tx *bolt.Tx) error {
 	w := chain.PendingWeight(tx)

@@ -11,7 +11,7 @@ import (
 
 // The committer folds pending references once the pending checkpoints
 // number 64 per thread they belong to, or weigh Options.RefFoldAfter (1
-// each plus 1 per 1,024 entries), whichever comes first.
+// each plus 1 per 256 entries), whichever comes first.
 func TestFoldPolicy(t *testing.T) {
 	ctx := context.Background()
 	type thread struct {
@@ -75,11 +75,11 @@ func TestFoldPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		for range 19 { // 5,000 entries weigh 5: 95 < 100
-			appendTo(t, db, "big", 5000)
+		for range 19 { // 1,100 entries weigh 5: 95 < 100
+			appendTo(t, db, "big", 1100)
 		}
 		pending(t, db, 19)
-		appendTo(t, db, "big", 5000)
+		appendTo(t, db, "big", 1100)
 		pending(t, db, 0)
 	})
 }

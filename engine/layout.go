@@ -31,10 +31,10 @@ import (
 //	              (List is one range scan in createdAt, id-bytes order)
 //	heads         threadId → head checkpoint id
 //	refs          blob key → uvarint folded reference count, always > 0
-//	refs_pending  checkpoint id → its threadId, for each checkpoint whose
-//	              references are not folded into refs yet (foldIfDue); bucket
-//	              sequence = their weight: 1 each, plus 1 per 1,024
-//	              manifest entries (chain.PendingWeight)
+//	refs_pending  be64(createdAt xor 1<<63) checkpoint id → its threadId,
+//	              for each checkpoint whose references are not folded into
+//	              refs yet (foldIfDue); bucket sequence = their weight: 1
+//	              each, plus 1 per 256 manifest entries (chain.PendingWeight)
 //	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
 //	transcripts   threadId → message list (present, even empty, blocks a fork)
 //	writers       threadId → writer state: last fence, live lease if any
@@ -58,9 +58,10 @@ var (
 //	1  whole checkpoint records (chain.EncodeCheckpoint)
 //	2  records and shared chunks (chain/record.go); refs_pending's
 //	   sequence counts its keys
-//	3  a manifest of at most 2 KiB inline in its record; refs_pending's
-//	   sequence weighs its keys. Every format-2 record reads the same, so
-//	   this build reads a format-2 store as it is
+//	3  a manifest of at most 2 KiB inline in its record; refs_pending
+//	   keyed by createdAt and id, naming threads, its sequence a weight.
+//	   Every format-2 record reads the same, so this build reads a
+//	   format-2 store as it is
 //
 // A writable Open migrates an older store in one transaction (migrate).
 const FormatVersion = 3
@@ -146,7 +147,7 @@ func migrate(tx *bolt.Tx, from uint64) error {
 			return err
 		}
 	}
-	if err := chain.WeighPending(tx); err != nil {
+	if err := chain.UpgradePending(tx); err != nil {
 		return err
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)

@@ -27,11 +27,11 @@ type Options struct {
 	ReadOnly bool
 	// RefFoldAfter is how much may have its blob reference counts pending
 	// before a commit folds them into the counts (chain/refs.go), weighed
-	// as chain.PendingWeight does: 1 for each appended checkpoint, plus 1
-	// for each 1,024 entries of its manifest. Higher makes appends cheaper
+	// as chain.CheckpointWeight does: 1 for each appended checkpoint, plus
+	// 1 for each 256 entries of its manifest. Higher makes appends cheaper
 	// and reading counts (BlobReferences, Fork's check, DeleteHead's chunk
 	// check) costlier: a read decodes the pending checkpoints. Default
-	// 1,024: as many small checkpoints, or 51 of 20,000 files, about a
+	// 4,096: as many small checkpoints, or 51 of 20,000 files, about a
 	// million manifest entries; 1 folds at every commit. A commit also
 	// folds once 64 checkpoints are pending per thread among them (a lone
 	// writer folds every 64 appends: its pending set then fits a page).
@@ -50,7 +50,7 @@ const (
 	DefaultLeaseDuration = 120 * time.Second
 	DefaultRenewAfter    = 45 * time.Second
 	DefaultLockTimeout   = time.Second
-	DefaultRefFoldAfter  = 1024
+	DefaultRefFoldAfter  = 4096
 )
 
 // ErrInvalidOptions reports options the contract rejects at construction.

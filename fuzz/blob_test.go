@@ -79,7 +79,7 @@ type blobFixture struct {
 	threads  []string                     // every thread ever used, sorted
 	heads    map[string]string
 	folded   map[string]int64    // refs bucket as stored
-	pending  map[string]bool     // refs_pending ids as stored
+	pending  map[string]bool     // refs_pending keys as stored
 	refKeys  map[string]bool     // every key any checkpoint ever named
 	messages map[string][]string // transcripts saved, by thread
 }

@@ -265,12 +265,13 @@ func recStore(t *testing.T, fx *blobFixture, chunks map[uint64][]byte, store str
 		}
 		if mode&2 != 0 {
 			b := tx.Bucket(chain.BucketPendingRefs)
-			if b.Get([]byte(id)) == nil {
+			pk := chain.PendingKey(createdAt, id)
+			if b.Get(pk) == nil {
 				if err := b.SetSequence(b.Sequence() + 1); err != nil {
 					return err
 				}
 			}
-			if err := b.Put([]byte(id), chain.Seal(chain.BucketPendingRefs, []byte(id), nil)); err != nil {
+			if err := b.Put(pk, chain.Seal(chain.BucketPendingRefs, pk, []byte(thread))); err != nil {
 				return err
 			}
 		}

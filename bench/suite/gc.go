@@ -71,9 +71,8 @@ func BuildGCStore(dir string, scale GCScale, unreferenced int, pending, withWork
 		return fmt.Errorf("GC scale: %d references is not a multiple of %d", scale.References, GCCheckpoints)
 	}
 	now := func() time.Time { return gcT0 }
-	// Fold after 64 checkpoints (each weighs 1 plus 1 per 1,024 entries,
-	// chain.PendingWeight), so that the last 36 of 100 are pending.
-	foldAfter := 64 * (1 + scale.PerCheckpoint()/1024)
+	// Fold after 64 checkpoints, so that the last 36 of 100 are pending.
+	foldAfter := 64 * int(chain.CheckpointWeight(scale.PerCheckpoint()))
 	if !pending {
 		foldAfter = 1
 	}
