@@ -235,9 +235,9 @@ func TestLimitMillionEntryManifest(t *testing.T) {
 	// freed (the peak held is 13x). An append that shares its chunks
 	// writes the record and the few new ones. Fork and Check also read the
 	// pending source's blob keys to count its references, and Fork
-	// prepares a second record (15x). Each checkpoint weighs 977 in the
-	// pending set (1 plus 1 per 1,024 entries), so Fork's commit also
-	// folds both: it writes 390,000 chunk counts into the empty chunk_refs
+	// prepares a second record (15x). Each checkpoint weighs 3,907 in the
+	// pending set (1 plus 1 per 256 entries), so Fork's commit also folds
+	// both (7,814, past 4,096): it writes 390,000 chunk counts into the empty chunk_refs
 	// bucket, through bbolt's remaps (26x measured). The deletes then
 	// meet folded checkpoints: they read their keys and chunk lists and
 	// subtract every count, and DeleteHead, the last user of the chunks,
