@@ -119,14 +119,7 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 				if got.Files[1].BlobKey != fileKey(1) || got.Files[2].BlobKey != fileKey(2) {
 					return fmt.Errorf("wrong content: %v", got.Files[1:])
 				}
-				uses, err := ChunkUses(tx, true)
-				if err != nil {
-					return err
-				}
-				if pr, err := CheckChunks(tx, uses); err != nil || len(pr) > 0 {
-					return fmt.Errorf("chunks: %v %v", pr, err)
-				}
-				return nil
+				return checkCounts(tx)
 			})
 			if err != nil {
 				t.Fatal(err)
