@@ -19,7 +19,7 @@ import (
 // checkpoints share almost all their keys; written eagerly, each append
 // rewrites one count per key on pages scattered over the refs bucket (the
 // benchmarks measured this as most of an append's cost). So an append only
-// records its checkpoint id as pending, and FoldRefs later sums the
+// records its checkpoint as pending, and FoldRefs later sums the
 // increments of all pending checkpoints per key and writes each once. When
 // to fold is the caller's policy (the engine folds at the end of a commit
 // once enough is pending); PendingWeight tells how much is.
@@ -91,10 +91,9 @@ func addPending(tx *bolt.Tx, id, thread string, createdAt int64, entries uint64)
 func PendingWeight(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
 
 // PendingPerThread reports whether the pending checkpoints number at least
-// per for each thread they belong to (a format-2 store names no threads
-// until it is upgraded: they count as one). It stops reading once the
-// threads seen make that impossible: the checkpoints are no more than
-// their weight.
+// per for each thread they belong to. It stops reading once the threads
+// seen make that impossible: the checkpoints are no more than their
+// weight.
 func PendingPerThread(tx *bolt.Tx, per int) (bool, error) {
 	limit := PendingWeight(tx)
 	n := 0
@@ -127,8 +126,14 @@ func loadPending(tx *bolt.Tx, k, v []byte) (*storedRecord, error) {
 		return nil, err
 	}
 	r, err := loadRecord(tx, id)
-	if err == nil && r == nil {
+	switch {
+	case err != nil:
+	case r == nil:
 		err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
+	case r.createdAt != pendingCreatedAt(k):
+		// Else the readers would count it and a delete, which looks it up
+		// by the record's time, would not find it (found by review).
+		err = corrupt(BucketPendingRefs, k, "does not carry its checkpoint's createdAt")
 	}
 	return r, err
 }
@@ -164,7 +169,7 @@ func UpgradePending(tx *bolt.Tx) error {
 	if err := b.ForEach(func(k, _ []byte) error { ids = append(ids, string(k)); return nil }); err != nil {
 		return err
 	}
-	for _, id := range ids { // no new key is an old one: ids hold no NUL, no 0x80 first
+	for _, id := range ids { // all deleted before any is put back
 		if err := b.Delete([]byte(id)); err != nil {
 			return err
 		}
@@ -447,9 +452,9 @@ func decodeCountIn(name, key, v []byte) (int64, error) {
 // groups, one transaction each, and must count references in each).
 // Without it, every transaction would decode every pending checkpoint
 // again; folding them instead would make the first group pay for all the
-// folding appends would otherwise do. A checkpoint is known by its id and
-// the checksum of its stored record, so an id deleted and reused is read
-// again. Not safe for concurrent use.
+// folding appends would otherwise do. A checkpoint is known by its
+// pending-set key and the checksum of its stored record, so an id deleted
+// and reused is read again. Not safe for concurrent use.
 //
 // Pending checkpoints share almost all their content chunks, so the blob
 // keys are read per chunk, once, not per checkpoint: 64 pending checkpoints

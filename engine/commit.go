@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
 	"time"
 
@@ -103,7 +104,7 @@ func (c *committer) loop() {
 // shared transaction fails.
 func (c *committer) run(batch []*writeReq) {
 	results := make([]error, len(batch))
-	err := c.update(func(tx *bolt.Tx) error {
+	err := c.commit(func(tx *bolt.Tx) error {
 		for i, req := range batch {
 			if err := req.ctx.Err(); err != nil {
 				results[i] = err // not started: nothing written
@@ -115,7 +116,7 @@ func (c *committer) run(batch []*writeReq) {
 			}
 			results[i] = err
 		}
-		return c.foldIfDue(tx)
+		return nil
 	})
 	if err == nil {
 		c.batches.Add(1)
@@ -129,13 +130,35 @@ func (c *committer) run(batch []*writeReq) {
 		return
 	}
 	for _, req := range batch {
-		req.done <- c.update(func(tx *bolt.Tx) error {
-			if err := req.fn(tx); err != nil {
-				return err
-			}
-			return c.foldIfDue(tx)
-		})
+		req.done <- c.commit(req.fn)
 	}
+}
+
+// foldError is a fold that failed: the transaction's own writes did not.
+type foldError struct{ err error }
+
+func (e *foldError) Error() string { return "folding pending references: " + e.err.Error() }
+func (e *foldError) Unwrap() error { return e.err }
+
+// commit runs fn and then foldIfDue in one transaction. If the fold fails
+// (a damaged pending set), fn's writes commit without it: folding is
+// housekeeping, and failing every write with it would also fail the
+// writable Open that check --repair needs (found by review); the readers
+// of counts and check report the damage.
+func (c *committer) commit(fn func(tx *bolt.Tx) error) error {
+	err := c.update(func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if err := c.foldIfDue(tx); err != nil {
+			return &foldError{err}
+		}
+		return nil
+	})
+	if _, ok := errors.AsType[*foldError](err); ok {
+		return c.update(fn)
+	}
+	return err
 }
 
 // foldPerThread is how many pending checkpoints per thread make a fold

@@ -60,8 +60,7 @@ var (
 //	   sequence counts its keys
 //	3  a manifest of at most 2 KiB inline in its record; refs_pending
 //	   keyed by createdAt and id, naming threads, its sequence a weight.
-//	   Every format-2 record reads the same, so this build reads a
-//	   format-2 store as it is
+//	   Every format-2 record reads the same; the pending set is rekeyed
 //
 // A writable Open migrates an older store in one transaction (migrate).
 const FormatVersion = 3
@@ -102,9 +101,8 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 		v = FormatVersion
 	}
 	switch {
-	case v == 1:
-		return fmt.Errorf("%w: store has format 1, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", ErrFormat, FormatVersion)
-	case v == 2: // read-only: its records read as they are
+	case v == 1 || v == 2:
+		return fmt.Errorf("%w: store has format %d, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", ErrFormat, v, FormatVersion)
 	case v != FormatVersion:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
 	}
@@ -134,7 +132,7 @@ func formatOf(meta *bolt.Bucket) (uint64, error) {
 
 // migrate upgrades a store of format from (1 or 2) to FormatVersion inside
 // tx: from format 1, the new buckets and every record rewritten as chunks;
-// then the pending set weighed, and the new format stamp. One transaction,
+// then the pending set rekeyed and weighed, and the new format stamp. One transaction,
 // so a crash leaves the store as it was, whole.
 func migrate(tx *bolt.Tx, from uint64) error {
 	if from == 1 {

@@ -79,7 +79,7 @@ type blobFixture struct {
 	threads  []string                     // every thread ever used, sorted
 	heads    map[string]string
 	folded   map[string]int64    // refs bucket as stored
-	pending  map[string]bool     // refs_pending keys as stored
+	pending  map[string]int64    // refs_pending: the createdAt of each pending checkpoint, by id
 	refKeys  map[string]bool     // every key any checkpoint ever named
 	messages map[string][]string // transcripts saved, by thread
 }
@@ -113,7 +113,7 @@ func blobBuild() (fx *blobFixture, err error) {
 		files: map[string][]byte{}, blobs: map[string][]byte{}, large: map[string]bool{},
 		fileOf: map[string]string{}, keysIn: map[string][]string{}, packKeyOf: map[string][]byte{},
 		entries: map[string][]byte{}, cps: map[string]*chain.Checkpoint{}, records: map[string][]byte{},
-		heads: map[string]string{}, folded: map[string]int64{}, pending: map[string]bool{},
+		heads: map[string]string{}, folded: map[string]int64{}, pending: map[string]int64{},
 		refKeys: map[string]bool{}, messages: map[string][]string{},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -419,7 +419,7 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 			return nil
 		})
 		tx.Bucket(chain.BucketPendingRefs).ForEach(func(k, _ []byte) error {
-			fx.pending[string(k)] = true
+			fx.pending[string(k[8:])] = int64(binary.BigEndian.Uint64(k) ^ 1<<63) // chain.PendingKey's layout
 			return nil
 		})
 		if err := tx.Bucket(chain.BucketRefs).ForEach(func(k, v []byte) error {

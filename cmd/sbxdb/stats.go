@@ -62,9 +62,9 @@ this build's format, in one transaction: a crash or an error leaves the store
 as it was, in its old format, readable by the build that wrote it. Format 1
 (whole checkpoint records) is rewritten as records and shared chunks; in
 format 2 (chunks for every manifest) the records stay as they are and the
-set of checkpoints whose references are not folded yet is weighed anew. A current store is left alone. Commands that only read refuse a
-format-1 store and point here (they read a format-2 store as it is);
-commands that write migrate it themselves. It needs the store
+set of checkpoints whose references are not folded yet is rekeyed and
+weighed. A current store is left alone. Commands that only read refuse an
+older store and point here; commands that write migrate it themselves. It needs the store
 to itself. With --json: {from, to, seconds}.`,
 	run: runMigrate,
 }
