@@ -262,7 +262,7 @@ func pendingUse(tx *bolt.Tx, chunks []uint64) (map[uint64]bool, error) {
 		used[c] = false
 	}
 	mark := func(id uint64) {
-		if u, ok := used[id]; ok && !u {
+		if _, ok := used[id]; ok {
 			used[id] = true
 		}
 	}

@@ -27,7 +27,7 @@ import (
 // The pending set is weighed, not counted, because what it costs grows
 // with the manifests: a fold writes each distinct key once, and readers
 // decode every pending checkpoint. A pending checkpoint weighs
-// pendingWeight(entries): 1, plus 1 per pendingEntriesPerWeight manifest
+// CheckpointWeight(entries): 1, plus 1 per pendingEntriesPerWeight manifest
 // entries. So a bound on the weight lets a thread of small checkpoints
 // (each sharing most keys with the last) run many appends between folds,
 // and keeps a few huge manifests from piling up.
@@ -43,12 +43,9 @@ import (
 // weight of a pending checkpoint.
 const pendingEntriesPerWeight = 256
 
-// pendingWeight is the weight of a pending checkpoint of entries entries.
-func pendingWeight(entries uint64) uint64 { return 1 + entries/pendingEntriesPerWeight }
-
 // CheckpointWeight is the weight in the pending set of a checkpoint whose
 // manifest has entries entries (Options.RefFoldAfter is in this unit).
-func CheckpointWeight(entries int) uint64 { return pendingWeight(uint64(entries)) }
+func CheckpointWeight(entries uint64) uint64 { return 1 + entries/pendingEntriesPerWeight }
 
 // pendingKey is the refs_pending key of checkpoint id created at createdAt:
 // the time first (as in the thread index, xor 2^63 so that the bytes sort
@@ -81,7 +78,7 @@ func addPending(tx *bolt.Tx, id, thread string, createdAt int64, entries uint64)
 	if err := b.Put(k, Seal(BucketPendingRefs, k, []byte(thread))); err != nil {
 		return err
 	}
-	return b.SetSequence(b.Sequence() + pendingWeight(entries))
+	return b.SetSequence(b.Sequence() + CheckpointWeight(entries))
 }
 
 // PendingWeight returns the weight of the checkpoints whose references are
@@ -154,7 +151,7 @@ func dropPending(tx *bolt.Tx, r *storedRecord) (bool, error) {
 	if err := b.Delete(k); err != nil {
 		return false, err
 	}
-	return true, b.SetSequence(b.Sequence() - min(b.Sequence(), pendingWeight(r.entries)))
+	return true, b.SetSequence(b.Sequence() - min(b.Sequence(), CheckpointWeight(r.entries)))
 }
 
 // UpgradePending rewrites the pending set of a format-1 or format-2 store,
@@ -220,7 +217,7 @@ func weighPending(tx *bolt.Tx) (uint64, map[string]string, error) {
 			w++
 			return nil
 		}
-		w += pendingWeight(r.entries)
+		w += CheckpointWeight(r.entries)
 		threads[string(k)] = r.threadID
 		return nil
 	})

@@ -315,7 +315,7 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 					if cp == nil || string(th) != cp.ThreadID || !bytes.Equal(k, PendingKey(cp.CreatedAt, cp.ID)) {
 						return fmt.Errorf("pending %s names thread %q", k, th)
 					}
-					w += pendingWeight(uint64(len(cp.Files)))
+					w += CheckpointWeight(uint64(len(cp.Files)))
 					return nil
 				})
 				if err != nil {

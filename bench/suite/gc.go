@@ -72,7 +72,7 @@ func BuildGCStore(dir string, scale GCScale, unreferenced int, pending, withWork
 	}
 	now := func() time.Time { return gcT0 }
 	// Fold after 64 checkpoints, so that the last 36 of 100 are pending.
-	foldAfter := 64 * int(chain.CheckpointWeight(scale.PerCheckpoint()))
+	foldAfter := 64 * int(chain.CheckpointWeight(uint64(scale.PerCheckpoint())))
 	if !pending {
 		foldAfter = 1
 	}
