@@ -39,12 +39,16 @@ type Batch struct {
 	s *Store
 
 	mu      sync.Mutex
-	added   map[string]entry    // new blobs, by key
+	idle    sync.Cond           // on mu: signalled when sealing drops to 0
+	added   map[string]entry    // new blobs, by key (whereNone until their block is written)
 	refresh map[string]struct{} // existing blobs to freshen at Commit
+	open    [2]*block           // the block being filled, per namespace
+	sealing int                 // full blocks being compressed outside mu
 	pack    *packWriter         // the pack being filled
 	packs   []*packWriter       // every pack this batch wrote
 	larges  map[string]string   // key → temp file of a new large blob, until renamed into place
 	held    []string            // keys pinned by this batch, released by Close
+	written int64               // bytes of the frames of new blobs, headers included
 	closed  bool
 	done    bool
 	err     error // first write error; the batch can only be aborted
@@ -52,16 +56,27 @@ type Batch struct {
 
 // AddResult says what Add did with one blob.
 type AddResult struct {
-	Key    string
-	Sum    [32]byte // sha256 of the raw bytes, the key's digest
-	Size   int64    // uncompressed bytes
-	Stored int64    // bytes written, frame header excluded; 0 when not new
-	New    bool     // false: the store or this batch held the key already
+	Key  string
+	Sum  [32]byte // sha256 of the raw bytes, the key's digest
+	Size int64    // uncompressed bytes
+	New  bool     // false: the store or this batch held the key already
 }
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, added: map[string]entry{}, refresh: map[string]struct{}{}, larges: map[string]string{}}
+	b := &Batch{s: s, added: map[string]entry{}, refresh: map[string]struct{}{}, larges: map[string]string{}}
+	b.idle.L = &b.mu
+	return b
+}
+
+// Written returns the bytes the batch has written for new blobs so far,
+// frame headers included: after Commit, what the batch added to the store.
+// A small blob's bytes are counted once the block holding it is written,
+// which may be at Commit.
+func (b *Batch) Written() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.written
 }
 
 // Add stores data (at most MaxPacked bytes) in a pack unless the key it
@@ -81,31 +96,131 @@ func (b *Batch) add(ctx context.Context, ns Namespace, sum [32]byte, data []byte
 	if known, err := b.known(ctx, key); known || err != nil {
 		return res, err
 	}
-	codec, stored := byte(codecRaw), data
-	if len(data) >= 64 {
-		z := b.s.enc.EncodeAll(data, make([]byte, 0, len(data)/2+64))
-		// Compression must save at least 1/32 to be worth a decode on read.
-		if len(z) < len(data)-len(data)/32 {
-			codec, stored = codecZstd, z
-		}
-	}
-	h := header{codec: codec, ns: ns, raw: uint64(len(data)), stored: uint64(len(stored)), sum: sum}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.writable(); err != nil {
-		return res, err
-	}
-	if _, dup := b.added[key]; dup { // another goroutine added it meanwhile
-		return res, nil
-	}
-	e, err := b.appendFrame(&h, stored)
+	added, err := b.store(ns, key, sum, data)
 	if err != nil {
-		b.err = err
 		return res, &Error{Key: key, Err: err}
 	}
-	b.added[key] = e
-	res.Stored, res.New = int64(len(stored)), true
+	res.New = added
 	return res, nil
+}
+
+// store writes a blob the batch does not know to hold: a large one to a
+// frame of its own at once, a small one into the namespace's open block,
+// which is compressed and written when it is full (by the goroutine that
+// filled it, outside b.mu, so full blocks compress in parallel) or at
+// Commit. It reports false if another goroutine added key meanwhile.
+func (b *Batch) store(ns Namespace, key string, sum [32]byte, data []byte) (bool, error) {
+	if len(data) > blockMemberMax {
+		out := getBuf(len(data)/2 + 64)
+		defer putBuf(out)
+		h := header{version: blobFrame, ns: ns, sum: sum}
+		stored := compress(b.s.enc, &h, data, out)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.writable(); err != nil {
+			return false, err
+		}
+		if _, dup := b.added[key]; dup {
+			return false, nil
+		}
+		e, err := b.appendFrame(&h, stored)
+		if err != nil {
+			b.err = err
+			return false, err
+		}
+		b.added[key] = e
+		return true, nil
+	}
+	b.mu.Lock()
+	if err := b.writable(); err != nil {
+		b.mu.Unlock()
+		return false, err
+	}
+	if _, dup := b.added[key]; dup {
+		b.mu.Unlock()
+		return false, nil
+	}
+	blk := b.open[ns]
+	if blk == nil {
+		blk = newBlock(ns)
+		b.open[ns] = blk
+	}
+	blk.add(key, sum, data)
+	b.added[key] = entry{where: whereNone}
+	if len(*blk.data) < blockTarget {
+		b.mu.Unlock()
+		return true, nil
+	}
+	b.open[ns] = nil
+	b.sealing++
+	b.mu.Unlock()
+
+	h, stored := blk.seal(b.s.enc)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer b.idle.Broadcast()
+	defer blk.release()
+	b.sealing--
+	if err := b.writable(); err != nil {
+		return false, err
+	}
+	if err := b.placeBlock(blk, &h, stored); err != nil {
+		b.err = err
+		return false, err
+	}
+	return true, nil
+}
+
+// flushBlocks seals and writes the open blocks. b.mu is held and no block
+// is being sealed.
+func (b *Batch) flushBlocks() error {
+	for ns, blk := range b.open {
+		if blk == nil {
+			continue
+		}
+		b.open[ns] = nil
+		h, stored := blk.seal(b.s.enc)
+		err := b.placeBlock(blk, &h, stored)
+		blk.release()
+		if err != nil {
+			b.err = err
+			return err
+		}
+	}
+	return nil
+}
+
+// placeBlock appends a sealed block's frame to the pack and indexes its
+// members. b.mu is held.
+func (b *Batch) placeBlock(blk *block, h *header, stored []byte) error {
+	e, err := b.appendFrame(h, stored)
+	if err != nil {
+		return err
+	}
+	if h.version == blobFrame { // a block of one is written as its blob's frame
+		b.added[blk.keys[0]] = e
+		return nil
+	}
+	e.where, e.blockRaw = whereBlock, h.raw
+	table := uint64(len(blk.table))
+	weights := make([]uint64, len(blk.keys))
+	for i := range blk.keys {
+		size := uint64(blk.size(i))
+		weights[i] = size + uint64(len(appendMemberRow(nil, [32]byte{}, int(size))))
+	}
+	shares := blockShares(headerSize+h.stored, weights)
+	for i, key := range blk.keys {
+		e.at, e.raw, e.share = table+blk.at[i], uint64(blk.size(i)), shares[i]
+		b.added[key] = e
+	}
+	return nil
+}
+
+// waitIdle waits until no full block is being sealed. b.mu is held.
+func (b *Batch) waitIdle() {
+	for b.sealing > 0 {
+		b.idle.Wait()
+	}
 }
 
 // known reports whether key is in the batch or the store; a key in the
@@ -181,6 +296,7 @@ func (b *Batch) appendFrame(h *header, stored []byte) (entry, error) {
 		return entry{}, err
 	}
 	p.size += headerSize + int64(len(stored))
+	b.written += headerSize + int64(len(stored))
 	return entry{where: wherePack, pack: p.id, offset: uint64(off), codec: h.codec, raw: h.raw, stored: h.stored}, nil
 }
 
@@ -222,7 +338,8 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 		if _, dup := b.larges[key]; !dup {
 			b.larges[key] = tmp.Name()
 			b.added[key] = entry{where: whereLarge, codec: h.codec, raw: h.raw, stored: h.stored}
-			res.Stored, res.New = int64(h.stored), true
+			b.written += headerSize + int64(h.stored)
+			res.New = true
 		}
 		b.mu.Unlock()
 	}
@@ -239,7 +356,7 @@ const trialSize = 1 << 20
 // writeLarge writes one frame holding the bytes of r to f and returns its
 // header.
 func (s *Store) writeLarge(ctx context.Context, f vfs.File, ns Namespace, r io.Reader) (header, error) {
-	h := header{ns: ns}
+	h := header{version: blobFrame, ns: ns}
 	if _, err := f.Write(make([]byte, headerSize)); err != nil {
 		return h, err
 	}
@@ -305,11 +422,15 @@ func (b *Batch) Commit(ctx context.Context) error { return b.CommitWith(ctx, nil
 func (b *Batch) CommitWith(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.waitIdle()
 	if err := b.writable(); err != nil {
 		return err
 	}
+	err := b.flushBlocks()
 	b.done = true
-	err := b.sync(ctx)
+	if err == nil {
+		err = b.sync(ctx)
+	}
 	indexed := false // the last run of the transaction body got to the end
 	if err == nil && (fn != nil || len(b.packs) > 0 || len(b.added) > 0 || len(b.refresh) > 0) {
 		err = b.s.db.Update(func(tx *bolt.Tx) error {
@@ -405,8 +526,8 @@ func (b *Batch) index(tx *bolt.Tx) error {
 		// Another batch may have stored the key meanwhile. A packed copy
 		// of ours is then dead; a large one was renamed over the same
 		// path, so our entry describes the file now there.
-		if old, ok, err := lookup(tx, key); err == nil && ok && e.where == wherePack {
-			if err := addDead(tx, e.pack, headerSize+e.stored); err != nil {
+		if old, ok, err := lookup(tx, key); err == nil && ok && e.packed() {
+			if err := addDead(tx, e.pack, e.footprint()); err != nil {
 				return err
 			}
 			old.uploaded = now
@@ -459,6 +580,7 @@ func (b *Batch) Close() {
 	if b.closed {
 		return
 	}
+	b.waitIdle()
 	b.closed = true
 	if !b.done {
 		b.done = true

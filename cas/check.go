@@ -1,12 +1,14 @@
 package cas
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -74,7 +76,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 		}
 		end := int64(it.e.offset + headerSize + it.e.stored)
 		switch it.e.where {
-		case wherePack:
+		case wherePack, whereBlock:
 			if _, ok := packs[it.e.pack]; !ok {
 				report(it.key, corrupt(it.key, fmt.Sprintf("names pack %016x, which is not registered", it.e.pack)))
 			} else if size, ok := packSize[it.e.pack]; ok && size < end {
@@ -93,7 +95,13 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	if !deep {
 		return nil
 	}
-	// Read everything back, several blobs at a time.
+	// Read everything back, several blobs at a time, in the order they lie
+	// in the packs (large blobs, with no pack, first), so each block is
+	// decoded about once.
+	slices.SortFunc(items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(a.e.pack, b.e.pack), cmp.Compare(a.e.offset, b.e.offset), cmp.Compare(a.e.at, b.e.at))
+	})
+	cache := NewBlockCache()
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -106,7 +114,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 					return
 				}
 				key := items[i].key
-				r, err := s.Open(ctx, key)
+				r, err := s.OpenCached(ctx, key, cache)
 				if err == nil {
 					_, err = io.CopyBuffer(io.Discard, r, b)
 					r.Close()

@@ -10,7 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// The blob layout, format version 1. This comment and docs/ARCHITECTURE.md
+// The blob layout, format version 2. This comment and docs/ARCHITECTURE.md
 // are the one place it is written down.
 //
 // Files under the blob directory (<store>/blobs):
@@ -22,7 +22,8 @@ import (
 //	                            digest's first two hex digits)
 //	tmp/                        large blobs being written; emptied by Open
 //
-// A frame is a 64-byte header followed by the stored bytes:
+// A frame is a 64-byte header followed by the stored bytes. A blob frame
+// (frame version 1) holds one blob:
 //
 //	0   magic "sbxb"
 //	4   frame version (1)
@@ -34,38 +35,71 @@ import (
 //	24  sha256 of the raw bytes (the key's digest)
 //	56  xxhash64 of bytes 0..55, little-endian
 //
-// A frame names its own key, so the index can be rebuilt from the files. The
-// header checksum catches a damaged header before its sizes are trusted; the
-// sha256 of the decompressed bytes is checked on every read, so a damaged
-// payload can never be returned as good.
+// A block frame (frame version 2, written by format 2) holds several small
+// blobs of one namespace, compressed together: source files compress about
+// 10 % better with their neighbours as context than alone, and one header
+// serves them all. Its header is a blob frame's with the raw size being
+// the decoded payload's and, in place of the digest, a uint32 member count
+// (little-endian, at 24), the xxhash64 of the decoded payload (at 28) and
+// 20 zero bytes. The decoded payload is a member table, one row per member
+// (its sha256, then its raw size as a uvarint), followed by the members'
+// bytes back to back in table order. A read decodes the whole block (at
+// most blockTarget plus one member), checks the payload's xxhash64, so
+// that any damage to a block fails every member alike, then the member's
+// size and sha256.
+//
+// Every frame names its own keys, so the index can be rebuilt from the
+// files. The header checksum catches a damaged header before its sizes are
+// trusted; the sha256 of the decompressed bytes is checked on every read,
+// so a damaged payload can never be returned as good.
 //
 // The index lives in the bbolt file the caller passes to Open:
 //
-//	cas_meta   "format" → uvarint FormatVersion
+//	cas_meta   "format" → FormatVersion, one byte
 //	cas_index  key → entry (below), one per stored blob
 //	cas_packs  be64(pack id) → pack stats: uvarint total bytes, uvarint dead bytes
 //
-// An index entry is: where byte (0 pack, 1 large), pack id uvarint (pack
-// only), frame offset uvarint (pack only), codec byte, raw size uvarint,
-// stored size uvarint, upload time varint (Unix ms), then an xxhash64 of
-// key and entry. A blob exists if and only if it has an index entry: bytes
-// on disk that no entry names (a crash between writing and committing) are
-// dead and never read.
+// An index entry is: where byte (0 blob frame in a pack, 1 large file,
+// 2 member of a block frame in a pack), then for 0 and 2 the pack id and
+// the frame's offset (uvarints), then for 2 the block's decoded length,
+// the member's offset in it and the member's share of the frame's bytes
+// (uvarints; the shares of a block's members add up to its frame's size,
+// so deleting them all marks the whole frame dead); then the frame's codec byte, the
+// blob's raw size (uvarint), the frame's stored size (uvarint), the upload
+// time (varint, Unix ms), and an xxhash64 of key and entry. A blob exists
+// if and only if it has an index entry: bytes on disk that no entry names
+// (a crash between writing and committing) are dead and never read.
+//
+// Format 1 had no block frames and no where 2; a format-1 store is read as
+// it is, and its first writable open stamps format 2.
 
 // FormatVersion is the blob layout this build reads and writes.
-const FormatVersion = 1
+const FormatVersion = 2
 
 const (
-	frameMagic   = "sbxb"
-	frameVersion = 1
-	headerSize   = 64
+	frameMagic = "sbxb"
+	blobFrame  = 1 // frame version of a frame holding one blob
+	blockFrame = 2 // frame version of a block of small blobs
+	headerSize = 64
 
 	codecRaw  = 0
 	codecZstd = 1
 
-	whereNone  = 0xff
+	whereNone  = 0xff // a block member whose block is not written yet
 	wherePack  = 0
 	whereLarge = 1
+	whereBlock = 2
+)
+
+// Blobs of at most blockMemberMax bytes are gathered into block frames; a
+// batch writes a block once its members reach blockTarget bytes. Measured
+// on the benchmark's 20,000-file tree (bench/README.md), 128 KiB blocks
+// store its small files in 11 % fewer bytes than a frame each, where 64 KiB
+// blocks save 9 % and 256 KiB ones 12 %: the size bounds what one cat of a
+// small file decodes.
+const (
+	blockTarget    = 128 << 10
+	blockMemberMax = 64 << 10
 )
 
 var (
@@ -143,22 +177,30 @@ func packPath(id uint64) string {
 
 // header is a decoded frame header.
 type header struct {
-	codec  byte
-	ns     Namespace
-	raw    uint64
-	stored uint64
-	sum    [32]byte
+	version byte // blobFrame or blockFrame
+	codec   byte
+	ns      Namespace
+	raw     uint64
+	stored  uint64
+	sum     [32]byte // blob frame: the blob's digest
+	members uint32   // block frame: the member count
+	check   uint64   // block frame: xxhash64 of the decoded payload
 }
 
 func (h *header) encode() [headerSize]byte {
 	var b [headerSize]byte
 	copy(b[0:4], frameMagic)
-	b[4] = frameVersion
+	b[4] = h.version
 	b[5] = h.codec
 	b[6] = byte(h.ns)
 	binary.LittleEndian.PutUint64(b[8:], h.raw)
 	binary.LittleEndian.PutUint64(b[16:], h.stored)
-	copy(b[24:56], h.sum[:])
+	if h.version == blockFrame {
+		binary.LittleEndian.PutUint32(b[24:], h.members)
+		binary.LittleEndian.PutUint64(b[28:], h.check)
+	} else {
+		copy(b[24:56], h.sum[:])
+	}
 	binary.LittleEndian.PutUint64(b[56:], xxhash.Sum64(b[:56]))
 	return b
 }
@@ -173,13 +215,21 @@ func decodeHeader(b []byte) (header, error) {
 	if binary.LittleEndian.Uint64(b[56:]) != xxhash.Sum64(b[:56]) {
 		return h, errHeader
 	}
-	if b[4] != frameVersion || b[5] > codecZstd || b[6] > byte(Artifacts) || b[7] != 0 {
+	if b[4] < blobFrame || b[4] > blockFrame || b[5] > codecZstd || b[6] > byte(Artifacts) || b[7] != 0 {
 		return h, fmt.Errorf("unknown frame version %d or codec %d", b[4], b[5])
 	}
-	h.codec, h.ns = b[5], Namespace(b[6])
+	h.version, h.codec, h.ns = b[4], b[5], Namespace(b[6])
 	h.raw = binary.LittleEndian.Uint64(b[8:])
 	h.stored = binary.LittleEndian.Uint64(b[16:])
-	copy(h.sum[:], b[24:56])
+	if h.version == blockFrame {
+		h.members = binary.LittleEndian.Uint32(b[24:])
+		h.check = binary.LittleEndian.Uint64(b[28:])
+		if h.members == 0 || string(b[36:56]) != string(make([]byte, 20)) {
+			return h, errHeader
+		}
+	} else {
+		copy(h.sum[:], b[24:56])
+	}
 	if h.codec == codecRaw && h.raw != h.stored {
 		return h, errHeader
 	}
@@ -189,20 +239,61 @@ func decodeHeader(b []byte) (header, error) {
 // entry is a decoded index entry.
 type entry struct {
 	where    byte
-	pack     uint64
+	pack     uint64 // wherePack, whereBlock: the pack and the frame's offset
 	offset   uint64
-	codec    byte
-	raw      uint64
-	stored   uint64
-	uploaded int64 // Unix ms
+	blockRaw uint64 // whereBlock: the block's decoded length
+	at       uint64 // whereBlock: the member's offset in it
+	share    uint64 // whereBlock: the frame bytes the member accounts for
+	codec    byte   // the frame's
+	raw      uint64 // the blob's size
+	stored   uint64 // the frame's, header excluded
+	uploaded int64  // Unix ms
+}
+
+// packed reports whether the blob lives in a pack.
+func (e *entry) packed() bool { return e.where == wherePack || e.where == whereBlock }
+
+// footprint is the bytes on disk a blob accounts for: its frame, or a
+// block member's share of its block's frame. A pack's dead bytes add up
+// the footprints of its deleted blobs.
+func (e *entry) footprint() uint64 {
+	if e.where == whereBlock {
+		return e.share
+	}
+	return headerSize + e.stored
+}
+
+// blockShares splits a block frame of frameSize bytes among its members in
+// proportion to the payload bytes each accounts for (its table row and its
+// bytes; weights add up to the payload's length): share i is the
+// difference of the rounded-down cumulative splits, so the shares add up
+// to frameSize exactly.
+func blockShares(frameSize uint64, weights []uint64) []uint64 {
+	var total uint64
+	for _, w := range weights {
+		total += w
+	}
+	shares := make([]uint64, len(weights))
+	var cum, prev uint64
+	for i, w := range weights {
+		cum += w
+		next := frameSize * cum / total
+		shares[i], prev = next-prev, next
+	}
+	return shares
 }
 
 func (e *entry) encode(key string) []byte {
-	b := make([]byte, 0, 48)
+	b := make([]byte, 0, 56)
 	b = append(b, e.where)
-	if e.where == wherePack {
+	if e.packed() {
 		b = binary.AppendUvarint(b, e.pack)
 		b = binary.AppendUvarint(b, e.offset)
+	}
+	if e.where == whereBlock {
+		b = binary.AppendUvarint(b, e.blockRaw)
+		b = binary.AppendUvarint(b, e.at)
+		b = binary.AppendUvarint(b, e.share)
 	}
 	b = append(b, e.codec)
 	b = binary.AppendUvarint(b, e.raw)
@@ -241,9 +332,14 @@ func decodeEntry(key string, b []byte) (entry, error) {
 		return v
 	}
 	e.where, r = r[0], r[1:]
-	if e.where == wherePack {
+	if e.packed() {
 		e.pack = uv()
 		e.offset = uv()
+	}
+	if e.where == whereBlock {
+		e.blockRaw = uv()
+		e.at = uv()
+		e.share = uv()
 	}
 	if len(r) == 0 {
 		return e, errEntry
@@ -252,13 +348,16 @@ func decodeEntry(key string, b []byte) (entry, error) {
 	e.raw = uv()
 	e.stored = uv()
 	v, n := binary.Varint(r)
-	if n <= 0 || n != len(r) || e.where > whereLarge || e.codec > codecZstd {
+	if n <= 0 || n != len(r) || e.where > whereBlock || e.codec > codecZstd {
 		return e, errEntry
 	}
-	// A packed blob is at most MaxPacked: readers size buffers from these
-	// fields, so an entry claiming more (with a forged checksum) is damage,
-	// not an allocation (found by FuzzBlobFile).
-	if e.where == wherePack && (e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8) {
+	// A packed blob or block is at most MaxPacked: readers size buffers
+	// from these fields, so an entry claiming more (with a forged
+	// checksum) is damage, not an allocation (found by FuzzBlobFile).
+	if e.packed() && (e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8) {
+		return e, errEntry
+	}
+	if e.where == whereBlock && (e.blockRaw > MaxPacked || e.at > e.blockRaw || e.raw > e.blockRaw-e.at || e.share > headerSize+e.stored) {
 		return e, errEntry
 	}
 	e.uploaded = v
@@ -287,4 +386,49 @@ func decodePackStats(b []byte) (packStats, error) {
 		return p, errEntry
 	}
 	return p, nil
+}
+
+// member is one row of a block's member table, with the offset of its
+// bytes in the decoded payload.
+type member struct {
+	sum  [32]byte
+	size uint64
+	at   uint64
+}
+
+// appendMemberRow appends one row of a member table.
+func appendMemberRow(b []byte, sum [32]byte, size int) []byte {
+	b = append(b, sum[:]...)
+	return binary.AppendUvarint(b, uint64(size))
+}
+
+// decodeMembers decodes the member table at the start of a block's decoded
+// payload and checks that its members fill the rest exactly.
+func decodeMembers(payload []byte, count uint32) ([]member, error) {
+	if uint64(count) > uint64(len(payload))/33 {
+		return nil, errors.New("block member count exceeds its bytes")
+	}
+	ms := make([]member, count)
+	r := payload
+	var total uint64
+	for i := range ms {
+		if len(r) < 33 {
+			return nil, errors.New("block member table is truncated")
+		}
+		copy(ms[i].sum[:], r)
+		v, n := binary.Uvarint(r[32:])
+		if n <= 0 || v > uint64(len(payload)) {
+			return nil, errors.New("block member table is damaged")
+		}
+		ms[i].size, total = v, total+v
+		r = r[32+n:]
+	}
+	at := uint64(len(payload) - len(r))
+	if total != uint64(len(r)) {
+		return nil, fmt.Errorf("block members add up to %d bytes, the block holds %d", total, len(r))
+	}
+	for i := range ms {
+		ms[i].at, at = at, at+ms[i].size
+	}
+	return ms, nil
 }

@@ -189,7 +189,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 			if e.where == whereLarge {
 				files = append(files, largeFile{key, largePath(ns, sum)})
 			} else {
-				dead[e.pack] += headerSize + e.stored
+				dead[e.pack] += e.footprint()
 			}
 		}
 		for pack, n := range dead {

@@ -15,12 +15,13 @@ import (
 )
 
 // Repacking. Deleting a packed blob only marks its bytes dead (cas_packs
-// counts them); the pack file keeps them. Repack copies the live frames of
+// counts them); the pack file keeps them. Repack copies the live blobs of
 // every pack whose dead share has reached a threshold into new packs and
 // then drops the old ones, in an order that is safe at every step:
 //
-//  1. the live frames are read, each verified (header, size, sha256), and
-//     appended to new pack files, which are fsynced with their directory;
+//  1. the live blobs are read, each verified (header, size, sha256), and
+//     stored anew in new pack files (small ones gathered into blocks, as a
+//     batch stores them), which are fsynced with their directory;
 //  2. one index transaction points each moved entry at its new place, but
 //     only if it still names the old place (a sweep may have deleted it
 //     meanwhile: its copy is then dead in the new pack), registers the new
@@ -134,7 +135,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 			if err != nil {
 				return err
 			}
-			if _, ok := old[e.pack]; ok && e.where == wherePack {
+			if _, ok := old[e.pack]; ok && e.packed() {
 				moves = append(moves, move{key: key, from: *e})
 			}
 			return nil
@@ -151,12 +152,15 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		return cmp.Compare(a.from.offset, b.from.offset)
 	})
 
-	// 1. Copy and verify the live frames.
-	w := &Batch{s: s}
+	// 1. Copy and verify the live blobs. They are stored anew, as a batch
+	// stores them: small ones gathered into blocks, whatever frames they
+	// had, so repacking a format-1 pack also gives its blobs blocks.
+	w := s.NewBatch()
 	defer w.removeFiles() // a no-op once the new packs are registered
 	damaged := map[uint64]bool{}
 	out := getBuf(MaxPacked + decodeSlack)
 	defer putBuf(out)
+	cache := NewBlockCache()
 	for i := range moves {
 		m := &moves[i]
 		if i%256 == 0 {
@@ -168,26 +172,27 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 			continue
 		}
 		ns, sum, _ := ParseKey(m.key)
-		fb, err := s.readFrame(m.key, ns, sum, &m.from)
-		if err == nil {
-			_, err = s.decodeFrame(m.key, sum, &m.from, *fb, (*out)[:0])
-		}
+		data, err := s.readPacked(m.key, ns, sum, &m.from, (*out)[:0], cache)
 		if err != nil {
-			if fb != nil {
-				putBuf(fb)
-			}
 			damaged[m.from.pack] = true
 			st.Damaged = append(st.Damaged, fmt.Sprintf("pack %016x: %v", m.from.pack, err))
 			continue
 		}
-		h, _ := decodeHeader((*fb)[:headerSize])
-		m.to, err = w.appendFrame(&h, (*fb)[headerSize:])
-		putBuf(fb)
-		if err != nil {
+		if _, err := w.store(ns, m.key, sum, data); err != nil {
 			return st, err
 		}
-		m.to.uploaded = m.from.uploaded
 		m.copied = true
+	}
+	w.mu.Lock()
+	err = w.flushBlocks()
+	w.mu.Unlock()
+	if err != nil {
+		return st, err
+	}
+	for i := range moves {
+		if m := &moves[i]; m.copied {
+			m.to = w.added[m.key]
+		}
 	}
 	for _, p := range w.packs {
 		if err := p.finish(!s.opts.NoSync); err != nil {
@@ -215,15 +220,15 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 				continue
 			}
 			if damaged[m.from.pack] { // the old pack stays; so does the entry
-				newStats[m.to.pack].dead += headerSize + m.to.stored
+				newStats[m.to.pack].dead += m.to.footprint()
 				continue
 			}
 			cur, ok, err := lookup(tx, m.key)
 			if err != nil {
 				return err
 			}
-			if !ok || cur.where != wherePack || cur.pack != m.from.pack || cur.offset != m.from.offset {
-				newStats[m.to.pack].dead += headerSize + m.to.stored // deleted meanwhile
+			if !ok || cur.where != m.from.where || cur.pack != m.from.pack || cur.offset != m.from.offset || cur.at != m.from.at {
+				newStats[m.to.pack].dead += m.to.footprint() // deleted meanwhile
 				continue
 			}
 			m.to.uploaded = cur.uploaded
@@ -317,7 +322,7 @@ func (s *Store) removeOrphanPacks() error {
 		}
 		// Only after a crash (or damage): one pass over the index.
 		err := forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
-			if err == nil && e.where == wherePack {
+			if err == nil && e.packed() {
 				delete(unlisted, e.pack)
 			}
 			return nil

@@ -31,12 +31,19 @@ func (f *fixture) packFiles(t *testing.T) []string {
 // fill stores n blobs in one batch (one pack) and returns their bytes by key.
 func (f *fixture) fill(t *testing.T, n int, seed uint64) map[string][]byte {
 	t.Helper()
+	return f.fillSized(t, n, seed, 2000)
+}
+
+// fillSized is fill with blobs of size bytes and up: over blockMemberMax,
+// each blob gets a frame of its own.
+func (f *fixture) fillSized(t *testing.T, n int, seed uint64, size int) map[string][]byte {
+	t.Helper()
 	ctx := context.Background()
 	b := f.s.NewBatch()
 	defer b.Close()
 	blobs := map[string][]byte{}
 	for i := range n {
-		d := text(2000+i*37, seed+uint64(i))
+		d := text(size+i*37, seed+uint64(i))
 		res, err := b.Add(ctx, Files, d)
 		if err != nil {
 			t.Fatal(err)
@@ -118,6 +125,26 @@ func TestRepackReclaimsDeadBytes(t *testing.T) {
 	if u.DeadBytes != 0 || u.Packs != 1 || u.Blobs != 100 {
 		t.Fatalf("usage after repack = %+v", u)
 	}
+	// The survivors were gathered into new blocks, whose shares add up to
+	// the new pack.
+	var live []string
+	for k := range blobs {
+		if !slices.Contains(deleted, k) {
+			live = append(live, k)
+		}
+	}
+	var shares uint64
+	frames := map[uint64]bool{}
+	for _, e := range f.entries(t, live) {
+		shares += e.footprint()
+		frames[e.offset] = true
+	}
+	if len(frames) >= len(live)/4 {
+		t.Errorf("%d blobs in %d frames after repack: not regathered into blocks", len(live), len(frames))
+	}
+	if shares != uint64(u.PackBytes) {
+		t.Errorf("footprints add up to %d, the pack holds %d", shares, u.PackBytes)
+	}
 	for k, want := range blobs {
 		got, err := f.s.Get(ctx, k)
 		if slices.Contains(deleted, k) {
@@ -159,7 +186,7 @@ func TestRepackDropsAPackWithNothingLive(t *testing.T) {
 func TestRepackLeavesADamagedPack(t *testing.T) {
 	f := open(t)
 	ctx := context.Background()
-	blobs := f.fill(t, 10, 3)
+	blobs := f.fillSized(t, 10, 3, blockMemberMax+1) // a frame each: the damage hits one
 	var keys []string
 	for k := range blobs {
 		keys = append(keys, k)

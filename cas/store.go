@@ -4,8 +4,8 @@
 // not pay) in the blob directory beside the database, written once, and
 // verified against their key on every read.
 //
-// Small blobs are appended to pack files and large ones get a file each
-// (format.go); an index in the caller's bbolt file says where each blob is
+// Small blobs are compressed together in blocks appended to pack files,
+// and large ones get a file each (format.go); an index in the caller's bbolt file says where each blob is
 // and when it was last uploaded. Writes go through a Batch, which makes all
 // of its bytes durable with one barrier and then commits its index entries
 // in one transaction. Store also has the object-store methods the contract's
@@ -67,9 +67,10 @@ const DefaultPackSize = 64 << 20
 
 // Info describes a stored blob.
 type Info struct {
-	Key      string
-	Size     int64     // uncompressed bytes
-	Stored   int64     // bytes on disk, frame header excluded
+	Key    string
+	Size   int64 // uncompressed bytes
+	Stored int64 // bytes on disk, frame header excluded; of a block, the blob's share
+
 	Uploaded time.Time // last Put or Batch commit naming the key
 }
 
@@ -163,7 +164,8 @@ func initIndex(tx *bolt.Tx) error {
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
-	if meta.Get(keyFormat) == nil {
+	if v := meta.Get(keyFormat); v == nil || len(v) == 1 && v[0] == 1 {
+		// Format 2 only added block frames: a format-1 index reads as it is.
 		return meta.Put(keyFormat, []byte{FormatVersion})
 	}
 	return checkFormat(tx)
@@ -174,8 +176,8 @@ func checkFormat(tx *bolt.Tx) error {
 	if meta == nil {
 		return nil // a store that never held a blob
 	}
-	if v := meta.Get(keyFormat); len(v) != 1 || v[0] != FormatVersion {
-		return fmt.Errorf("%w: blob index has format %v, this build reads %d", ErrFormat, v, FormatVersion)
+	if v := meta.Get(keyFormat); len(v) != 1 || v[0] < 1 || v[0] > FormatVersion {
+		return fmt.Errorf("%w: blob index has format %v, this build reads 1 to %d", ErrFormat, v, FormatVersion)
 	}
 	return nil
 }
@@ -224,7 +226,11 @@ func (s *Store) entry(key string) (e entry, err error) {
 }
 
 func (e *entry) info(key string) Info {
-	return Info{Key: key, Size: int64(e.raw), Stored: int64(e.stored), Uploaded: time.UnixMilli(e.uploaded)}
+	stored := e.stored
+	if e.where == whereBlock {
+		stored = e.share
+	}
+	return Info{Key: key, Size: int64(e.raw), Stored: int64(stored), Uploaded: time.UnixMilli(e.uploaded)}
 }
 
 // Head returns what the index says of key, or an error matching ErrNotFound.
@@ -362,9 +368,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	s.packsMu.RLock()
 	ns, sum, e, err := s.locate(ctx, key)
-	if err == nil && e.where == wherePack {
+	if err == nil && e.packed() {
 		defer s.packsMu.RUnlock()
-		return s.readPacked(key, ns, sum, &e, nil)
+		return s.readPacked(key, ns, sum, &e, nil, nil)
 	}
 	s.packsMu.RUnlock()
 	if err != nil {
@@ -456,15 +462,21 @@ func (s *Store) packFile(id uint64) (*os.File, error) {
 // or had the wrong length, so a caller must treat everything it read as
 // unverified until Read returns io.EOF.
 func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
+	return s.OpenCached(ctx, key, nil)
+}
+
+// OpenCached is Open decoding through c (nil: none): a run of reads of many
+// small blobs, such as a restore, passes one cache (see BlockCache).
+func (s *Store) OpenCached(ctx context.Context, key string, c *BlockCache) (*Reader, error) {
 	s.packsMu.RLock()
 	ns, sum, e, err := s.locate(ctx, key)
-	if err == nil && e.where == wherePack {
+	if err == nil && e.packed() {
 		defer s.packsMu.RUnlock()
 		// The bytes live in a pooled buffer until Close: a restore reads
 		// thousands of packed blobs, and a fresh buffer each was zeroed and
 		// collected each time.
 		buf := getBuf(int(e.raw) + decodeSlack)
-		data, err := s.readPacked(key, ns, sum, &e, (*buf)[:0])
+		data, err := s.readPacked(key, ns, sum, &e, (*buf)[:0], c)
 		if err != nil {
 			putBuf(buf)
 			return nil, err
@@ -487,7 +499,7 @@ func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
 		f.Close()
 		return nil, corrupt(key, "truncated frame header")
 	}
-	if err := checkFrame(key, ns, sum, &e, hb[:]); err != nil {
+	if _, err := checkFrame(key, ns, sum, &e, hb[:]); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -545,16 +557,21 @@ func getBuf(n int) *[]byte {
 
 func putBuf(p *[]byte) { bufPool.Put(p) }
 
-// checkFrame checks a frame header against the key and the index entry.
-func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) error {
+// checkFrame decodes a frame header and checks it against the key and the
+// index entry.
+func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) (header, error) {
 	h, err := decodeHeader(hb)
 	if err != nil {
-		return corrupt(key, err.Error())
+		return h, corrupt(key, err.Error())
 	}
-	if h.sum != sum || h.ns != ns || h.codec != e.codec || h.raw != e.raw || h.stored != e.stored {
-		return corrupt(key, "frame header does not match the index")
+	want := header{version: blobFrame, codec: e.codec, ns: ns, raw: e.raw, stored: e.stored, sum: sum}
+	if e.where == whereBlock {
+		want.version, want.raw, want.sum, want.members, want.check = blockFrame, e.blockRaw, [32]byte{}, h.members, h.check
 	}
-	return nil
+	if h != want {
+		return h, corrupt(key, "frame header does not match the index")
+	}
+	return h, nil
 }
 
 // decodeSlack is room past the raw size in a packed blob's output buffer.
@@ -566,10 +583,13 @@ func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) err
 const decodeSlack = 32
 
 // readPacked reads, decodes and verifies a packed blob into out (appending
-// to out[:0]; nil allocates). out needs a capacity of the raw size plus
-// decodeSlack to be used as it is.
-func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out []byte) ([]byte, error) {
-	fb, err := s.readFrame(key, ns, sum, e)
+// to out[:0]; nil allocates), decoding a block through c (nil: none). out
+// needs a capacity of the raw size plus decodeSlack to be used as it is.
+func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out []byte, c *BlockCache) ([]byte, error) {
+	if e.where == whereBlock {
+		return s.readMember(key, ns, sum, e, out, c)
+	}
+	fb, _, err := s.readFrame(key, ns, sum, e)
 	if err != nil {
 		return nil, err
 	}
@@ -577,29 +597,31 @@ func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out
 	return s.decodeFrame(key, sum, e, *fb, out)
 }
 
-// readFrame reads a packed blob's frame into a pooled buffer (the caller
-// puts it back) and checks its header against the key and the entry.
-func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]byte, error) {
-	if e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8 {
-		return nil, corrupt(key, "index entry claims an oversized packed blob")
+// readFrame reads the frame of a packed blob or block into a pooled buffer
+// (the caller puts it back) and checks its header against the key and the
+// entry.
+func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]byte, header, error) {
+	if e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8 || e.blockRaw > MaxPacked {
+		return nil, header{}, corrupt(key, "index entry claims an oversized packed blob")
 	}
 	f, err := s.packFile(e.pack)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
+			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
 		}
-		return nil, &Error{Key: key, Err: err}
+		return nil, header{}, &Error{Key: key, Err: err}
 	}
 	fb := getBuf(headerSize + int(e.stored))
 	if n, err := f.ReadAt(*fb, int64(e.offset)); n != len(*fb) {
 		putBuf(fb)
-		return nil, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
+		return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
 	}
-	if err := checkFrame(key, ns, sum, e, (*fb)[:headerSize]); err != nil {
+	h, err := checkFrame(key, ns, sum, e, (*fb)[:headerSize])
+	if err != nil {
 		putBuf(fb)
-		return nil, err
+		return nil, h, err
 	}
-	return fb, nil
+	return fb, h, nil
 }
 
 // decodeFrame decodes a checked frame's bytes into out and verifies their

@@ -69,7 +69,8 @@ type CaptureStats struct {
 	// Files read and hashed, and their bytes.
 	FilesRead int   `json:"filesRead"`
 	BytesRead int64 `json:"bytesRead"`
-	// Blobs written, and the bytes they take on disk (compressed).
+	// Blobs written, and the bytes they take on disk (compressed, frame
+	// headers included).
 	BlobsNew int   `json:"blobsNew"`
 	BytesNew int64 `json:"bytesNew"`
 	// Files read whose blob was stored already.
@@ -142,6 +143,7 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, err
 	}
+	c.stats.BytesNew = c.batch.Written()
 	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
 		newStatCache(started.UnixNano(), redactor.Fingerprint(), tree).save(cachePath)
 	}
@@ -278,7 +280,6 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	c.stats.Bytes += res.Size - w.st.size // what was read, if it changed since the walk
 	if res.New {
 		c.stats.BlobsNew++
-		c.stats.BytesNew += res.Stored
 	} else {
 		c.stats.Deduplicated++
 	}

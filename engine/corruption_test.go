@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -100,7 +101,9 @@ func newCorruptStore(t *testing.T) *corruptStore {
 		"a.txt":     corruptText(3000, 1),
 		"src/c.go":  corruptText(5000, 2),
 		"src/d.go":  corruptText(2000, 3),
-		"noise.bin": corruptNoise(3000, 4),              // packed, raw
+		"noise.bin": corruptNoise(3000, 4),              // packed, in a block with the three above
+		"mid.txt":   corruptText(80<<10, 7),             // packed, a frame of its own, zstd
+		"mid.bin":   corruptNoise(70<<10, 8),            // packed, a frame of its own, raw
 		"big.txt":   corruptText(cas.MaxPacked+4096, 5), // a file of its own, zstd
 		"big.bin":   corruptNoise(1<<20+4096, 6),        // a file of its own (over 1 MiB), raw
 	}
@@ -157,19 +160,25 @@ func (s *corruptStore) copyStore(t *testing.T) string {
 	return dst
 }
 
-// packedFrame is a blob frame found in a pack file.
+// packedFrame is a frame found in a pack file: a blob's, or a block's.
 type packedFrame struct {
 	pack           string // file path
 	offset, stored int64
+	keys           []string // the blobs it holds: damage to it harms them all
 }
 
-// packFrames parses the pack files of the store in dir: frames back to back,
-// each a 64-byte header (magic, version, codec, namespace, reserved, raw
-// size, stored size, sha256, checksum) and the stored bytes (cas/format.go).
+// packFrames parses the pack files of the store in dir and maps every
+// packed blob's key to its frame: frames back to back, each a 64-byte
+// header (magic, version, codec, namespace, reserved, raw size, stored
+// size, then the sha256 of a blob frame or the member count of a block
+// frame, checksum) and the stored bytes, which for a block decode to a
+// member table (sha256, uvarint size) and the members (cas/format.go).
 func packFrames(t *testing.T, dir string) map[string]packedFrame {
 	t.Helper()
 	packs, _ := filepath.Glob(filepath.Join(dir, engine.BlobDir, "packs", "*.pack"))
 	out := map[string]packedFrame{}
+	dec, _ := zstd.NewReader(nil)
+	defer dec.Close()
 	for _, p := range packs {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -179,9 +188,27 @@ func packFrames(t *testing.T, dir string) map[string]packedFrame {
 			if string(b[off:off+4]) != "sbxb" {
 				t.Fatalf("%s: no frame at %d", p, off)
 			}
-			ns := cas.Namespace(b[off+6])
+			version, codec, ns := b[off+4], b[off+5], cas.Namespace(b[off+6])
 			stored := int64(binary.LittleEndian.Uint64(b[off+16:]))
-			out[ns.Key([32]byte(b[off+24:off+56]))] = packedFrame{p, int64(off), stored}
+			f := packedFrame{pack: p, offset: int64(off), stored: stored}
+			if version == 1 {
+				f.keys = []string{ns.Key([32]byte(b[off+24 : off+56]))}
+			} else {
+				payload := b[off+64 : off+64+int(stored)]
+				if codec == 1 {
+					if payload, err = dec.DecodeAll(payload, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range binary.LittleEndian.Uint32(b[off+24:]) {
+					f.keys = append(f.keys, ns.Key([32]byte(payload[:32])))
+					_, n := binary.Uvarint(payload[32:])
+					payload = payload[32+n:]
+				}
+			}
+			for _, k := range f.keys {
+				out[k] = f
+			}
 			off += 64 + int(stored)
 		}
 	}
@@ -331,22 +358,35 @@ type corruptCase struct {
 func corruptCases() []corruptCase {
 	return []corruptCase{
 		{name: "packed frame payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			k := s.keyOf["src/c.go"]
+			k := s.keyOf["mid.txt"]
 			f := packFrames(t, dir)[k]
 			flipAt(t, f.pack, f.offset+64+f.stored/2)
 			return harm{keys: []string{k}}
 		}},
 		{name: "packed raw frame payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			k := s.keyOf["noise.bin"]
+			k := s.keyOf["mid.bin"]
 			f := packFrames(t, dir)[k]
 			flipAt(t, f.pack, f.offset+64+f.stored-1)
 			return harm{keys: []string{k}}
 		}},
 		{name: "packed frame header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			k := s.keyOf["src/d.go"]
+			k := s.keyOf["mid.txt"]
 			f := packFrames(t, dir)[k]
 			flipAt(t, f.pack, f.offset+9) // raw size
 			return harm{keys: []string{k}}
+		}},
+		{name: "block payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
+			f := packFrames(t, dir)[s.keyOf["src/c.go"]]
+			if len(f.keys) != 4 {
+				t.Fatalf("src/c.go's block holds %d blobs, want the 4 small files of cp1", len(f.keys))
+			}
+			flipAt(t, f.pack, f.offset+64+f.stored/2)
+			return harm{keys: f.keys}
+		}},
+		{name: "block header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
+			f := packFrames(t, dir)[s.keyOf["src/d.go"]]
+			flipAt(t, f.pack, f.offset+25) // member count
+			return harm{keys: f.keys}
 		}},
 		{name: "pack truncated in its last frame", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			// The pack cp2 wrote: the second a.txt and e.txt.
@@ -360,7 +400,7 @@ func corruptCases() []corruptCase {
 			}
 			f := packFrames(t, dir)[last]
 			truncateFile(t, f.pack, f.offset+64+f.stored/2)
-			return harm{keys: []string{last}, pack: filepath.Base(f.pack)}
+			return harm{keys: f.keys, pack: filepath.Base(f.pack)}
 		}},
 		{name: "pack missing", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			f1 := packFrames(t, dir)[s.keyOf["src/c.go"]]

@@ -255,11 +255,14 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 		groups = append(groups, files[start:end])
 		start = end
 	}
+	// Small files were stored in blocks in the order a capture read them,
+	// near path order: a shared cache decodes each block about once.
+	cache := cas.NewBlockCache()
 	return parallel(ctx, groups, func() func(context.Context, []*chain.Entry) error {
 		buf := make([]byte, 256<<10)
 		return func(ctx context.Context, group []*chain.Entry) error {
 			for _, e := range group {
-				if err := db.writeFile(ctx, root, e, buf); err != nil {
+				if err := db.writeFile(ctx, root, e, buf, cache); err != nil {
 					return err
 				}
 				prog.files.Add(1)
@@ -271,11 +274,11 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 }
 
 // writeFile writes one verified file.
-func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []byte) error {
+func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []byte, cache *cas.BlockCache) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r, err := db.OpenEntry(ctx, e)
+	r, err := db.openEntry(ctx, e, cache)
 	if err != nil {
 		return err
 	}
@@ -309,10 +312,15 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 // SANDBOX_SNAPSHOT_MISSING_BLOB or SANDBOX_SNAPSHOT_INVALID_BLOB naming the
 // path and the key; a blob whose size is not the entry's is INVALID_BLOB.
 func (db *DB) OpenEntry(ctx context.Context, e *chain.Entry) (io.ReadCloser, error) {
+	return db.openEntry(ctx, e, nil)
+}
+
+// openEntry is OpenEntry decoding blocks through cache (nil: none).
+func (db *DB) openEntry(ctx context.Context, e *chain.Entry, cache *cas.BlockCache) (io.ReadCloser, error) {
 	if e.Kind != chain.KindFile {
 		return nil, fmt.Errorf("%q is a %s, not a file", e.Path, e.Kind)
 	}
-	r, err := db.blobs.Open(ctx, e.BlobKey)
+	r, err := db.blobs.OpenCached(ctx, e.BlobKey, cache)
 	if err != nil {
 		return nil, blobError(e, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -305,11 +306,11 @@ func blobNormalize(dir string) error {
 			return nil
 		})
 		for key, v := range entries {
-			if v[0] != 0 { // a large blob: no pack id
+			if v[0] == 1 { // a large blob: no pack id
 				continue
 			}
-			old, n := binary.Uvarint(v[1:])
-			body := binary.AppendUvarint([]byte{0}, newID[old])
+			old, n := binary.Uvarint(v[1:]) // a blob frame's or a block member's
+			body := binary.AppendUvarint([]byte{v[0]}, newID[old])
 			body = append(body, v[1+n:len(v)-8]...)
 			if err := index.Put([]byte(key), append(body, blobEntrySum(key, body)...)); err != nil {
 				return err
@@ -342,6 +343,34 @@ func blobNormalize(dir string) error {
 	return os.Rename(path+".compact", path)
 }
 
+// blobFrameKeys returns the keys of the blobs the frame at the start of b
+// holds (cas/format.go: one for a blob frame, the member table's for a
+// block frame) and its stored size.
+func blobFrameKeys(b []byte) (keys []string, stored uint64, err error) {
+	version, codec, ns := b[4], b[5], cas.Namespace(b[6])
+	raw, stored := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])
+	if version == 1 {
+		return []string{ns.Prefix() + hex.EncodeToString(b[24:56])}, stored, nil
+	}
+	payload := b[64 : 64+stored]
+	if codec == 1 {
+		d, _ := zstd.NewReader(nil)
+		defer d.Close()
+		if payload, err = d.DecodeAll(payload, nil); err != nil {
+			return nil, stored, err
+		}
+	}
+	if uint64(len(payload)) != raw {
+		return nil, stored, fmt.Errorf("block of %d bytes, header says %d", len(payload), raw)
+	}
+	for range binary.LittleEndian.Uint32(b[24:]) {
+		keys = append(keys, ns.Prefix()+hex.EncodeToString(payload[:32]))
+		_, n := binary.Uvarint(payload[32:])
+		payload = payload[32+n:]
+	}
+	return keys, stored, nil
+}
+
 // blobReadTemplate loads the closed template store into fx: its files, its
 // raw bucket contents, and which frames each blob file holds.
 func blobReadTemplate(dir string, fx *blobFixture) error {
@@ -368,13 +397,17 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 		case strings.HasPrefix(name, "blobs/packs/"):
 			packs = append(packs, name)
 			for off := 0; off+64 <= len(b); {
-				raw, stored := binary.LittleEndian.Uint64(b[off+8:]), binary.LittleEndian.Uint64(b[off+16:])
-				key := cas.Namespace(b[off+6]).Prefix() + hex.EncodeToString(b[off+24:off+56])
-				if fx.blobs[key] == nil || raw != uint64(len(fx.blobs[key])) {
-					return fmt.Errorf("pack %s: unexpected frame at %d", name, off)
+				keys, stored, err := blobFrameKeys(b[off:])
+				for _, key := range keys {
+					if fx.blobs[key] == nil {
+						err = fmt.Errorf("blob %s is not the template's", key)
+					}
+					fx.fileOf[key] = name
+					fx.keysIn[name] = append(fx.keysIn[name], key)
 				}
-				fx.fileOf[key] = name
-				fx.keysIn[name] = append(fx.keysIn[name], key)
+				if err != nil {
+					return fmt.Errorf("pack %s: unexpected frame at %d: %v", name, off, err)
+				}
 				off += 64 + int(stored)
 			}
 		case strings.HasPrefix(name, "blobs/large/"):

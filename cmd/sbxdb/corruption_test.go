@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
 	bolt "go.etcd.io/bbolt"
@@ -61,17 +63,35 @@ func dmgCopy(t *testing.T, src string) string {
 	return dst
 }
 
-// dmgPack returns the pack file holding key and the frame's offset and
-// stored size, parsing the packs (cas/format.go: 64-byte headers, stored
-// size at 16, sha256 at 24).
+// dmgPack returns the pack file holding key and the offset and stored
+// size of its frame (a block's, for a small blob), parsing the packs
+// (cas/format.go: 64-byte headers, frame version at 4, codec at 5, stored
+// size at 16, then a blob frame's sha256 or a block's member count at 24;
+// a block's payload decodes to rows of sha256 and uvarint size).
 func dmgPack(t *testing.T, store, key string) (path string, off, stored int64) {
 	t.Helper()
+	dec, _ := zstd.NewReader(nil)
+	defer dec.Close()
 	packs, _ := filepath.Glob(filepath.Join(store, "blobs", "packs", "*.pack"))
 	for _, p := range packs {
 		b, _ := os.ReadFile(p)
 		for o := 0; o+64 <= len(b); {
 			n := int64(binary.LittleEndian.Uint64(b[o+16:]))
-			if cas.Namespace(b[o+6]).Key([32]byte(b[o+24:o+56])) == key {
+			ns := cas.Namespace(b[o+6])
+			keys := []string{ns.Key([32]byte(b[o+24 : o+56]))}
+			if b[o+4] == 2 {
+				keys = nil
+				payload := b[o+64 : o+64+int(n)]
+				if b[o+5] == 1 {
+					payload, _ = dec.DecodeAll(payload, nil)
+				}
+				for range binary.LittleEndian.Uint32(b[o+24:]) {
+					keys = append(keys, ns.Key([32]byte(payload[:32])))
+					_, w := binary.Uvarint(payload[32:])
+					payload = payload[32+w:]
+				}
+			}
+			if slices.Contains(keys, key) {
 				return p, int64(o), n
 			}
 			o += 64 + int(n)

@@ -1,0 +1,233 @@
+package cas
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/compress/zstd"
+)
+
+// block gathers small blobs of one namespace until it is sealed into a
+// block frame (format.go). Its buffers come from bufPool and go back by
+// release once the frame is written.
+type block struct {
+	ns      Namespace
+	keys    []string
+	at      []uint64 // each member's offset in data
+	table   []byte   // the member table's rows
+	data    *[]byte  // the members' bytes, back to back
+	payload *[]byte  // table ‖ data, built by seal
+	out     *[]byte  // the compressed payload
+}
+
+func newBlock(ns Namespace) *block {
+	blk := &block{ns: ns, data: getBuf(blockTarget + blockMemberMax)}
+	*blk.data = (*blk.data)[:0]
+	return blk
+}
+
+// add copies a blob into the block (the caller reuses its buffer).
+func (blk *block) add(key string, sum [32]byte, data []byte) {
+	blk.keys = append(blk.keys, key)
+	blk.at = append(blk.at, uint64(len(*blk.data)))
+	blk.table = appendMemberRow(blk.table, sum, len(data))
+	*blk.data = append(*blk.data, data...)
+}
+
+// size returns the size of member i.
+func (blk *block) size(i int) int {
+	if i+1 < len(blk.at) {
+		return int(blk.at[i+1] - blk.at[i])
+	}
+	return len(*blk.data) - int(blk.at[i])
+}
+
+// seal returns the block's frame header and stored bytes, valid until
+// release. A block of one blob is sealed as that blob's frame: a block
+// would only add a member table.
+func (blk *block) seal(enc *zstd.Encoder) (header, []byte) {
+	blk.out = getBuf(len(*blk.data)/2 + 64)
+	if len(blk.keys) == 1 {
+		h := header{version: blobFrame, ns: blk.ns}
+		copy(h.sum[:], blk.table)
+		return h, compress(enc, &h, *blk.data, blk.out)
+	}
+	blk.payload = getBuf(len(blk.table) + len(*blk.data))
+	p := append(append((*blk.payload)[:0], blk.table...), *blk.data...)
+	h := header{version: blockFrame, ns: blk.ns, members: uint32(len(blk.keys)), check: xxhash.Sum64(p)}
+	return h, compress(enc, &h, p, blk.out)
+}
+
+// release returns the block's buffers to the pool.
+func (blk *block) release() {
+	for _, p := range []*[]byte{blk.data, blk.payload, blk.out} {
+		if p != nil {
+			putBuf(p)
+		}
+	}
+	blk.data, blk.payload, blk.out = nil, nil, nil
+}
+
+// compress sets h's codec and sizes for data and returns the bytes to
+// store: data's zstd, in *out (which it may grow), or data itself where
+// compression does not save at least 1/32, not worth a decode on read.
+func compress(enc *zstd.Encoder, h *header, data []byte, out *[]byte) []byte {
+	h.codec, h.raw, h.stored = codecRaw, uint64(len(data)), uint64(len(data))
+	if len(data) < 64 {
+		return data
+	}
+	z := enc.EncodeAll(data, (*out)[:0])
+	*out = z
+	if len(z) < len(data)-len(data)/32 {
+		h.codec, h.stored = codecZstd, uint64(len(z))
+		return z
+	}
+	return data
+}
+
+// BlockCache keeps the blocks most recently decoded through it, so a run of
+// reads of blobs stored together (a restore, a deep check, a repack)
+// decodes each block once rather than once per member. Every read still
+// checks its blob's size and sha256. A cache never rereads a block it
+// holds, so use one for one such run, not for the life of a store: a block
+// damaged on disk after it was cached is found by the next run. It is safe
+// for concurrent use.
+type BlockCache struct {
+	mu     sync.Mutex
+	blocks []*cachedBlock // most recently used last
+}
+
+// cachedBlock is a block decoded, or being decoded, by one reader: the
+// others that want it meanwhile wait rather than decode it too (a
+// restore's workers often start on neighbouring small directories, whose
+// files share a block).
+type cachedBlock struct {
+	pack, offset uint64
+	ready        chan struct{} // closed once blk and err are set
+	blk          *decodedBlock
+	err          error
+}
+
+// blockCacheSize is how many blocks a BlockCache holds: at most about
+// 3 MiB, room for the blocks that a restore's workers read at once.
+const blockCacheSize = 16
+
+// NewBlockCache returns an empty cache.
+func NewBlockCache() *BlockCache { return &BlockCache{} }
+
+// decodedBlock is a block's decoded payload and member table. It is never
+// modified once made, so cached ones are read without a lock.
+type decodedBlock struct {
+	pack, offset uint64
+	payload      []byte
+	members      []member // by offset
+}
+
+// load returns the block at pack and offset, decoding it with decode
+// unless the cache holds it or another reader is decoding it. A failed
+// decode is not kept, and a reader that waited for one decodes for itself,
+// so that its error names its own blob.
+func (c *BlockCache) load(pack, offset uint64, decode func() (*decodedBlock, error)) (*decodedBlock, error) {
+	c.mu.Lock()
+	for i, cb := range c.blocks {
+		if cb.pack == pack && cb.offset == offset {
+			copy(c.blocks[i:], c.blocks[i+1:])
+			c.blocks[len(c.blocks)-1] = cb
+			c.mu.Unlock()
+			<-cb.ready
+			if cb.err != nil {
+				return decode()
+			}
+			return cb.blk, nil
+		}
+	}
+	cb := &cachedBlock{pack: pack, offset: offset, ready: make(chan struct{})}
+	if len(c.blocks) == blockCacheSize { // the least recently used goes; its waiters hold it
+		copy(c.blocks, c.blocks[1:])
+		c.blocks = c.blocks[:len(c.blocks)-1]
+	}
+	c.blocks = append(c.blocks, cb)
+	c.mu.Unlock()
+	cb.blk, cb.err = decode()
+	close(cb.ready)
+	if cb.err != nil {
+		c.mu.Lock()
+		if i := slices.Index(c.blocks, cb); i >= 0 {
+			c.blocks = slices.Delete(c.blocks, i, i+1)
+		}
+		c.mu.Unlock()
+	}
+	return cb.blk, cb.err
+}
+
+// readMember reads, checks and returns the bytes of the block member e
+// names, appended to out[:0] (nil allocates), decoding its block through c
+// (nil: no cache).
+func (s *Store) readMember(key string, ns Namespace, sum [32]byte, e *entry, out []byte, c *BlockCache) ([]byte, error) {
+	var blk *decodedBlock
+	var err error
+	if c == nil { // decoded into a pooled buffer, copied out below
+		buf := getBuf(int(e.blockRaw) + decodeSlack)
+		defer putBuf(buf)
+		blk, err = s.decodeBlock(key, ns, sum, e, (*buf)[:0])
+	} else { // kept by the cache, which other readers share
+		blk, err = c.load(e.pack, e.offset, func() (*decodedBlock, error) {
+			return s.decodeBlock(key, ns, sum, e, make([]byte, 0, e.blockRaw+decodeSlack))
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if uint64(len(blk.payload)) != e.blockRaw {
+		return nil, corrupt(key, "the block's length does not match the index")
+	}
+	// The row at the entry's offset; empty members share theirs with the
+	// next member.
+	i := sort.Search(len(blk.members), func(i int) bool { return blk.members[i].at >= e.at })
+	for i < len(blk.members) && blk.members[i].at == e.at && blk.members[i].sum != sum {
+		i++
+	}
+	if i == len(blk.members) || blk.members[i].at != e.at || blk.members[i].size != e.raw || blk.members[i].sum != sum {
+		return nil, corrupt(key, "the block's member table does not match the index")
+	}
+	if out == nil {
+		out = make([]byte, 0, e.raw+decodeSlack)
+	}
+	data := append(out[:0], blk.payload[e.at:e.at+e.raw]...)
+	if sha256.Sum256(data) != sum {
+		return nil, corrupt(key, "sha256 of the bytes does not match the key")
+	}
+	return data, nil
+}
+
+// decodeBlock reads and decodes the block frame e names into dst.
+func (s *Store) decodeBlock(key string, ns Namespace, sum [32]byte, e *entry, dst []byte) (*decodedBlock, error) {
+	fb, h, err := s.readFrame(key, ns, sum, e)
+	if err != nil {
+		return nil, err
+	}
+	defer putBuf(fb)
+	payload := dst
+	if e.codec == codecZstd {
+		if payload, err = s.dec.DecodeAll((*fb)[headerSize:], dst[:0]); err != nil {
+			return nil, corrupt(key, "block: zstd: "+err.Error())
+		}
+	} else {
+		payload = append(dst[:0], (*fb)[headerSize:]...)
+	}
+	if uint64(len(payload)) != e.blockRaw {
+		return nil, corrupt(key, fmt.Sprintf("block decodes to %d bytes, index says %d", len(payload), e.blockRaw))
+	}
+	if xxhash.Sum64(payload) != h.check {
+		return nil, corrupt(key, "the block's bytes do not match its checksum")
+	}
+	members, err := decodeMembers(payload, h.members)
+	if err != nil {
+		return nil, corrupt(key, err.Error())
+	}
+	return &decodedBlock{pack: e.pack, offset: e.offset, payload: payload, members: members}, nil
+}

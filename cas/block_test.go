@@ -1,0 +1,353 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// entries returns the index entries of keys.
+func (f *fixture) entries(t *testing.T, keys []string) map[string]entry {
+	t.Helper()
+	out := map[string]entry{}
+	f.db.View(func(tx *bolt.Tx) error {
+		for _, k := range keys {
+			e, ok, err := lookup(tx, k)
+			if err != nil || !ok {
+				t.Fatalf("lookup(%s) = %v, %v", k, ok, err)
+			}
+			out[k] = e
+		}
+		return nil
+	})
+	return out
+}
+
+// packStatsOf returns the cas_packs value of every pack.
+func (f *fixture) packStatsOf(t *testing.T) map[uint64]packStats {
+	t.Helper()
+	out := map[uint64]packStats{}
+	f.db.View(func(tx *bolt.Tx) error {
+		return forEachPack(tx, func(id uint64, st packStats, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[id] = st
+			return nil
+		})
+	})
+	return out
+}
+
+// TestBlocksRoundTrip adds small blobs of both namespaces from several
+// goroutines, among them empty ones, blobs at the member limit and one just
+// over it, and checks that they share block frames, that every read path
+// returns them, and that the members' shares add up to the packs' sizes.
+func TestBlocksRoundTrip(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	type blob struct {
+		ns   Namespace
+		data []byte
+	}
+	var blobs []blob
+	for i := range 300 {
+		ns := Files
+		if i%5 == 0 {
+			ns = Artifacts
+		}
+		var d []byte
+		switch {
+		case i%50 == 7: // empty, several times: one blob per namespace
+		case i == 11:
+			d = text(blockMemberMax, 11)
+		case i == 12:
+			d = text(blockMemberMax+1, 12) // a frame of its own
+		case i%9 == 0:
+			d = noise(500+i, uint64(i)) // incompressible, among compressible neighbours
+		default:
+			d = text(100+i*53%9000, uint64(i))
+		}
+		blobs = append(blobs, blob{ns, d})
+	}
+	b := f.s.NewBatch()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < len(blobs); i += 4 {
+				if _, err := b.Add(ctx, blobs[i].ns, blobs[i].data); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written := b.Written()
+	b.Close()
+
+	want := map[string][]byte{}
+	for _, bl := range blobs {
+		want[keyOf(bl.ns, bl.data)] = bl.data
+	}
+	var keys []string
+	for k := range want {
+		keys = append(keys, k)
+	}
+	es := f.entries(t, keys)
+	frames := map[[2]uint64]int{}
+	shares := map[uint64]uint64{}
+	for k, e := range es {
+		switch {
+		case len(want[k]) > blockMemberMax:
+			if e.where != wherePack {
+				t.Errorf("a blob over blockMemberMax has where %d, want its own frame", e.where)
+			}
+		case e.where != whereBlock && e.where != wherePack:
+			t.Errorf("a small blob has where %d", e.where)
+		}
+		frames[[2]uint64{e.pack, e.offset}]++
+		shares[e.pack] += e.footprint()
+	}
+	if len(frames) >= len(es)/4 {
+		t.Errorf("%d blobs in %d frames: blocks are not being filled", len(es), len(frames))
+	}
+	var total uint64
+	for id, st := range f.packStatsOf(t) {
+		if shares[id] != st.total {
+			t.Errorf("pack %016x: footprints add up to %d, the pack holds %d", id, shares[id], st.total)
+		}
+		total += st.total
+	}
+	if uint64(written) != total {
+		t.Errorf("Written() = %d, the packs hold %d", written, total)
+	}
+
+	// Every read path, cached or not, and Head's sizes.
+	cache := NewBlockCache()
+	for k, d := range want {
+		if got, err := f.s.Get(ctx, k); err != nil || !bytes.Equal(got, d) {
+			t.Fatalf("Get(%s) = %d bytes, %v; want %d", k, len(got), err, len(d))
+		}
+		r, err := f.s.OpenCached(ctx, k, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, d) {
+			t.Fatalf("OpenCached(%s) = %d bytes, %v", k, len(got), err)
+		}
+		if info, err := f.s.Head(ctx, k); err != nil || info.Size != int64(len(d)) || info.Stored != storedOf(es[k]) {
+			t.Fatalf("Head(%s) = %+v, %v", k, info, err)
+		}
+	}
+	if err := f.s.Check(ctx, true, nil, func(key string, err error) { t.Errorf("check: %s: %v", key, err) }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleting every blob marks every byte of every pack dead.
+	deleted, err := f.s.DeleteUnused(ctx, keys, nil)
+	if err != nil || len(deleted) != len(keys) {
+		t.Fatalf("DeleteUnused = %d, %v", len(deleted), err)
+	}
+	for id, st := range f.packStatsOf(t) {
+		if st.dead != st.total {
+			t.Errorf("pack %016x: %d of %d bytes dead after deleting everything", id, st.dead, st.total)
+		}
+	}
+}
+
+// storedOf is what Head reports as Stored for e.
+func storedOf(e entry) int64 {
+	if e.where == whereBlock {
+		return int64(e.share)
+	}
+	return int64(e.stored)
+}
+
+func TestBlockShares(t *testing.T) {
+	for _, c := range []struct {
+		frame   uint64
+		weights []uint64
+	}{
+		{100, []uint64{1, 1, 1}},
+		{64 + 7, []uint64{33, 33, 40, 33}},
+		{1 << 20, []uint64{3, 1 << 17, 33, 5000, 1}},
+		{65, []uint64{1000}},
+	} {
+		var sum uint64
+		for i, s := range blockShares(c.frame, c.weights) {
+			sum += s
+			// Each share is its weight's part of the frame, rounded
+			// either way by less than one byte.
+			exact := float64(c.frame) * float64(c.weights[i]) / float64(sumOf(c.weights))
+			if d := float64(s) - exact; d <= -1 || d >= 1 {
+				t.Errorf("frame %d, weights %v: share %d is %d, exact %.2f", c.frame, c.weights, i, s, exact)
+			}
+		}
+		if sum != c.frame {
+			t.Errorf("frame %d, weights %v: shares add up to %d", c.frame, c.weights, sum)
+		}
+	}
+}
+
+func sumOf(ws []uint64) (s uint64) {
+	for _, w := range ws {
+		s += w
+	}
+	return s
+}
+
+// TestBlockMemberTable checks the table against the index: a member row
+// that does not match the entry is damage even when the bytes hash right.
+func TestBlockMemberTable(t *testing.T) {
+	payload := appendMemberRow(nil, [32]byte{1}, 3)
+	payload = appendMemberRow(payload, [32]byte{2}, 0)
+	payload = appendMemberRow(payload, [32]byte{3}, 2)
+	table := len(payload)
+	payload = append(payload, "abcde"...)
+	ms, err := decodeMembers(payload, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].at != uint64(table) || ms[1].at != uint64(table+3) || ms[2].at != uint64(table+3) || ms[2].size != 2 {
+		t.Fatalf("members %+v", ms)
+	}
+	for _, c := range []struct {
+		name    string
+		payload []byte
+		count   uint32
+	}{
+		{"a byte short", payload[:len(payload)-1], 3},
+		{"a byte over", append(bytes.Clone(payload), 'x'), 3},
+		{"count too high", payload, 4},
+		{"count too low", payload, 2},
+		{"count absurd", payload, 1 << 31},
+	} {
+		if _, err := decodeMembers(c.payload, c.count); err == nil {
+			t.Errorf("%s: decoded", c.name)
+		}
+	}
+}
+
+// TestBlockDamageFailsEveryMember flips one byte in a block's payload: its
+// checksum fails every member alike (the sha256s alone would pass those
+// whose own bytes survived), and blobs in other frames read on.
+func TestBlockDamageFailsEveryMember(t *testing.T) {
+	for _, compressible := range []bool{true, false} {
+		t.Run(fmt.Sprint("compressible=", compressible), func(t *testing.T) {
+			f := open(t)
+			ctx := context.Background()
+			b := f.s.NewBatch()
+			want := map[string][]byte{}
+			for i := range 12 {
+				d := noise(3000, uint64(i))
+				if compressible {
+					d = text(3000, uint64(i))
+				}
+				res, err := b.Add(ctx, Files, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[res.Key] = d
+			}
+			other := text(blockMemberMax+10, 99)
+			res, _ := b.Add(ctx, Files, other)
+			if err := b.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			var keys []string
+			for k := range want {
+				keys = append(keys, k)
+			}
+			e := f.entries(t, keys)[keys[0]]
+			if e.where != whereBlock || (e.codec == codecZstd) != compressible {
+				t.Fatalf("entry %+v", e)
+			}
+			flip(t, f, e.pack, int64(e.offset+headerSize+e.stored-1))
+			for _, k := range keys {
+				if _, err := f.s.Get(ctx, k); !errors.Is(err, ErrCorrupt) {
+					t.Errorf("Get of a member of the damaged block = %v", err)
+				}
+			}
+			if got, err := f.s.Get(ctx, res.Key); err != nil || !bytes.Equal(got, other) {
+				t.Errorf("Get of a blob in another frame: %v", err)
+			}
+		})
+	}
+}
+
+// flip flips one byte of a pack file.
+func flip(t *testing.T, f *fixture, pack uint64, at int64) {
+	t.Helper()
+	p, err := f.s.packFile(pack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	p.ReadAt(b[:], at)
+	b[0] ^= 0xff
+	w, err := os.OpenFile(p.Name(), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFormat1StoreIsStampedAndRead: format 2 only added block frames, so a
+// format-1 index is read as it is, read-only, and stamped 2 by a writable
+// open; a newer format is refused.
+func TestFormat1StoreIsStampedAndRead(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	d := text(5000, 1)
+	key := keyOf(Files, d)
+	if err := f.s.Put(ctx, key, d); err != nil { // one blob: a blob frame, as format 1 wrote
+		t.Fatal(err)
+	}
+	setFormat := func(v byte) {
+		f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyFormat, []byte{v}) })
+	}
+	format := func() byte {
+		var v byte
+		f.db.View(func(tx *bolt.Tx) error { v = tx.Bucket(bucketMeta).Get(keyFormat)[0]; return nil })
+		return v
+	}
+	setFormat(1)
+	ro, err := Open(f.s.Dir(), f.db, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open of format 1: %v", err)
+	}
+	if got, err := ro.Get(ctx, key); err != nil || !bytes.Equal(got, d) {
+		t.Fatalf("read-only Get: %v", err)
+	}
+	ro.Close()
+	if format() != 1 {
+		t.Fatal("a read-only open changed the format")
+	}
+	f.reopen(t)
+	if v := format(); v != FormatVersion {
+		t.Fatalf("format %d after a writable open, want %d", v, FormatVersion)
+	}
+	if got, err := f.s.Get(ctx, key); err != nil || !bytes.Equal(got, d) {
+		t.Fatalf("Get: %v", err)
+	}
+	setFormat(FormatVersion + 1)
+	if _, err := Open(f.s.Dir(), f.db, Options{ReadOnly: true}); !errors.Is(err, ErrFormat) {
+		t.Fatalf("Open of a newer format = %v, want ErrFormat", err)
+	}
+}
