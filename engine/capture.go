@@ -115,18 +115,33 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
 	cache := loadStatCache(cachePath, redactor.Fingerprint())
 
+	c := &capture{db: db, root: root, redactor: redactor, batch: db.blobs.NewBatch()}
+	defer c.batch.Close() // after the append: the batch pins its keys until then
+	// A cached digest is only good while its blob is stored; pinned, it
+	// stays stored until the append has committed. Every key the cache
+	// holds is pinned and looked up while the tree is walked: the walk
+	// waits on system calls, and pinning the keys of files deleted since
+	// only keeps their blobs until this capture ends.
+	type pinned struct {
+		missing []string
+		err     error
+	}
+	pins := make(chan pinned, 1)
+	go func() {
+		missing, err := c.batch.Pin(ctx, cache.keys())
+		pins <- pinned{missing, err}
+	}()
 	started := time.Now()
 	storeDir, _ := filepath.Abs(db.dir)
 	tree, err := walkTree(ctx, root, storeDir, &in.Policy, in.AllowEscapingSymlinks)
+	pin := <-pins
+	if err == nil {
+		err = pin.err
+	}
 	if err != nil {
 		return nil, err
 	}
-	c := &capture{db: db, root: root, redactor: redactor, batch: db.blobs.NewBatch()}
-	defer c.batch.Close() // after the append: the batch pins its keys until then
-	files, err := c.plan(ctx, tree, cache)
-	if err != nil {
-		return nil, err
-	}
+	files := c.plan(tree, cache, pin.missing)
 	if err := c.pinArtifacts(ctx, in.Artifacts); err != nil {
 		return nil, err
 	}
@@ -162,11 +177,11 @@ type capture struct {
 	stats CaptureStats
 }
 
-// plan takes the digests the stat cache can vouch for and returns the files
-// that must be read.
-func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]*walked, error) {
+// plan takes the digests the stat cache can vouch for, unless their blobs
+// are missing (keys the cache holds that the store does not), and returns
+// the files that must be read.
+func (c *capture) plan(tree []walked, cache *statCache, missing []string) []*walked {
 	var toRead, hits []*walked
-	var hitKeys []string
 	cursor := 0
 	for i := range tree {
 		w := &tree[i]
@@ -180,19 +195,12 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]
 		}
 		c.stats.Files++
 		c.stats.Bytes += w.st.size
-		if sum, ok := cache.lookup(&cursor, w.path, w.st); ok {
-			w.sum, w.key, w.size = sum, cas.Files.Key(sum), w.st.size
+		if sum, key, ok := cache.lookup(&cursor, w.path, w.st); ok {
+			w.sum, w.key, w.size = sum, key, w.st.size
 			hits = append(hits, w)
-			hitKeys = append(hitKeys, w.key)
 			continue
 		}
 		toRead = append(toRead, w)
-	}
-	// A cached digest is only good while its blob is stored; pinned, it
-	// stays stored until the append has committed.
-	missing, err := c.batch.Pin(ctx, hitKeys)
-	if err != nil {
-		return nil, err
 	}
 	if len(missing) > 0 {
 		gone := make(map[string]bool, len(missing))
@@ -210,7 +218,7 @@ func (c *capture) plan(ctx context.Context, tree []walked, cache *statCache) ([]
 		c.progress.totalFiles.Add(1)
 		c.progress.totalBytes.Add(w.st.size)
 	}
-	return toRead, nil
+	return toRead
 }
 
 // pinArtifacts pins the blobs of the artifacts the checkpoint will name,

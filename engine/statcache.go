@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 )
 
@@ -52,6 +53,7 @@ type statEntry struct {
 	path string
 	st   fileStat
 	sum  [32]byte
+	key  string // the blob key of sum, made by keys
 }
 
 // statCache is one workspace's cache: entries sorted by path.
@@ -161,19 +163,31 @@ func (c *statCache) save(path string) {
 	}
 }
 
-// lookup returns the cached digest of a file whose stat is st, if it may be
-// trusted. Lookups must come in increasing path order (a merge with the
-// sorted walk); cursor keeps the position.
-func (c *statCache) lookup(cursor *int, path string, st fileStat) ([32]byte, bool) {
+// keys returns the blob key of every entry, in entry order, and keeps each
+// in its entry for lookup.
+func (c *statCache) keys() []string {
+	keys := make([]string, len(c.entries))
+	for i := range c.entries {
+		c.entries[i].key = cas.Files.Key(c.entries[i].sum)
+		keys[i] = c.entries[i].key
+	}
+	return keys
+}
+
+// lookup returns the cached digest and key of a file whose stat is st, if
+// they may be trusted (the key is "" unless keys was called). Lookups must
+// come in increasing path order (a merge with the sorted walk); cursor
+// keeps the position.
+func (c *statCache) lookup(cursor *int, path string, st fileStat) ([32]byte, string, bool) {
 	for *cursor < len(c.entries) && c.entries[*cursor].path < path {
 		*cursor++
 	}
 	if *cursor == len(c.entries) {
-		return [32]byte{}, false
+		return [32]byte{}, "", false
 	}
 	e := &c.entries[*cursor]
 	if e.path != path || e.st != st || st.mtime >= c.taken-int64(racyWindow) {
-		return [32]byte{}, false
+		return [32]byte{}, "", false
 	}
-	return e.sum, true
+	return e.sum, e.key, true
 }
