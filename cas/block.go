@@ -1,10 +1,8 @@
 package cas
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -89,14 +87,14 @@ func compress(enc *zstd.Encoder, h *header, data []byte, out *[]byte) []byte {
 	return data
 }
 
-// BlockCache keeps the blocks most recently decoded through it, so a run of
-// reads of blobs stored together (a restore, a deep check, a repack)
-// decodes each block once rather than once per member. Every read still
+// blockCache keeps the blocks most recently decoded through it, so a run of
+// reads of blobs stored together (a deep check, a repack) decodes each
+// block once rather than once per member. Every read still
 // checks its blob's size and sha256. A cache never rereads a block it
 // holds, so use one for one such run, not for the life of a store: a block
 // damaged on disk after it was cached is found by the next run. It is safe
 // for concurrent use.
-type BlockCache struct {
+type blockCache struct {
 	mu     sync.Mutex
 	blocks []*cachedBlock // most recently used last
 }
@@ -112,12 +110,12 @@ type cachedBlock struct {
 	err          error
 }
 
-// blockCacheSize is how many blocks a BlockCache holds: at most about
+// blockCacheSize is how many blocks a blockCache holds: at most about
 // 3 MiB, room for the blocks that a restore's workers read at once.
 const blockCacheSize = 16
 
-// NewBlockCache returns an empty cache.
-func NewBlockCache() *BlockCache { return &BlockCache{} }
+// newBlockCache returns an empty cache.
+func newBlockCache() *blockCache { return &blockCache{} }
 
 // decodedBlock is a block's decoded payload and member table. It is never
 // modified once made, so cached ones are read without a lock.
@@ -131,7 +129,7 @@ type decodedBlock struct {
 // unless the cache holds it or another reader is decoding it. A failed
 // decode is not kept, and a reader that waited for one decodes for itself,
 // so that its error names its own blob.
-func (c *BlockCache) load(pack, offset uint64, decode func() (*decodedBlock, error)) (*decodedBlock, error) {
+func (c *blockCache) load(pack, offset uint64, decode func() (*decodedBlock, error)) (*decodedBlock, error) {
 	c.mu.Lock()
 	for i, cb := range c.blocks {
 		if cb.pack == pack && cb.offset == offset {
@@ -167,7 +165,7 @@ func (c *BlockCache) load(pack, offset uint64, decode func() (*decodedBlock, err
 // readMember reads, checks and returns the bytes of the block member e
 // names, appended to out[:0] (nil allocates), decoding its block through c
 // (nil: no cache).
-func (s *Store) readMember(key string, ns Namespace, sum [32]byte, e *entry, out []byte, c *BlockCache) ([]byte, error) {
+func (s *Store) readMember(key string, ns Namespace, sum [32]byte, e *entry, out []byte, c *blockCache) ([]byte, error) {
 	var blk *decodedBlock
 	var err error
 	if c == nil { // decoded into a pooled buffer, copied out below
@@ -182,26 +180,14 @@ func (s *Store) readMember(key string, ns Namespace, sum [32]byte, e *entry, out
 	if err != nil {
 		return nil, err
 	}
-	if uint64(len(blk.payload)) != e.blockRaw {
-		return nil, corrupt(key, "the block's length does not match the index")
-	}
-	// The row at the entry's offset; empty members share theirs with the
-	// next member.
-	i := sort.Search(len(blk.members), func(i int) bool { return blk.members[i].at >= e.at })
-	for i < len(blk.members) && blk.members[i].at == e.at && blk.members[i].sum != sum {
-		i++
-	}
-	if i == len(blk.members) || blk.members[i].at != e.at || blk.members[i].size != e.raw || blk.members[i].sum != sum {
-		return nil, corrupt(key, "the block's member table does not match the index")
+	data, err := blk.member(key, sum, e)
+	if err != nil {
+		return nil, err
 	}
 	if out == nil {
 		out = make([]byte, 0, e.raw+decodeSlack)
 	}
-	data := append(out[:0], blk.payload[e.at:e.at+e.raw]...)
-	if sha256.Sum256(data) != sum {
-		return nil, corrupt(key, "sha256 of the bytes does not match the key")
-	}
-	return data, nil
+	return append(out[:0], data...), nil
 }
 
 // decodeBlock reads and decodes the block frame e names into dst.

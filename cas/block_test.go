@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sync"
 	"testing"
@@ -133,19 +134,19 @@ func TestBlocksRoundTrip(t *testing.T) {
 	}
 
 	// Every read path, cached or not, and Head's sizes.
-	cache := NewBlockCache()
+	cache := newBlockCache()
 	for k, d := range want {
 		if got, err := f.s.Get(ctx, k); err != nil || !bytes.Equal(got, d) {
 			t.Fatalf("Get(%s) = %d bytes, %v; want %d", k, len(got), err, len(d))
 		}
-		r, err := f.s.OpenCached(ctx, k, cache)
+		r, err := f.s.openCached(ctx, k, cache)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, err := io.ReadAll(r)
 		r.Close()
 		if err != nil || !bytes.Equal(got, d) {
-			t.Fatalf("OpenCached(%s) = %d bytes, %v", k, len(got), err)
+			t.Fatalf("openCached(%s) = %d bytes, %v", k, len(got), err)
 		}
 		if info, err := f.s.Head(ctx, k); err != nil || info.Size != int64(len(d)) || info.Stored != storedOf(es[k]) {
 			t.Fatalf("Head(%s) = %+v, %v", k, info, err)
@@ -349,5 +350,68 @@ func TestFormat1StoreIsStampedAndRead(t *testing.T) {
 	setFormat(FormatVersion + 1)
 	if _, err := Open(f.s.Dir(), f.db, Options{ReadOnly: true}); !errors.Is(err, ErrFormat) {
 		t.Fatalf("Open of a newer format = %v, want ErrFormat", err)
+	}
+}
+
+// TestReadEach reads blobs of every kind (block members, blob frames,
+// large files) named in any order and more than once: each is passed to fn
+// exactly once with its bytes.
+func TestReadEach(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	want := f.fill(t, 60, 5)                                  // blocks
+	maps.Copy(want, f.fillSized(t, 3, 50, blockMemberMax+1))  // blob frames
+	large := bytes.Repeat([]byte("a large blob "), MaxPacked) // a file of its own
+	want[keyOf(Files, large)] = large
+	if err := f.s.Put(ctx, keyOf(Files, large), large); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range want {
+		keys = append(keys, k, k) // twice each
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	err := f.s.ReadEach(ctx, keys, 3, func(key string, r *Reader) error {
+		got, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		seen[key]++
+		if !bytes.Equal(got, want[key]) {
+			t.Errorf("%s: wrong bytes", key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range want {
+		if seen[k] != 1 {
+			t.Errorf("%s passed %d times", k, seen[k])
+		}
+	}
+
+	// A key the store does not hold fails before anything is read.
+	calls := 0
+	err = f.s.ReadEach(ctx, append(keys, keyOf(Files, []byte("never stored"))), 2, func(string, *Reader) error { calls++; return nil })
+	if !errors.Is(err, ErrNotFound) || calls != 0 {
+		t.Fatalf("ReadEach with a missing key = %v after %d calls", err, calls)
+	}
+	// fn's error stops the run and is returned.
+	stop := errors.New("stop")
+	if err := f.s.ReadEach(ctx, keys, 2, func(string, *Reader) error { return stop }); err != stop {
+		t.Fatalf("ReadEach = %v, want fn's error", err)
+	}
+	// A damaged block fails with ErrCorrupt naming one of its members.
+	es := f.entries(t, keys[:1])
+	e := es[keys[0]]
+	flip(t, f, e.pack, int64(e.offset+headerSize+e.stored/2))
+	err = f.s.ReadEach(ctx, keys, 2, func(string, *Reader) error { return nil })
+	var ce *Error
+	if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || want[ce.Key] == nil {
+		t.Fatalf("ReadEach over a damaged frame = %v", err)
 	}
 }

@@ -101,7 +101,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	slices.SortFunc(items, func(a, b item) int {
 		return cmp.Or(cmp.Compare(a.e.pack, b.e.pack), cmp.Compare(a.e.offset, b.e.offset), cmp.Compare(a.e.at, b.e.at))
 	})
-	cache := NewBlockCache()
+	cache := newBlockCache()
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -114,7 +114,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 					return
 				}
 				key := items[i].key
-				r, err := s.OpenCached(ctx, key, cache)
+				r, err := s.openCached(ctx, key, cache)
 				if err == nil {
 					_, err = io.CopyBuffer(io.Discard, r, b)
 					r.Close()

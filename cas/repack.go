@@ -160,7 +160,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	damaged := map[uint64]bool{}
 	out := getBuf(MaxPacked + decodeSlack)
 	defer putBuf(out)
-	cache := NewBlockCache()
+	cache := newBlockCache()
 	for i := range moves {
 		m := &moves[i]
 		if i%256 == 0 {

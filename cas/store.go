@@ -462,12 +462,12 @@ func (s *Store) packFile(id uint64) (*os.File, error) {
 // or had the wrong length, so a caller must treat everything it read as
 // unverified until Read returns io.EOF.
 func (s *Store) Open(ctx context.Context, key string) (*Reader, error) {
-	return s.OpenCached(ctx, key, nil)
+	return s.openCached(ctx, key, nil)
 }
 
-// OpenCached is Open decoding through c (nil: none): a run of reads of many
-// small blobs, such as a restore, passes one cache (see BlockCache).
-func (s *Store) OpenCached(ctx context.Context, key string, c *BlockCache) (*Reader, error) {
+// openCached is Open decoding through c (nil: none): a run of reads of many
+// small blobs in pack order passes one cache (see blockCache).
+func (s *Store) openCached(ctx context.Context, key string, c *blockCache) (*Reader, error) {
 	s.packsMu.RLock()
 	ns, sum, e, err := s.locate(ctx, key)
 	if err == nil && e.packed() {
@@ -487,6 +487,11 @@ func (s *Store) OpenCached(ctx context.Context, key string, c *BlockCache) (*Rea
 	if err != nil {
 		return nil, err
 	}
+	return s.openLarge(key, ns, sum, &e)
+}
+
+// openLarge returns a streaming, verifying reader of the large blob e names.
+func (s *Store) openLarge(key string, ns Namespace, sum [32]byte, e *entry) (*Reader, error) {
 	f, err := os.Open(filepath.Join(s.dir, largePath(ns, sum)))
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -499,7 +504,7 @@ func (s *Store) OpenCached(ctx context.Context, key string, c *BlockCache) (*Rea
 		f.Close()
 		return nil, corrupt(key, "truncated frame header")
 	}
-	if _, err := checkFrame(key, ns, sum, &e, hb[:]); err != nil {
+	if _, err := checkFrame(key, ns, sum, e, hb[:]); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -585,7 +590,7 @@ const decodeSlack = 32
 // readPacked reads, decodes and verifies a packed blob into out (appending
 // to out[:0]; nil allocates), decoding a block through c (nil: none). out
 // needs a capacity of the raw size plus decodeSlack to be used as it is.
-func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out []byte, c *BlockCache) ([]byte, error) {
+func (s *Store) readPacked(key string, ns Namespace, sum [32]byte, e *entry, out []byte, c *blockCache) ([]byte, error) {
 	if e.where == whereBlock {
 		return s.readMember(key, ns, sum, e, out, c)
 	}

@@ -103,6 +103,7 @@ func edgeTree(t *testing.T, root string) {
 	write(t, root, "docs/résumé.md", []byte("non-ascii"), 0o644)
 	write(t, root, "src/日本/readme.md", []byte("日本語"), 0o644)
 	write(t, root, "bin/run.sh", []byte("#!/bin/sh\necho hi\n"), 0o755)
+	write(t, root, "docs/run.sh.txt", []byte("#!/bin/sh\necho hi\n"), 0o644)                 // the same blob, not executable
 	write(t, root, "big/blob.bin", bytes.Repeat([]byte("0123456789abcdef"), 300_000), 0o644) // 4.8 MB: streamed
 	for i := range 10_000 {
 		write(t, root, fmt.Sprintf("many/f%05d", i), []byte(fmt.Sprint("file ", i%500)), 0o644) // 500 distinct contents
@@ -119,7 +120,7 @@ func TestCaptureRestoreRoundTrip(t *testing.T) {
 	edgeTree(t, ws)
 	res := f.capture(t, ws)
 	s := res.Stats
-	if s.Files != 10_006 || s.Symlinks != 2 || s.Dirs != 2 || s.FilesRead != s.Files || s.Unchanged != 0 {
+	if s.Files != 10_007 || s.Symlinks != 2 || s.Dirs != 2 || s.FilesRead != s.Files || s.Unchanged != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 	if s.Deduplicated < 10_000-500 {

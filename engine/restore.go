@@ -7,10 +7,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/sbxdb/sbxdb/cas"
@@ -238,51 +239,62 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	return nil
 }
 
-// writeFiles writes files on several goroutines, a directory at a time:
-// creating names in one directory serializes on its lock, so workers that
-// share a directory mostly wait for each other. The first error stops all.
+// writeFiles writes the files' bytes, verified, blob by blob in the order
+// the blobs lie on disk (cas.Store.ReadEach): every block of small blobs is
+// read and decoded once, and every pack read front to back, whatever the
+// paths' order. A blob that several entries name is read once, written to
+// the first of them and copied from there to the others. The first error
+// stops all.
 func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progressCounters) error {
-	// files are sorted by path, so each directory's files are adjacent
-	// unless a subdirectory's sort between them; groups are cut at every
-	// change of parent, and at 64 files so one big directory still spreads.
-	var groups [][]*chain.Entry
-	for start := 0; start < len(files); {
-		end := start + 1
-		dir := path.Dir(files[start].Path)
-		for end < len(files) && end-start < 64 && path.Dir(files[end].Path) == dir {
-			end++
+	byKey := make(map[string][]*chain.Entry, len(files))
+	keys := make([]string, 0, len(files))
+	for _, e := range files {
+		if byKey[e.BlobKey] == nil {
+			keys = append(keys, e.BlobKey)
 		}
-		groups = append(groups, files[start:end])
-		start = end
+		byKey[e.BlobKey] = append(byKey[e.BlobKey], e)
 	}
-	// Small files were stored in blocks in the order a capture read them,
-	// near path order: a shared cache decodes each block about once.
-	cache := cas.NewBlockCache()
-	return parallel(ctx, groups, func() func(context.Context, []*chain.Entry) error {
-		buf := make([]byte, 256<<10)
-		return func(ctx context.Context, group []*chain.Entry) error {
-			for _, e := range group {
-				if err := db.writeFile(ctx, root, e, buf, cache); err != nil {
-					return err
-				}
-				prog.files.Add(1)
-				prog.bytes.Add(e.Size)
+	bufs := sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+	err := db.blobs.ReadEach(ctx, keys, runtime.GOMAXPROCS(0)+2, func(key string, r *cas.Reader) error {
+		buf := bufs.Get().(*[]byte)
+		defer bufs.Put(buf)
+		es := byKey[key]
+		for i, e := range es {
+			if r.Size() != e.Size {
+				return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s has %d bytes, the manifest says %d", e.Path, e.BlobKey, r.Size(), e.Size)
 			}
-			return nil
+			var err error
+			if i == 0 {
+				err = db.writeFile(root, e, &entryReader{r: r, e: e}, *buf)
+			} else { // written and verified: copy it
+				err = db.copyFile(root, es[0], e, *buf)
+			}
+			if err != nil {
+				return err
+			}
+			prog.files.Add(1)
+			prog.bytes.Add(e.Size)
 		}
+		return nil
 	})
+	if ce, ok := errors.AsType[*cas.Error](err); ok && byKey[ce.Key] != nil {
+		err = blobError(byKey[ce.Key][0], err) // a lookup or a read failed: name the path
+	}
+	return err
 }
 
-// writeFile writes one verified file.
-func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []byte, cache *cas.BlockCache) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r, err := db.openEntry(ctx, e, cache)
+// copyFile writes entry e as a copy of the restored file of entry from.
+func (db *DB) copyFile(root string, from, e *chain.Entry, buf []byte) error {
+	f, err := os.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
-		return err
+		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	defer r.Close()
+	defer f.Close()
+	return db.writeFile(root, e, f, buf)
+}
+
+// writeFile creates the file of entry e and copies src into it.
+func (db *DB) writeFile(root string, e *chain.Entry, src io.Reader, buf []byte) error {
 	mode := os.FileMode(0o644)
 	if e.Executable {
 		mode = 0o755
@@ -293,7 +305,7 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 	}
 	// Hide the file's ReadFrom: io.CopyBuffer would call it, and it
 	// copies through a new 32 KiB buffer per file instead of buf.
-	_, err = io.CopyBuffer(struct{ io.Writer }{f}, r, buf)
+	_, err = io.CopyBuffer(struct{ io.Writer }{f}, src, buf)
 	if err == nil {
 		err = f.Chmod(mode) // exact, whatever the umask
 	}
@@ -312,15 +324,10 @@ func (db *DB) writeFile(ctx context.Context, root string, e *chain.Entry, buf []
 // SANDBOX_SNAPSHOT_MISSING_BLOB or SANDBOX_SNAPSHOT_INVALID_BLOB naming the
 // path and the key; a blob whose size is not the entry's is INVALID_BLOB.
 func (db *DB) OpenEntry(ctx context.Context, e *chain.Entry) (io.ReadCloser, error) {
-	return db.openEntry(ctx, e, nil)
-}
-
-// openEntry is OpenEntry decoding blocks through cache (nil: none).
-func (db *DB) openEntry(ctx context.Context, e *chain.Entry, cache *cas.BlockCache) (io.ReadCloser, error) {
 	if e.Kind != chain.KindFile {
 		return nil, fmt.Errorf("%q is a %s, not a file", e.Path, e.Kind)
 	}
-	r, err := db.blobs.OpenCached(ctx, e.BlobKey, cache)
+	r, err := db.blobs.Open(ctx, e.BlobKey)
 	if err != nil {
 		return nil, blobError(e, err)
 	}

@@ -1,0 +1,184 @@
+package cas
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"slices"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ReadEach reads the blobs that keys name, each once however often it is
+// named, and calls fn with a reader of each one's bytes, from workers
+// goroutines at once. It reads them in the order they lie on disk, large
+// blobs first: every block is read and decoded once, whatever order the
+// keys come in and however many files share a blob, and every pack is read
+// front to back. This is how a restore reads a checkpoint.
+//
+// Every key is looked up before any is read, so a key the store does not
+// hold fails ReadEach (an error matching ErrNotFound naming it) before fn
+// is called. r is verified like Open's readers: a packed blob's bytes
+// before fn is called, a large blob's as they stream (the Read that would
+// return io.EOF returns the ErrCorrupt error instead). r is valid only
+// until fn returns, and fn must not call the store's read methods (Repack
+// may be waiting for the lock that ReadEach holds for reading). The first
+// error, from a read or from fn, stops the others and is returned.
+func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn func(key string, r *Reader) error) error {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	type item struct {
+		key string
+		ns  Namespace
+		sum [32]byte
+		e   entry
+	}
+	items := make([]item, 0, len(keys))
+	// Held to the end: a Repack cannot remove a pack the lookups found.
+	s.packsMu.RLock()
+	defer s.packsMu.RUnlock()
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, key := range keys {
+			ns, sum, err := ParseKey(key)
+			if err != nil {
+				return err
+			}
+			e, ok, err := lookup(tx, key)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return &Error{Key: key, Err: ErrNotFound}
+			}
+			items = append(items, item{key, ns, sum, e})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	packed := func(e *entry) int { // large blobs first: they take longest
+		if e.packed() {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(packed(&a.e), packed(&b.e)),
+			cmp.Compare(a.e.pack, b.e.pack), cmp.Compare(a.e.offset, b.e.offset), cmp.Compare(a.e.at, b.e.at))
+	})
+	// A unit of work is one large blob, one blob frame, or the members of
+	// one block.
+	var units [][]item
+	for i := 0; i < len(items); {
+		j := i + 1
+		for j < len(items) && items[i].e.where == whereBlock && items[j].e.where == whereBlock &&
+			items[j].e.pack == items[i].e.pack && items[j].e.offset == items[i].e.offset {
+			j++
+		}
+		units = append(units, items[i:j])
+		i = j
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		next     int
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		cancel()
+	}
+	take := func() []item {
+		mu.Lock()
+		defer mu.Unlock()
+		if next == len(units) || firstErr != nil {
+			return nil
+		}
+		next++
+		return units[next-1]
+	}
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			var buf []byte // a decoded block or a blob frame's bytes, reused
+			for unit := take(); unit != nil; unit = take() {
+				if err := ctx.Err(); err != nil {
+					fail(err)
+					return
+				}
+				var err error
+				switch it := &unit[0]; it.e.where {
+				case whereLarge:
+					var r *Reader
+					if r, err = s.openLarge(it.key, it.ns, it.sum, &it.e); err == nil {
+						err = fn(it.key, r)
+						r.Close()
+					}
+				case wherePack:
+					buf = slices.Grow(buf[:0], int(it.e.raw)+decodeSlack)
+					if buf, err = s.readPacked(it.key, it.ns, it.sum, &it.e, buf, nil); err == nil {
+						err = fn(it.key, bytesReader(it.key, buf))
+					}
+				case whereBlock:
+					buf = slices.Grow(buf[:0], int(it.e.blockRaw)+decodeSlack)
+					var blk *decodedBlock
+					if blk, err = s.decodeBlock(it.key, it.ns, it.sum, &it.e, buf); err != nil {
+						break
+					}
+					buf = blk.payload
+					for i := range unit {
+						m := &unit[i]
+						var data []byte
+						if data, err = blk.member(m.key, m.sum, &m.e); err != nil {
+							break
+						}
+						if err = fn(m.key, bytesReader(m.key, data)); err != nil {
+							break
+						}
+					}
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// bytesReader returns a Reader of verified bytes.
+func bytesReader(key string, data []byte) *Reader {
+	return &Reader{key: key, size: int64(len(data)), r: bytes.NewReader(data)}
+}
+
+// member returns the bytes of the member e names, checked against the
+// block's table and against sum.
+func (blk *decodedBlock) member(key string, sum [32]byte, e *entry) ([]byte, error) {
+	if uint64(len(blk.payload)) != e.blockRaw {
+		return nil, corrupt(key, "the block's length does not match the index")
+	}
+	// The row at the entry's offset; empty members share theirs with the
+	// next member.
+	i, _ := slices.BinarySearchFunc(blk.members, e.at, func(m member, at uint64) int { return cmp.Compare(m.at, at) })
+	for i < len(blk.members) && blk.members[i].at == e.at && blk.members[i].sum != sum {
+		i++
+	}
+	if i == len(blk.members) || blk.members[i].at != e.at || blk.members[i].size != e.raw || blk.members[i].sum != sum {
+		return nil, corrupt(key, "the block's member table does not match the index")
+	}
+	data := blk.payload[e.at : e.at+e.raw]
+	if sha256.Sum256(data) != sum {
+		return nil, corrupt(key, "sha256 of the bytes does not match the key")
+	}
+	return data, nil
+}
