@@ -147,7 +147,7 @@ func (b *Batch) store(ns Namespace, key string, sum [32]byte, data []byte) (bool
 	}
 	blk.add(key, sum, data)
 	b.added[key] = entry{where: whereNone}
-	if len(*blk.data) < blockTarget {
+	if len(*blk.data)+len(blk.table) < blockTarget { // the table counts: tiny blobs add more row than bytes
 		b.mu.Unlock()
 		return true, nil
 	}
@@ -335,7 +335,8 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 	known, err := b.known(ctx, key)
 	if err == nil && !known {
 		b.mu.Lock()
-		if _, dup := b.larges[key]; !dup {
+		err = b.writable() // committed or closed meanwhile: too late to join
+		if _, dup := b.larges[key]; err == nil && !dup {
 			b.larges[key] = tmp.Name()
 			b.added[key] = entry{where: whereLarge, codec: h.codec, raw: h.raw, stored: h.stored}
 			b.written += headerSize + int64(h.stored)
@@ -544,30 +545,46 @@ func (b *Batch) index(tx *bolt.Tx) error {
 	return nil
 }
 
-// Pin pins keys the caller will rely on without adding their bytes (the
-// digests a stat cache vouches for) and returns those the store does not
-// hold, sorted: their bytes must be added. The pins last until Close. Keys
-// whose upload time is older than RefreshAfter are refreshed by Commit.
+// Pin pins keys the caller will rely on without adding their bytes (an
+// artifact stored earlier) and returns those the store does not hold,
+// sorted: their bytes must be added. The pins last until Close. Keys whose
+// upload time is older than RefreshAfter are refreshed by Commit.
 func (b *Batch) Pin(ctx context.Context, keys []string) (missing []string, err error) {
+	missing, stale, err := b.Lookup(ctx, keys)
+	if err == nil {
+		b.Refresh(stale)
+	}
+	return missing, err
+}
+
+// Lookup is Pin that leaves refreshing to the caller: it pins keys and
+// returns, sorted, those the store does not hold (or holds under a damaged
+// index entry, which storing the bytes again replaces) and those whose
+// upload time is older than RefreshAfter. A capture looks up every key its
+// stat cache holds while it walks the tree, and then refreshes only the
+// stale keys of the files it found: a blob the new checkpoint does not
+// name keeps its upload time.
+func (b *Batch) Lookup(ctx context.Context, keys []string) (missing, stale []string, err error) {
 	b.mu.Lock()
 	if err := b.writable(); err != nil {
 		b.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	b.held = append(b.held, keys...)
 	b.mu.Unlock()
 	b.s.pins.pin(keys)
 	staleBefore := b.s.opts.Now().Add(-RefreshAfter).UnixMilli()
-	missing, stale, err := b.s.scan(ctx, slices.Clone(keys), staleBefore)
-	if err != nil {
-		return nil, err
-	}
+	return b.s.scan(ctx, slices.Clone(keys), staleBefore)
+}
+
+// Refresh marks keys the batch relies on (returned stale by Lookup) to have
+// their upload time refreshed by Commit.
+func (b *Batch) Refresh(keys []string) {
 	b.mu.Lock()
-	for _, k := range stale {
+	defer b.mu.Unlock()
+	for _, k := range keys {
 		b.refresh[k] = struct{}{}
 	}
-	b.mu.Unlock()
-	return missing, nil
 }
 
 // Close finishes the batch: if it was not committed, the files it wrote are

@@ -100,9 +100,8 @@ type blockCache struct {
 }
 
 // cachedBlock is a block decoded, or being decoded, by one reader: the
-// others that want it meanwhile wait rather than decode it too (a
-// restore's workers often start on neighbouring small directories, whose
-// files share a block).
+// others that want it meanwhile wait rather than decode it too (a deep
+// check's readers take the members of one block one after another).
 type cachedBlock struct {
 	pack, offset uint64
 	ready        chan struct{} // closed once blk and err are set
@@ -111,7 +110,7 @@ type cachedBlock struct {
 }
 
 // blockCacheSize is how many blocks a blockCache holds: at most about
-// 3 MiB, room for the blocks that a restore's workers read at once.
+// 3 MiB, room for the blocks that a check's or repack's readers are on.
 const blockCacheSize = 16
 
 // newBlockCache returns an empty cache.

@@ -3,13 +3,16 @@ package cas
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -413,5 +416,124 @@ func TestReadEach(t *testing.T) {
 	var ce *Error
 	if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || want[ce.Key] == nil {
 		t.Fatalf("ReadEach over a damaged frame = %v", err)
+	}
+}
+
+// TestReadEachDuringRepack: ReadEach holds no lock while fn runs, so a
+// Repack can finish meanwhile (and others read on); the blobs it moved are
+// then located again and read from their new packs.
+func TestReadEachDuringRepack(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	a := f.fillSized(t, 40, 1, 8000) // one pack of several blocks, made worth repacking below
+	b := f.fillSized(t, 40, 2, 8000) // another
+	var del []string
+	for k := range a {
+		if len(del) < 20 {
+			del = append(del, k)
+		}
+	}
+	if _, err := f.s.DeleteUnused(ctx, del, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for k, d := range a {
+		if !slices.Contains(del, k) {
+			want[k] = d
+		}
+	}
+	maps.Copy(want, b)
+	keys := slices.Collect(maps.Keys(want))
+
+	inFn, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		first := true
+		done <- f.s.ReadEach(ctx, keys, 1, func(key string, r *Reader) error {
+			if first {
+				first = false
+				close(inFn)
+				<-release // a restore writing a big file
+			}
+			got, err := io.ReadAll(r)
+			mu.Lock()
+			defer mu.Unlock()
+			seen[key]++
+			if err != nil || !bytes.Equal(got, want[key]) {
+				t.Errorf("%s: %d bytes, %v", key, len(got), err)
+			}
+			return nil
+		})
+	}()
+	<-inFn
+	repacked := make(chan error, 1)
+	go func() {
+		st, err := f.s.Repack(ctx, DefaultRepackThreshold)
+		if err == nil && st.Packs != 1 {
+			err = fmt.Errorf("repack %+v", st)
+		}
+		repacked <- err
+	}()
+	select {
+	case err := <-repacked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Repack waited for a ReadEach whose fn was running")
+	}
+	if _, err := f.s.Get(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("ReadEach across a Repack: %v", err)
+	}
+	for _, k := range keys {
+		if seen[k] != 1 {
+			t.Errorf("%s passed %d times", k, seen[k])
+		}
+	}
+}
+
+// TestReadEachStopsInsideABlock: the end of ctx stops ReadEach between two
+// members of one block, not after the block.
+func TestReadEachStopsInsideABlock(t *testing.T) {
+	f := open(t)
+	keys := slices.Collect(maps.Keys(f.fill(t, 40, 3))) // blocks of ~20 members
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	err := f.s.ReadEach(ctx, keys, 1, func(string, *Reader) error { calls++; cancel(); return nil })
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Fatalf("ReadEach = %v after %d calls; want context.Canceled after 1", err, calls)
+	}
+}
+
+// TestTinyBlobsKeepBlocksSmall: a block is full when its table and bytes
+// reach blockTarget, so blobs of a few bytes, whose table rows outweigh
+// them, do not make a block that one read must decode whole.
+func TestTinyBlobsKeepBlocksSmall(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	b := f.s.NewBatch()
+	var keys []string
+	for i := range 10_000 {
+		res, err := b.Add(ctx, Files, fmt.Appendf(nil, "%08d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, res.Key)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	for _, e := range f.entries(t, keys) {
+		if e.where != whereBlock || e.blockRaw > blockTarget+blockMemberMax+binary.MaxVarintLen64+32 {
+			t.Fatalf("entry %+v: a block of %d bytes", e, e.blockRaw)
+		}
 	}
 }

@@ -571,3 +571,78 @@ func TestHeadRefreshesAnOldUploadTime(t *testing.T) {
 		t.Fatalf("the refresh was not stored: %v", infos)
 	}
 }
+
+// TestLookupCountsADamagedEntryMissing: a key whose index entry is damaged
+// is missing to Lookup (and Pin), not stale: its bytes must be stored
+// again, and the batch that does so replaces the entry. Refreshing it
+// instead failed the commit, and every capture after it.
+func TestLookupCountsADamagedEntryMissing(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	d := text(3000, 7)
+	key := keyOf(Files, d)
+	if err := f.s.Put(ctx, key, d); err != nil {
+		t.Fatal(err)
+	}
+	f.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIndex)
+		v := bytes.Clone(b.Get([]byte(key)))
+		v[len(v)-1] ^= 0x80 // the entry's checksum
+		return b.Put([]byte(key), v)
+	})
+	if missing, err := f.s.Missing(ctx, []string{key}); err != nil || len(missing) != 0 {
+		t.Fatalf("Missing = %v, %v: the key is there, damaged", missing, err)
+	}
+	b := f.s.NewBatch()
+	defer b.Close()
+	missing, stale, err := b.Lookup(ctx, []string{key})
+	if err != nil || !slices.Equal(missing, []string{key}) || len(stale) != 0 {
+		t.Fatalf("Lookup = %v, %v, %v; want the key missing", missing, stale, err)
+	}
+	if res, err := b.Add(ctx, Files, d); err != nil || !res.New {
+		t.Fatalf("Add of the bytes again = %+v, %v; want them stored", res, err)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.s.Get(ctx, key); err != nil || !bytes.Equal(got, d) {
+		t.Fatalf("Get after the entry was replaced: %v", err)
+	}
+}
+
+// TestLookupLeavesRefreshingToTheCaller: Lookup reports stale keys without
+// refreshing them; Pin and Refresh refresh what they are given.
+func TestLookupLeavesRefreshingToTheCaller(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	a, b2 := text(100, 1), text(100, 2)
+	for _, d := range [][]byte{a, b2} {
+		if err := f.s.Put(ctx, keyOf(Files, d), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := f.clock
+	f.clock = f.clock.Add(RefreshAfter + time.Minute)
+	keys := []string{keyOf(Files, a), keyOf(Files, b2)}
+	b := f.s.NewBatch()
+	_, stale, err := b.Lookup(ctx, keys)
+	if err != nil || len(stale) != 2 {
+		t.Fatalf("Lookup: stale %v, %v", stale, err)
+	}
+	b.Refresh(keys[:1])
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	var up [2]int64
+	f.db.View(func(tx *bolt.Tx) error {
+		for i, k := range keys {
+			e, _, _ := lookup(tx, k)
+			up[i] = e.uploaded
+		}
+		return nil
+	})
+	if up[0] != f.clock.UnixMilli() || up[1] != start.UnixMilli() {
+		t.Fatalf("upload times %v; want the refreshed key at %d and the other left at %d", up, f.clock.UnixMilli(), start.UnixMilli())
+	}
+}

@@ -43,8 +43,9 @@ import (
 // (little-endian, at 24), the xxhash64 of the decoded payload (at 28) and
 // 20 zero bytes. The decoded payload is a member table, one row per member
 // (its sha256, then its raw size as a uvarint), followed by the members'
-// bytes back to back in table order. A read decodes the whole block (at
-// most blockTarget plus one member), checks the payload's xxhash64, so
+// bytes back to back in table order. A block is full once its table and
+// bytes reach blockTarget, so a read decodes at most blockTarget plus one
+// member and its row; it checks the payload's xxhash64, so
 // that any damage to a block fails every member alike, then the member's
 // size and sha256.
 //

@@ -23,21 +23,15 @@ import (
 // is called. r is verified like Open's readers: a packed blob's bytes
 // before fn is called, a large blob's as they stream (the Read that would
 // return io.EOF returns the ErrCorrupt error instead). r is valid only
-// until fn returns, and fn must not call the store's read methods (Repack
-// may be waiting for the lock that ReadEach holds for reading). The first
-// error, from a read or from fn, stops the others and is returned.
+// until fn returns, and fn must not call the store's read methods (a
+// Repack may be waiting for the lock that ReadEach holds for reading while
+// fn runs). The first error, from a read or from fn, or the end of ctx,
+// stops the others and is returned.
 func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn func(key string, r *Reader) error) error {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	type item struct {
-		key string
-		ns  Namespace
-		sum [32]byte
-		e   entry
-	}
 	items := make([]item, 0, len(keys))
-	// Held to the end: a Repack cannot remove a pack the lookups found.
 	s.packsMu.RLock()
-	defer s.packsMu.RUnlock()
+	gen := s.packGen
 	err := s.db.View(func(tx *bolt.Tx) error {
 		for _, key := range keys {
 			ns, sum, err := ParseKey(key)
@@ -55,6 +49,7 @@ func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn fun
 		}
 		return nil
 	})
+	s.packsMu.RUnlock()
 	if err != nil {
 		return err
 	}
@@ -105,45 +100,66 @@ func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn fun
 		next++
 		return units[next-1]
 	}
+	// read reads one unit. packsMu is held for reading only while bytes are
+	// read from a pack, not while fn runs nor across the whole call: a
+	// Repack waiting for the lock would otherwise hold up every other
+	// reader of the store until a restore ends. A Repack that removed
+	// packs since the lookup moved the blobs in them, so then each blob of
+	// the unit is located and read again. buf is the worker's buffer,
+	// returned grown.
+	read := func(unit []item, buf []byte) ([]byte, error) {
+		if unit[0].e.where == whereLarge { // a file of its own: no pack, no lock
+			return buf, s.readLarge(&unit[0], fn)
+		}
+		s.packsMu.RLock()
+		if s.packGen != gen {
+			s.packsMu.RUnlock()
+			for i := range unit {
+				if err := s.relocate(&unit[i], fn); err != nil {
+					return buf, err
+				}
+			}
+			return buf, nil
+		}
+		it := &unit[0]
+		if it.e.where == wherePack {
+			buf = slices.Grow(buf[:0], int(it.e.raw)+decodeSlack)
+			data, err := s.readPacked(it.key, it.ns, it.sum, &it.e, buf, nil)
+			s.packsMu.RUnlock()
+			if err != nil {
+				return buf, err
+			}
+			return data, fn(it.key, bytesReader(it.key, data))
+		}
+		buf = slices.Grow(buf[:0], int(it.e.blockRaw)+decodeSlack)
+		blk, err := s.decodeBlock(it.key, it.ns, it.sum, &it.e, buf)
+		s.packsMu.RUnlock()
+		if err != nil {
+			return buf, err
+		}
+		for i := range unit {
+			if err := ctx.Err(); err != nil { // another worker failed, or the caller gave up
+				return blk.payload, err
+			}
+			m := &unit[i]
+			data, err := blk.member(m.key, m.sum, &m.e)
+			if err == nil {
+				err = fn(m.key, bytesReader(m.key, data))
+			}
+			if err != nil {
+				return blk.payload, err
+			}
+		}
+		return blk.payload, nil
+	}
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
 		wg.Go(func() {
 			var buf []byte // a decoded block or a blob frame's bytes, reused
 			for unit := take(); unit != nil; unit = take() {
-				if err := ctx.Err(); err != nil {
-					fail(err)
-					return
-				}
-				var err error
-				switch it := &unit[0]; it.e.where {
-				case whereLarge:
-					var r *Reader
-					if r, err = s.openLarge(it.key, it.ns, it.sum, &it.e); err == nil {
-						err = fn(it.key, r)
-						r.Close()
-					}
-				case wherePack:
-					buf = slices.Grow(buf[:0], int(it.e.raw)+decodeSlack)
-					if buf, err = s.readPacked(it.key, it.ns, it.sum, &it.e, buf, nil); err == nil {
-						err = fn(it.key, bytesReader(it.key, buf))
-					}
-				case whereBlock:
-					buf = slices.Grow(buf[:0], int(it.e.blockRaw)+decodeSlack)
-					var blk *decodedBlock
-					if blk, err = s.decodeBlock(it.key, it.ns, it.sum, &it.e, buf); err != nil {
-						break
-					}
-					buf = blk.payload
-					for i := range unit {
-						m := &unit[i]
-						var data []byte
-						if data, err = blk.member(m.key, m.sum, &m.e); err != nil {
-							break
-						}
-						if err = fn(m.key, bytesReader(m.key, data)); err != nil {
-							break
-						}
-					}
+				err := ctx.Err()
+				if err == nil {
+					buf, err = read(unit, buf)
 				}
 				if err != nil {
 					fail(err)
@@ -154,6 +170,44 @@ func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn fun
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// item is a blob ReadEach reads: its key and index entry.
+type item struct {
+	key string
+	ns  Namespace
+	sum [32]byte
+	e   entry
+}
+
+// readLarge streams the large blob it names to fn.
+func (s *Store) readLarge(it *item, fn func(string, *Reader) error) error {
+	r, err := s.openLarge(it.key, it.ns, it.sum, &it.e)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return fn(it.key, r)
+}
+
+// relocate finds the blob it names again, as Get does, and passes it to
+// fn.
+func (s *Store) relocate(it *item, fn func(string, *Reader) error) error {
+	s.packsMu.RLock()
+	e, err := s.entry(it.key)
+	var data []byte
+	if err == nil && e.packed() {
+		data, err = s.readPacked(it.key, it.ns, it.sum, &e, nil, nil)
+	}
+	s.packsMu.RUnlock()
+	switch {
+	case err != nil:
+		return err
+	case !e.packed():
+		it.e = e
+		return s.readLarge(it, fn)
+	}
+	return fn(it.key, bytesReader(it.key, data))
 }
 
 // bytesReader returns a Reader of verified bytes.

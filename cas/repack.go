@@ -31,8 +31,7 @@ import (
 //
 // A crash before step 2 leaves new pack files no entry names; a crash
 // between 2 and 3 leaves old ones. Either way the files are not in
-// cas_packs, and Open removes them. Frames are copied as they are, never
-// recompressed.
+// cas_packs, and Open removes them.
 
 // DefaultRepackThreshold is the dead share at which a pack is rewritten, in
 // the spirit of restic's prune, which tolerates 5% unused space.
@@ -268,6 +267,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 
 	// 3. Drop the old files once no reader can be inside them.
 	s.packsMu.Lock()
+	s.packGen++
 	s.mu.Lock()
 	for id, ps := range old {
 		if damaged[id] {

@@ -69,7 +69,7 @@ const DefaultPackSize = 64 << 20
 type Info struct {
 	Key    string
 	Size   int64 // uncompressed bytes
-	Stored int64 // bytes on disk, frame header excluded; of a block, the blob's share
+	Stored int64 // bytes on disk: a frame's without its header, or a block member's share of its frame, header included
 
 	Uploaded time.Time // last Put or Batch commit naming the key
 }
@@ -94,6 +94,10 @@ type Store struct {
 	// bytes are read, and for writing while Repack removes the packs it
 	// rewrote: a reader never finds its pack gone under it.
 	packsMu sync.RWMutex
+	// packGen counts the Repacks that removed packs, under packsMu: a
+	// reader that located blobs earlier and let go of the lock meanwhile
+	// (ReadEach) locates them again if it changed.
+	packGen uint64
 	// repackMu lets one Repack run at a time.
 	repackMu sync.Mutex
 
@@ -288,7 +292,10 @@ func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
 // a workspace's worth of keys costs about one scan of their part of the
 // index rather than a root-to-leaf search per key. It returns the keys not
 // stored and, unless staleBefore is noStaleCheck, those stored with an
-// upload time before it (Unix ms).
+// upload time before it (Unix ms). A key whose entry is damaged counts as
+// not stored when staleness is asked for (a batch then stores the bytes
+// again, replacing the entry) and as stored otherwise (Missing: the key is
+// there, and check reports the damage).
 func (s *Store) scan(ctx context.Context, keys []string, staleBefore int64) (missing, stale []string, err error) {
 	slices.Sort(keys)
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -324,8 +331,9 @@ func (s *Store) scan(ctx context.Context, keys []string, staleBefore int64) (mis
 				continue
 			}
 			if staleBefore != noStaleCheck {
-				// A damaged entry counts as stale: refreshing rewrites it.
-				if e, err := decodeEntry(key, v); err != nil || e.uploaded < staleBefore {
+				if e, err := decodeEntry(key, v); err != nil {
+					missing = append(missing, key)
+				} else if e.uploaded < staleBefore {
 					stale = append(stale, key)
 				}
 			}

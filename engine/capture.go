@@ -123,13 +123,13 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	// waits on system calls, and pinning the keys of files deleted since
 	// only keeps their blobs until this capture ends.
 	type pinned struct {
-		missing []string
-		err     error
+		missing, stale []string
+		err            error
 	}
 	pins := make(chan pinned, 1)
 	go func() {
-		missing, err := c.batch.Pin(ctx, cache.keys())
-		pins <- pinned{missing, err}
+		missing, stale, err := c.batch.Lookup(ctx, cache.keys())
+		pins <- pinned{missing, stale, err}
 	}()
 	started := time.Now()
 	storeDir, _ := filepath.Abs(db.dir)
@@ -141,7 +141,7 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, err
 	}
-	files := c.plan(tree, cache, pin.missing)
+	files := c.plan(tree, cache, pin.missing, pin.stale)
 	if err := c.pinArtifacts(ctx, in.Artifacts); err != nil {
 		return nil, err
 	}
@@ -178,9 +178,10 @@ type capture struct {
 }
 
 // plan takes the digests the stat cache can vouch for, unless their blobs
-// are missing (keys the cache holds that the store does not), and returns
-// the files that must be read.
-func (c *capture) plan(tree []walked, cache *statCache, missing []string) []*walked {
+// are missing (keys the cache holds that the store does not), marks the
+// stale ones it takes for refreshing, and returns the files that must be
+// read.
+func (c *capture) plan(tree []walked, cache *statCache, missing, stale []string) []*walked {
 	var toRead, hits []*walked
 	cursor := 0
 	for i := range tree {
@@ -212,6 +213,19 @@ func (c *capture) plan(tree []walked, cache *statCache, missing []string) []*wal
 				toRead = append(toRead, w)
 			}
 		}
+	}
+	if len(stale) > 0 { // about once an hour, every key at once (cas.RefreshAfter)
+		old := make(map[string]bool, len(stale))
+		for _, k := range stale {
+			old[k] = true
+		}
+		var used []string
+		for _, w := range hits {
+			if old[w.key] {
+				used = append(used, w.key)
+			}
+		}
+		c.batch.Refresh(used)
 	}
 	c.stats.Unchanged = c.stats.Files - len(toRead)
 	for _, w := range toRead {

@@ -20,6 +20,7 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/lease"
+	bolt "go.etcd.io/bbolt"
 )
 
 // snapshot reads a tree for comparison.
@@ -490,5 +491,69 @@ func TestArtifacts(t *testing.T) {
 	}
 	if _, err := f.db.PutArtifact(ctx, engine.ArtifactInput{ArtifactID: "", Name: "n", MimeType: "m", Data: strings.NewReader("")}); !errors.Is(err, chain.ErrInvalidEntry) {
 		t.Fatalf("PutArtifact without id = %v", err)
+	}
+}
+
+// TestCaptureOverADamagedIndexEntry: a capture looks up every key its stat
+// cache holds. A damaged index entry for the blob of a file deleted since
+// must not fail it (nor every capture after it), and one for a file still
+// there makes the capture read the file again and store its bytes anew.
+func TestCaptureOverADamagedIndexEntry(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "store")
+	ws := filepath.Join(root, "ws")
+	gone, kept := []byte("a file deleted before the second capture\n"), []byte("a file kept\n")
+	write(t, ws, "gone.txt", gone, 0o644)
+	write(t, ws, "kept.txt", kept, 0o644)
+	write(t, ws, "other.txt", []byte("unchanged\n"), 0o644)
+	age(t, ws)
+	capture := func(id string) (*engine.CaptureResult, error) {
+		db, err := engine.Open(dir, &engine.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		w, err := db.AcquireWriter(ctx, "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Release(ctx)
+		return db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: id, CreatedAt: 1})
+	}
+	if _, err := capture("cp1"); err != nil {
+		t.Fatal(err)
+	}
+	boltUpdate(t, dir, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("cas_index"))
+		for _, d := range [][]byte{gone, kept} {
+			k := []byte(cas.Files.Key(sha256.Sum256(d)))
+			v := bytes.Clone(b.Get(k))
+			v[len(v)-1] ^= 0x80 // the entry's checksum
+			if err := b.Put(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := os.Remove(filepath.Join(ws, "gone.txt")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := capture("cp2")
+	if err != nil {
+		t.Fatalf("capture over damaged entries: %v", err)
+	}
+	if s := res.Stats; s.Files != 2 || s.FilesRead != 1 || s.BlobsNew != 1 || s.Unchanged != 1 {
+		t.Fatalf("stats %+v; want kept.txt read and stored again, other.txt unchanged", s)
+	}
+	if _, err := capture("cp3"); err != nil {
+		t.Fatalf("the capture after: %v", err)
+	}
+	db, err := engine.Open(dir, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, err := db.Blobs().Get(ctx, cas.Files.Key(sha256.Sum256(kept))); err != nil || !bytes.Equal(got, kept) {
+		t.Fatalf("kept.txt's blob after the capture: %v", err)
 	}
 }
