@@ -206,7 +206,7 @@ func (b *Batch) placeBlock(blk *block, h *header, stored []byte) error {
 	weights := make([]uint64, len(blk.keys))
 	for i := range blk.keys {
 		size := uint64(blk.size(i))
-		weights[i] = size + uint64(len(appendMemberRow(nil, [32]byte{}, int(size))))
+		weights[i] = size + memberRowLen(size)
 	}
 	shares := blockShares(headerSize+h.stored, weights)
 	for i, key := range blk.keys {

@@ -403,6 +403,12 @@ func appendMemberRow(b []byte, sum [32]byte, size int) []byte {
 	return binary.AppendUvarint(b, uint64(size))
 }
 
+// memberRowLen is the length of the table row of a member of size bytes.
+func memberRowLen(size uint64) uint64 {
+	var b [binary.MaxVarintLen64]byte
+	return 32 + uint64(binary.PutUvarint(b[:], size))
+}
+
 // decodeMembers decodes the member table at the start of a block's decoded
 // payload and checks that its members fill the rest exactly.
 func decodeMembers(payload []byte, count uint32) ([]member, error) {
