@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -54,6 +55,7 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	for i := range runs {
 		progress("first capture, run %d of %d", i+1, runs)
 		store := filepath.Join(work, fmt.Sprintf("store%d", i))
+		settle()
 		d, err := timeCapture(ctx, store, tree, "bench")
 		if err != nil {
 			return err
@@ -61,11 +63,13 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		sbx = append(sbx, d.Seconds())
 		blobBytes, _ = peers.DirBytes(filepath.Join(store, "blobs"))
 		gitDir := filepath.Join(work, fmt.Sprintf("git%d", i))
+		settle()
 		if d, err = gitCommit(gitDir, tree, true); err != nil {
 			return err
 		}
 		git = append(git, d.Seconds())
 		gitBytes, _ = peers.DirBytes(filepath.Join(gitDir, "objects"))
+		settle()
 		res, err := peers.TarZstd(tree, filepath.Join(work, fmt.Sprintf("tree%d.tar.zst", i)), 1)
 		if err != nil {
 			return err
@@ -73,6 +77,7 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		tz = append(tz, res.Elapsed.Seconds())
 		tarBytes = res.Bytes
 		if restic {
+			settle()
 			res, err := peers.ResticBackup(filepath.Join(work, fmt.Sprintf("restic%d", i)), resticCache, tree)
 			if err != nil {
 				return err
@@ -281,22 +286,26 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	var rsb, untar, gitRs, resticRs []float64
 	for i := range runs {
 		progress("restore, run %d of %d", i+1, runs)
+		settle()
 		t := time.Now()
 		if _, err := rdb.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), nil); err != nil {
 			return err
 		}
 		rsb = append(rsb, time.Since(t).Seconds())
+		settle()
 		res, err := peers.UntarZstd(filepath.Join(work, "edited.tar.zst"), filepath.Join(work, fmt.Sprintf("untar%d", i)))
 		if err != nil {
 			return err
 		}
 		untar = append(untar, res.Elapsed.Seconds())
+		settle()
 		d, err := gitRestore(filepath.Join(work, "git0"), filepath.Join(work, fmt.Sprintf("gitrestore%d", i)))
 		if err != nil {
 			return err
 		}
 		gitRs = append(gitRs, d.Seconds())
 		if restic {
+			settle()
 			res, err := peers.ResticRestore(filepath.Join(work, "restic0"), resticCache, filepath.Join(work, fmt.Sprintf("resticrestore%d", i)))
 			if err != nil {
 				return err
@@ -331,6 +340,13 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	}
 	return nil
 }
+
+// settle writes back every dirty page before a timed bulk step: a first
+// capture or a restore leaves up to the whole tree (307 MB at full scale)
+// dirty in the page cache, as none of the peers fsyncs its output. Without
+// it the next contender's time would include writing back the previous
+// one's output, and which one paid would depend on the order they run in.
+func settle() { syscall.Sync() }
 
 // timeCapture opens a new store and captures tree into it.
 func timeCapture(ctx context.Context, store, tree, thread string) (time.Duration, error) {

@@ -271,7 +271,10 @@ func machine(work string) Machine {
 	}
 	m.WorkFS = out("stat", "-f", "-c", "%T", work)
 	if m.Commit = out("git", "rev-parse", "HEAD"); m.Commit != "" {
-		dirty := out("git", "status", "--porcelain", "--untracked-files=no") != ""
+		// bench/results is left out: the report being written there (quick.md
+		// redirected from stdout) is not a change to the code measured.
+		dirty := out("git", "status", "--porcelain", "--untracked-files=no",
+			"--", ":/", ":(top,exclude)bench/results") != ""
 		m.Dirty = &dirty
 	}
 	first := func(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
