@@ -23,33 +23,11 @@ import (
 // is called. r is verified like Open's readers: a packed blob's bytes
 // before fn is called, a large blob's as they stream (the Read that would
 // return io.EOF returns the ErrCorrupt error instead). r is valid only
-// until fn returns, and fn must not call the store's read methods (a
-// Repack may be waiting for the lock that ReadEach holds for reading while
-// fn runs). The first error, from a read or from fn, or the end of ctx,
-// stops the others and is returned.
+// until fn returns. The first error, from a read or from fn, or the end of
+// ctx, stops the others and is returned.
 func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn func(key string, r *Reader) error) error {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	items := make([]item, 0, len(keys))
-	s.packsMu.RLock()
-	gen := s.packGen
-	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, key := range keys {
-			ns, sum, err := ParseKey(key)
-			if err != nil {
-				return err
-			}
-			e, ok, err := lookup(tx, key)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return &Error{Key: key, Err: ErrNotFound}
-			}
-			items = append(items, item{key, ns, sum, e})
-		}
-		return nil
-	})
-	s.packsMu.RUnlock()
+	items, gen, err := s.lookupAll(keys, workers)
 	if err != nil {
 		return err
 	}
@@ -170,6 +148,52 @@ func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn fun
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// lookupAll looks up the index entries of keys (sorted, distinct), in
+// order, with up to workers read transactions at once: a restore looks up
+// every blob of its checkpoint before it reads any, 20,000 keys in tens of
+// milliseconds on one core. gen is the pack generation of the lookups. A key
+// the store does not hold is an ErrNotFound error naming it; of several
+// failing keys, the first in order is reported, whatever the workers.
+func (s *Store) lookupAll(keys []string, workers int) (items []item, gen uint64, err error) {
+	const perWorker = 4096 // fewer keys than this are not worth a goroutine
+	n := max(1, min(workers, len(keys)/perWorker))
+	items = make([]item, len(keys))
+	errs := make([]error, n)
+	s.packsMu.RLock()
+	defer s.packsMu.RUnlock()
+	var wg sync.WaitGroup
+	for w := range n {
+		lo, hi := w*len(keys)/n, (w+1)*len(keys)/n
+		wg.Go(func() {
+			errs[w] = s.db.View(func(tx *bolt.Tx) error {
+				for i := lo; i < hi; i++ {
+					key := keys[i]
+					ns, sum, err := ParseKey(key)
+					if err != nil {
+						return err
+					}
+					e, ok, err := lookup(tx, key)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return &Error{Key: key, Err: ErrNotFound}
+					}
+					items[i] = item{key, ns, sum, e}
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	return items, s.packGen, nil
 }
 
 // item is a blob ReadEach reads: its key and index entry.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/lease"
+	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
 	bolt "go.etcd.io/bbolt"
 )
@@ -270,7 +270,7 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	if ctx.Err() != nil {
 		return buf, ctx.Err()
 	}
-	f, err := os.Open(filepath.Join(c.root, filepath.FromSlash(w.path)))
+	f, err := vfs.Open(filepath.Join(c.root, filepath.FromSlash(w.path)))
 	if err != nil {
 		return buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
 	}

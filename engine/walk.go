@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
 )
 
@@ -178,7 +179,7 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 		return nil, nil, err
 	}
 	abs := filepath.Join(w.root, filepath.FromSlash(rel))
-	f, err := os.Open(abs)
+	f, err := vfs.Open(abs)
 	if err != nil {
 		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
 	}

@@ -2,8 +2,9 @@
 // that changes a file — creating, writing, syncing, renaming, removing,
 // making directories and links — goes through an FS, so tests can make any
 // one of them fail (a full disk, an I/O error) and check that the store is
-// left exactly as it was. Reads go straight to the os package: a failed
-// read changes nothing.
+// left exactly as it was. Reads are not faulted (a failed read changes
+// nothing): files on disk are opened for reading with Open, os.Open at
+// fewer system calls per file.
 //
 // The database file is the exception bbolt imposes: bbolt writes and syncs
 // it itself through an *os.File. An FS is asked before each database
@@ -59,7 +60,7 @@ var OS FS = osFS{}
 type osFS struct{}
 
 func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	f, err := os.OpenFile(name, flag, perm)
+	f, err := openFile(name, flag, perm)
 	if err != nil {
 		return nil, err // not a typed nil in an interface
 	}
@@ -83,8 +84,12 @@ func (osFS) Remove(name string) error                      { return os.Remove(na
 func (osFS) Symlink(target, name string) error             { return os.Symlink(target, name) }
 func (osFS) BeforeCommit(string) error                     { return nil }
 
+// Open opens a file or directory for reading, as os.Open does but at less
+// cost per file (see openFile). sbxdb reads files on disk with it.
+func Open(name string) (*os.File, error) { return openFile(name, os.O_RDONLY, 0) }
+
 func (osFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := Open(dir)
 	if err != nil {
 		return err
 	}
