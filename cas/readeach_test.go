@@ -163,3 +163,40 @@ func TestReaderWriteTo(t *testing.T) {
 		t.Fatalf("WriteTo of a damaged large blob = %v", err)
 	}
 }
+
+// readFromWriter has a ReadFrom, as *os.File has, that copies through its
+// own 32 KiB buffer as os.File's fallback does.
+type readFromWriter struct{ readFrom, maxWrite int }
+
+func (w *readFromWriter) Write(p []byte) (int, error) {
+	w.maxWrite = max(w.maxWrite, len(p))
+	return len(p), nil
+}
+
+func (w *readFromWriter) ReadFrom(r io.Reader) (int64, error) {
+	w.readFrom++
+	return io.Copy(struct{ io.Writer }{w}, r)
+}
+
+// TestReaderWriteToUsesItsBuffer: a large blob streams through WriteTo's
+// pooled buffer, not through the writer's ReadFrom and its smaller one.
+func TestReaderWriteToUsesItsBuffer(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	large := text(MaxPacked*3, 2)
+	if err := f.s.Put(ctx, keyOf(Files, large), large); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.s.Open(ctx, keyOf(Files, large))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var w readFromWriter
+	if _, err := r.WriteTo(&w); err != nil {
+		t.Fatal(err)
+	}
+	if w.readFrom != 0 || w.maxWrite <= 32<<10 {
+		t.Fatalf("WriteTo went through the writer's ReadFrom %d times, largest write %d bytes", w.readFrom, w.maxWrite)
+	}
+}

@@ -729,11 +729,14 @@ func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 	}
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
-	return io.CopyBuffer(w, struct{ io.Reader }{r}, *buf)
+	// Both sides hidden: io.CopyBuffer would otherwise call w's ReadFrom
+	// (an *os.File has one), which copies through a new 32 KiB buffer.
+	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *buf)
 }
 
 // copyBufs holds the buffers WriteTo streams large blobs through: 256 KiB,
-// so a large file is written in few system calls.
+// so each write takes as much as one Read gives (a raw large blob fills
+// the buffer, the zstd decoder gives up to 64 KiB).
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // Close releases the reader's file.
