@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/sbxdb/sbxdb/cas"
@@ -220,22 +219,18 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	// orders them (each some tens of milliseconds for 20,000 files); no
 	// file is written before they all exist, and restoreInto does not
 	// return before the last one is made.
-	made := make(chan error, 1)
+	made := make(chan struct{})
+	var dirsErr error // set before made is closed
 	go func() {
+		defer close(made)
 		for _, d := range ordered {
 			if err := db.opts.FS.Mkdir(filepath.Join(root, filepath.FromSlash(d)), 0o755); err != nil {
-				made <- fmt.Errorf("restore: %w", err)
+				dirsErr = fmt.Errorf("restore: %w", err)
 				return
 			}
 		}
-		made <- nil
 	}()
-	var dirsOnce sync.Once
-	var dirsErr error
-	dirsMade := func() error {
-		dirsOnce.Do(func() { dirsErr = <-made })
-		return dirsErr
-	}
+	dirsMade := func() error { <-made; return dirsErr }
 	stop := reportProgress(o.Progress, &prog)
 	err := db.writeFiles(ctx, root, files, &prog, dirsMade)
 	stop()

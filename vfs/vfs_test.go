@@ -52,13 +52,13 @@ func TestOSOpenFile(t *testing.T) {
 		t.Fatal("OpenFile with O_NOFOLLOW opened a symlink")
 	}
 	// The special bits are passed on, as os.OpenFile passes them.
-	sticky := filepath.Join(dir, "sticky")
-	f, err = OS.OpenFile(sticky, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600|fs.ModeSetgid)
+	setgid := filepath.Join(dir, "setgid")
+	f, err = OS.OpenFile(setgid, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600|fs.ModeSetgid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if st, err := os.Stat(sticky); err != nil || st.Mode()&fs.ModeSetgid == 0 {
+	if st, err := os.Stat(setgid); err != nil || st.Mode()&fs.ModeSetgid == 0 {
 		t.Errorf("created %v, %v; want the setgid bit", st.Mode(), err)
 	}
 
