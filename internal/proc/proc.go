@@ -1,0 +1,143 @@
+// Package proc identifies processes across time, so that state a process
+// leaves behind (a writer lease, a restore's staging directory) can be
+// recognised as abandoned once its owner is gone.
+//
+// A pid alone is not an identity: the kernel reuses pids. An Identity adds
+// the process's start time (in clock ticks since boot, from /proc) and the
+// boot it started in, so a new process that happens to get the same pid is
+// never mistaken for the old one, and a reboot ends every earlier process.
+package proc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Identity names one process: host, boot, pid and start time. The zero
+// Identity names no process.
+type Identity struct {
+	Host  string `json:"host,omitempty"`
+	Boot  string `json:"boot,omitempty"` // kernel boot id; "" where unknown
+	PID   int    `json:"pid,omitempty"`
+	Start uint64 `json:"start,omitempty"` // clock ticks since boot; 0 where unknown
+}
+
+// IsZero reports whether id names no process.
+func (id Identity) IsZero() bool { return id.PID == 0 }
+
+// String renders id for people: "pid 42 on host-a".
+func (id Identity) String() string {
+	if id.IsZero() {
+		return "an unknown process"
+	}
+	if id.Host == "" {
+		return "pid " + strconv.Itoa(id.PID)
+	}
+	return "pid " + strconv.Itoa(id.PID) + " on " + id.Host
+}
+
+// State is what can be known of a process from this machine.
+type State int
+
+const (
+	// Unknown: the process runs on another host, or this system does not
+	// tell. Callers must treat it as alive.
+	Unknown State = iota
+	// Alive: the process exists on this host, with the same start time.
+	Alive
+	// Gone: the process is known to have exited (no such pid, a pid
+	// reused by a later process, or a boot since).
+	Gone
+)
+
+func (s State) String() string {
+	switch s {
+	case Alive:
+		return "alive"
+	case Gone:
+		return "gone"
+	}
+	return "unknown"
+}
+
+var (
+	selfOnce sync.Once
+	self     Identity
+)
+
+// Self returns the calling process's identity.
+func Self() Identity {
+	selfOnce.Do(func() {
+		self.Host, _ = os.Hostname()
+		self.Boot = bootID()
+		self.PID = os.Getpid()
+		self.Start, _ = startTime(self.PID)
+	})
+	return self
+}
+
+// Check tells whether the process id names still runs. It answers Gone only
+// when this host can prove it: same host name, and either another boot, or
+// no process with that pid, or one that started at another time.
+func Check(id Identity) State {
+	me := Self()
+	if id.IsZero() || id.Host == "" || id.Host != me.Host {
+		return Unknown
+	}
+	if id.Boot != "" && me.Boot != "" && id.Boot != me.Boot {
+		return Gone
+	}
+	start, err := startTime(id.PID)
+	switch {
+	case os.IsNotExist(err):
+		if _, serr := os.Stat("/proc/self/stat"); serr != nil {
+			return Unknown // no /proc here: absence proves nothing
+		}
+		return Gone
+	case err != nil:
+		return Unknown
+	case id.Start == 0 || start == 0:
+		return Unknown
+	case start != id.Start:
+		return Gone
+	}
+	return Alive
+}
+
+// bootID reads the kernel's random id of the current boot.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// startTime reads field 22 of /proc/PID/stat: the process's start time in
+// clock ticks since boot. The command name (field 2) is in parentheses and
+// may itself hold spaces and parentheses, so fields are counted from the
+// last ')'.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseStart(b)
+}
+
+func parseStart(stat []byte) (uint64, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc: stat line without a command name")
+	}
+	// After ") " come fields 3 (state) onwards; start time is field 22.
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("proc: stat line of %d fields", len(f)+2)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}

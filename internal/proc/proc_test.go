@@ -1,0 +1,86 @@
+package proc
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+func TestSelfIsAlive(t *testing.T) {
+	me := Self()
+	if me.PID != os.Getpid() || me.Host == "" {
+		t.Fatalf("Self() = %+v", me)
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc on this system: Check can only answer Unknown")
+	}
+	if me.Start == 0 {
+		t.Fatalf("Self().Start = 0 with /proc present")
+	}
+	if got := Check(me); got != Alive {
+		t.Fatalf("Check(Self()) = %v, want alive", got)
+	}
+}
+
+func TestExitedProcessIsGone(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc on this system: Check can only answer Unknown")
+	}
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start, err := startTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := Identity{Host: Self().Host, Boot: Self().Boot, PID: cmd.Process.Pid, Start: start}
+	if got := Check(id); got != Alive {
+		t.Fatalf("running child: Check = %v, want alive", got)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if got := Check(id); got != Gone {
+		t.Fatalf("reaped child: Check = %v, want gone", got)
+	}
+}
+
+func TestCheckNeverGuessesGone(t *testing.T) {
+	me := Self()
+	cases := map[string]struct {
+		id   Identity
+		want State
+	}{
+		"zero":             {Identity{}, Unknown},
+		"other host":       {Identity{Host: me.Host + "-other", Boot: me.Boot, PID: 1, Start: 1}, Unknown},
+		"no host recorded": {Identity{PID: me.PID, Start: me.Start}, Unknown},
+		"pid reused":       {Identity{Host: me.Host, Boot: me.Boot, PID: me.PID, Start: me.Start + 1}, Gone},
+		"earlier boot":     {Identity{Host: me.Host, Boot: "another-boot", PID: me.PID, Start: me.Start}, Gone},
+		"start unknown":    {Identity{Host: me.Host, Boot: me.Boot, PID: me.PID}, Unknown},
+	}
+	if me.Boot == "" || me.Start == 0 {
+		t.Skip("no /proc on this system")
+	}
+	for name, c := range cases {
+		if got := Check(c.id); got != c.want {
+			t.Errorf("%s: Check(%+v) = %v, want %v", name, c.id, got, c.want)
+		}
+	}
+}
+
+func TestParseStartOddCommandNames(t *testing.T) {
+	// Field 2 may hold spaces and parentheses; fields count from the last ')'.
+	line := "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615\n"
+	got, err := parseStart([]byte(line))
+	if err != nil || got != 987654 {
+		t.Fatalf("parseStart = %d, %v; want 987654", got, err)
+	}
+	for _, bad := range []string{"4242 no-parens S 1", "4242 (x) S 1 2 3"} {
+		if _, err := parseStart([]byte(bad)); err == nil {
+			t.Errorf("parseStart(%q) accepted a malformed line", bad)
+		}
+	}
+	if _, err := startTime(-1); err == nil {
+		t.Fatal("startTime(-1) found a process")
+	}
+}
