@@ -46,6 +46,12 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envChild); dir != "" {
 		os.Exit(child(dir))
 	}
+	if dir := os.Getenv(envAppender); dir != "" {
+		os.Exit(appender(dir))
+	}
+	if dir := os.Getenv(envCompactLimited); dir != "" {
+		os.Exit(compactLimited(dir))
+	}
 	os.Exit(m.Run())
 }
 

@@ -19,7 +19,9 @@ const compactTxSize = 64 << 20
 // elsewhere; Compact opens it as Open does (waiting opts.LockTimeout for
 // another holder), copies every bucket, key and sequence into a new file,
 // makes that durable, and renames it over the old one, so a crash at any
-// point leaves either the old file or the new one, whole.
+// point leaves either the old file or the new one, whole. It holds the
+// store lock throughout (lockfile.go), so an Open waiting for the store
+// opens the new file, never the one renamed away.
 func Compact(ctx context.Context, dir string, opts *Options) (before, after int64, err error) {
 	if opts != nil && opts.ReadOnly {
 		return 0, 0, ErrReadOnly
@@ -37,16 +39,46 @@ func Compact(ctx context.Context, dir string, opts *Options) (before, after int6
 		return 0, 0, err
 	}
 	path := filepath.Join(dir, DBFile)
-	tmp := path + ".compact"
-	os.Remove(tmp) // left by a compaction that crashed
 	st, err := os.Stat(path)
 	if err != nil {
 		return 0, 0, err
 	}
 	before = st.Size()
+	// The new file is written beside the old one and renamed over it. Until
+	// the rename, it is only a temporary: any failure removes it (a crash
+	// leaves it for the next Compact, which removes it first).
+	tmp := path + ".compact"
+	os.Remove(tmp)
+	renamed := false
+	defer func() {
+		if !renamed {
+			os.Remove(tmp)
+		}
+	}()
+	if err := compactInto(ctx, db, tmp); err != nil {
+		return before, 0, fmt.Errorf("compacting %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return before, 0, err
+	}
+	renamed = true
+	if !db.opts.NoSync {
+		if err := syncFile(dir); err != nil {
+			return before, 0, err
+		}
+	}
+	if st, err = os.Stat(path); err != nil {
+		return before, 0, err
+	}
+	return before, st.Size(), nil
+}
+
+// compactInto copies db's every bucket, key and sequence into a new bbolt
+// file at tmp and makes it durable.
+func compactInto(ctx context.Context, db *DB, tmp string) error {
 	dst, err := bolt.Open(tmp, 0o644, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType, NoSync: db.opts.NoSync})
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	err = bolt.Compact(dst, db.bolt, compactTxSize)
 	if cerr := dst.Close(); err == nil {
@@ -58,23 +90,7 @@ func Compact(ctx context.Context, dir string, opts *Options) (before, after int6
 	if err == nil {
 		err = ctx.Err()
 	}
-	if err != nil {
-		os.Remove(tmp)
-		return before, 0, fmt.Errorf("compacting %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return before, 0, err
-	}
-	if !db.opts.NoSync {
-		if err := syncFile(dir); err != nil {
-			return before, 0, err
-		}
-	}
-	if st, err = os.Stat(path); err != nil {
-		return before, 0, err
-	}
-	return before, st.Size(), nil
+	return err
 }
 
 // syncFile fsyncs a file or directory by name.

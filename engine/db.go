@@ -55,6 +55,9 @@ type DB struct {
 	bolt  *bolt.DB
 	c     *committer
 	blobs *cas.Store
+	// lock is the held store lock (lockfile.go), released by Close after
+	// the database file is closed.
+	lock *storeLock
 
 	// gcMu lets one sweep run at a time: a sweep's missing-blob check
 	// relies on no other sweep deleting meanwhile.
@@ -94,6 +97,17 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// The store lock comes before any read of sbx.db: once it is held, no
+	// Compact is between opening its new file and renaming it into place.
+	lock, err := lockStore(dir, o.ReadOnly, o.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	// bbolt reads the file's pages without bounds checks of its own; a
 	// damaged file can make it panic. No panic may reach the caller.
 	defer recoverCorrupt(&err, path)
@@ -114,7 +128,7 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
 	}
-	db = &DB{dir: dir, opts: o, bolt: bdb, metaNote: metaNote}
+	db = &DB{dir: dir, opts: o, bolt: bdb, lock: lock, metaNote: metaNote}
 	if o.ReadOnly {
 		err = db.view(func(tx *bolt.Tx) error { return initLayout(tx, nil) })
 	} else {
@@ -185,7 +199,9 @@ func (db *DB) Close() error {
 	if db.blobs != nil {
 		db.blobs.Close()
 	}
-	return db.bolt.Close()
+	err := db.bolt.Close()
+	db.lock.release()
+	return err
 }
 
 // view runs fn in a read transaction, turning a panic from a damaged file

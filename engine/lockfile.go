@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// lockFile is the store's lock: <dir>/sbx.lock, created once and never
+// renamed, replaced or removed. Every Open takes it (exclusive for a
+// writable handle, shared for a read-only one) before it reads sbx.db, and
+// holds it until Close.
+//
+// Why a file of its own: bbolt locks the database file itself, after
+// opening it. Compact renames a new file over sbx.db while it holds that
+// lock, so a process waiting for the old file's lock would get it on the
+// unlinked inode once Compact closed, and commit there: every write it
+// acknowledged would vanish with the file. A process waiting on sbx.lock
+// instead opens sbx.db by name only once it holds the lock, when no rename
+// can be in progress, so it always opens the current file.
+const lockFileName = "sbx.lock"
+
+// storeLock is a held lock on a store's lock file; nil where the file
+// could not be made (a read-only open on a read-only file system), and
+// then bbolt's own lock is the only one.
+type storeLock struct{ f *os.File }
+
+// lockStore takes dir's lock file, waiting up to timeout for another
+// holder, and fails with ErrLocked naming the holder once it has waited
+// that long.
+func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, error) {
+	path := filepath.Join(dir, lockFileName)
+	flag := os.O_RDWR | os.O_CREATE
+	if readOnly {
+		flag = os.O_RDONLY | os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flag, 0o644)
+	if err != nil && readOnly {
+		// A store on a read-only medium cannot be compacted or written
+		// either: there is nothing for the lock file to guard against.
+		if f, err = os.Open(path); err != nil {
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sbxdb: lock file: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := tryLock(f, !readOnly)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("sbxdb: locking %s: %w", path, err)
+		}
+		if ok {
+			return &storeLock{f: f}, nil
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("%w: %s is held by %s", ErrLocked, dir, holder(dir))
+		}
+		time.Sleep(wait)
+	}
+}
+
+// release lets the next holder in. Closing the descriptor drops the lock.
+func (l *storeLock) release() {
+	if l != nil && l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
