@@ -31,6 +31,18 @@ const (
 	envWS     = "SBXDB_CRASH_WS"    // workspaces' root
 	envSeed   = "SBXDB_CRASH_CHILD_SEED"
 	envOffset = "SBXDB_CRASH_CLOCK" // ms added to the child's clock
+	envRole   = "SBXDB_CRASH_ROLE"  // "" (one process holding the store), roleOpener or roleMaint
+)
+
+// The roles of a shared cycle, whose two children take turns at the store:
+// one opens it for each capture or append of its thread and closes it
+// after; the other compacts it and collects garbage, each time in an open
+// of its own. They wait for each other on the store lock.
+const (
+	roleOpener = "opener"
+	roleMaint  = "maint"
+	// openerThread is the opener's thread; the main child's are w0, w1, …
+	openerThread = "p"
 )
 
 const (
@@ -86,6 +98,12 @@ func child(dir string) int {
 		out.Write(append(b, '\n')) // one write: a pipe keeps it whole
 		mu.Unlock()
 	}
+	switch os.Getenv(envRole) {
+	case roleOpener:
+		return sharedChild(func() error { return opener(dir, rand.New(rand.NewPCG(seed, workers+1)), now, send) })
+	case roleMaint:
+		return sharedChild(func() error { return maintainer(dir, rand.New(rand.NewPCG(seed, workers+2)), now, send) })
+	}
 	db, err := engine.Open(dir, &engine.Options{Now: now, LeaseDuration: leaseTTL, RenewAfter: leaseTTL / 2})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open:", err)
@@ -132,6 +150,105 @@ func child(dir string) int {
 	}
 }
 
+// sharedChild runs a shared cycle's role until it fails or, if never
+// killed, stops before the leases it took could lapse.
+func sharedChild(loop func() error) int {
+	done := make(chan error, 1)
+	go func() { done <- loop() }()
+	select {
+	case err := <-done:
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 3
+	case <-time.After(leaseTTL / 2):
+		return 0
+	}
+}
+
+// sharedOpts are the options of a shared cycle's opens: each waits for the
+// other process as long as it may hold the store.
+func sharedOpts(now func() time.Time) *engine.Options {
+	return &engine.Options{Now: now, LeaseDuration: leaseTTL, RenewAfter: leaseTTL / 2, LockTimeout: raceOpenTimeout}
+}
+
+// opener captures or appends to openerThread, opening the store for each
+// operation and closing it after.
+func opener(dir string, r *rand.Rand, now func() time.Time, send func(report)) error {
+	ctx := context.Background()
+	ws := filepath.Join(os.Getenv(envWS), openerThread)
+	w := workers + 1
+	for seq := 0; ; seq++ {
+		err := func() error {
+			db, err := engine.Open(dir, sharedOpts(now))
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if seq == 0 {
+				send(report{Phase: "ready"})
+			}
+			l, err := db.AcquireWriter(ctx, openerThread)
+			if err != nil {
+				return fmt.Errorf("acquire (a dead child's lease must have expired): %w", err)
+			}
+			defer l.Release(ctx)
+			list, err := db.List(ctx, openerThread)
+			if err != nil {
+				return err
+			}
+			ids := make([]string, len(list))
+			for i, cp := range list {
+				ids[i] = cp.ID
+			}
+			head, err := db.Head(ctx, openerThread)
+			if err != nil {
+				return err
+			}
+			rep := report{Phase: "begin", Worker: w, Seq: seq, Thread: openerThread, Before: ids}
+			switch {
+			case len(ids) > 8:
+				return retainOp(ctx, db, l.Writer, head, rep, send)
+			case head == "" || r.IntN(2) == 0:
+				return captureOp(ctx, db, l.Writer, ws, r, rep, send)
+			}
+			return appendOp(ctx, db, l.Writer, head, now, rep, send)
+		}()
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
+	}
+}
+
+// maintainer compacts the store or collects its garbage, in turn with the
+// opener.
+func maintainer(dir string, r *rand.Rand, now func() time.Time, send func(report)) error {
+	ctx := context.Background()
+	w := workers + 2
+	for seq := 0; ; seq++ {
+		if seq == 0 {
+			send(report{Phase: "ready"})
+		}
+		rep := report{Phase: "begin", Worker: w, Seq: seq, Op: []string{"compact", "gc"}[r.IntN(2)]}
+		send(rep)
+		var err error
+		if rep.Op == "compact" {
+			_, _, err = engine.Compact(ctx, dir, sharedOpts(now))
+		} else {
+			var db *engine.DB
+			if db, err = engine.Open(dir, sharedOpts(now)); err == nil {
+				_, err = db.GC(ctx, engine.GCOptions{Immediate: true, RepackThreshold: 0.2})
+				if cerr := db.Close(); err == nil {
+					err = cerr
+				}
+			}
+		}
+		if err := finish(send, rep, err); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(r.IntN(10)) * time.Millisecond)
+	}
+}
+
 // work loops over one worker's operations on its thread: captures of its
 // changing workspace, appends, deletes, retention and forks.
 func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string, now func() time.Time, send func(report)) error {
@@ -164,33 +281,11 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 		}
 		switch {
 		case n < 4: // capture
-			if err := editTree(ws, r); err != nil {
-				return err
-			}
-			tree, err := fstree.Read(ws)
-			if err != nil {
-				return err
-			}
-			rep.Op, rep.ID, rep.Tree = "capture", lease.NewToken(), digest(tree)
-			rep.After, rep.Head = append(slices.Clone(ids), rep.ID), rep.ID
-			send(rep)
-			_, err = db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: ws, ID: rep.ID})
-			err = finish(send, rep, err)
-			if err != nil {
+			if err := captureOp(ctx, db, l.Writer, ws, r, rep, send); err != nil {
 				return err
 			}
 		case n < 6: // append a checkpoint with the head's files
-			src, err := db.Get(ctx, head)
-			if err != nil {
-				return err
-			}
-			cp := &chain.Checkpoint{ID: lease.NewToken(), ThreadID: thread, ParentID: head,
-				CreatedAt: now().UnixMilli(), Reason: chain.ReasonAutomatic, Files: src.Files}
-			rep.Op, rep.ID, rep.Src = "append", cp.ID, head
-			rep.After, rep.Head = append(slices.Clone(ids), cp.ID), cp.ID
-			send(rep)
-			_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: l.Writer})
-			if err := finish(send, rep, err); err != nil {
+			if err := appendOp(ctx, db, l.Writer, head, now, rep, send); err != nil {
 				return err
 			}
 		case n < 7: // delete the head; its parent, if still stored, becomes the head
@@ -208,17 +303,7 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 				return err
 			}
 		case n < 9: // keep the newest two
-			cp, err := db.Get(ctx, head)
-			if err != nil {
-				return err
-			}
-			rep.Op, rep.After, rep.Head = "retain", []string{head}, head
-			if slices.Contains(ids, cp.ParentID) { // retention may have taken it already
-				rep.After = append(rep.After, cp.ParentID)
-			}
-			send(rep)
-			_, err = db.DeleteCheckpoints(ctx, thread, 2, l.Writer)
-			if err := finish(send, rep, err); err != nil {
+			if err := retainOp(ctx, db, l.Writer, head, rep, send); err != nil {
 				return err
 			}
 		default: // fork the head to a new thread
@@ -240,6 +325,53 @@ func work(ctx context.Context, db *engine.DB, w int, r *rand.Rand, wsRoot string
 			}
 		}
 	}
+}
+
+// captureOp edits the workspace ws and captures it as the thread's new
+// head, reporting the operation rep began.
+func captureOp(ctx context.Context, db *engine.DB, w lease.Writer, ws string, r *rand.Rand, rep report, send func(report)) error {
+	if err := editTree(ws, r); err != nil {
+		return err
+	}
+	tree, err := fstree.Read(ws)
+	if err != nil {
+		return err
+	}
+	rep.Op, rep.ID, rep.Tree = "capture", lease.NewToken(), digest(tree)
+	rep.After, rep.Head = append(slices.Clone(rep.Before), rep.ID), rep.ID
+	send(rep)
+	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w, Dir: ws, ID: rep.ID})
+	return finish(send, rep, err)
+}
+
+// appendOp appends a checkpoint with the head's files on top of it.
+func appendOp(ctx context.Context, db *engine.DB, w lease.Writer, head string, now func() time.Time, rep report, send func(report)) error {
+	src, err := db.Get(ctx, head)
+	if err != nil {
+		return err
+	}
+	cp := &chain.Checkpoint{ID: lease.NewToken(), ThreadID: rep.Thread, ParentID: head,
+		CreatedAt: now().UnixMilli(), Reason: chain.ReasonAutomatic, Files: src.Files}
+	rep.Op, rep.ID, rep.Src = "append", cp.ID, head
+	rep.After, rep.Head = append(slices.Clone(rep.Before), cp.ID), cp.ID
+	send(rep)
+	_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: w})
+	return finish(send, rep, err)
+}
+
+// retainOp keeps the head and its parent, deleting the thread's others.
+func retainOp(ctx context.Context, db *engine.DB, w lease.Writer, head string, rep report, send func(report)) error {
+	cp, err := db.Get(ctx, head)
+	if err != nil {
+		return err
+	}
+	rep.Op, rep.After, rep.Head = "retain", []string{head}, head
+	if slices.Contains(rep.Before, cp.ParentID) { // retention may have taken it already
+		rep.After = append(rep.After, cp.ParentID)
+	}
+	send(rep)
+	_, err = db.DeleteCheckpoints(ctx, rep.Thread, 2, w)
+	return finish(send, rep, err)
 }
 
 // finish reports the outcome of the operation rep began.
@@ -360,8 +492,8 @@ func TestKillRecovery(t *testing.T) {
 	} else {
 		t.Logf("sbxdb check: %s", strings.TrimSpace(string(out)))
 	}
-	t.Logf("%d kill cycles: %d operations acknowledged, %d in flight at a kill (%d of them had happened), %d checkpoints restored and compared; %d kills before the child was ready (starting, opening the store, taking leases)",
-		cycles, d.acked, d.inFlight, d.happened, d.restored, d.early)
+	t.Logf("%d kill cycles (%d of them shared by two processes opening the store in turn, compacting and collecting garbage): %d operations acknowledged, %d in flight at a kill (%d of them had happened), %d checkpoints restored and compared; %d kills before a child was ready (starting, opening the store, taking leases)",
+		cycles, d.shared, d.acked, d.inFlight, d.happened, d.restored, d.early)
 }
 
 type driver struct {
@@ -377,7 +509,7 @@ type driver struct {
 
 	readyAfter time.Duration // how long the last child took to get ready
 
-	acked, inFlight, happened, restored, early int
+	acked, inFlight, happened, restored, early, shared int
 }
 
 func (d *driver) cycle(cycle int) {
@@ -387,14 +519,26 @@ func (d *driver) cycle(cycle int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+d.store, envWS+"="+d.ws,
-		envSeed+"="+strconv.FormatUint(d.seed+uint64(cycle), 10), envOffset+"="+strconv.FormatInt(offset.Milliseconds(), 10))
-	cmd.ExtraFiles = []*os.File{pw}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	// One cycle in four is shared: two processes taking turns at the
+	// store (captures and appends in opens of their own; compactions and
+	// garbage collection), not one holding it.
+	roles := []string{""}
+	if d.rng.IntN(4) == 0 {
+		roles = []string{roleOpener, roleMaint}
+		d.shared++
+	}
+	var cmds []*exec.Cmd
+	var stderr lockedBuilder // the children write to it at once
+	for _, role := range roles {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), envChild+"="+d.store, envWS+"="+d.ws, envRole+"="+role,
+			envSeed+"="+strconv.FormatUint(d.seed+uint64(cycle), 10), envOffset+"="+strconv.FormatInt(offset.Milliseconds(), 10))
+		cmd.ExtraFiles = []*os.File{pw}
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
 	}
 	started := time.Now()
 	pw.Close()
@@ -439,14 +583,21 @@ func (d *driver) cycle(cycle int) {
 		}
 		time.Sleep(time.Duration(20+d.rng.IntN(300)) * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	waitErr := cmd.Wait()
+	for _, cmd := range cmds {
+		cmd.Process.Signal(syscall.SIGKILL)
+	}
+	var waitErrs []error
+	for _, cmd := range cmds {
+		waitErrs = append(waitErrs, cmd.Wait())
+	}
 	for line := range lines {
 		take(line)
 	}
 	pr.Close()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-		t.Fatalf("cycle %d: the child ended before the kill (%v): %s", cycle, waitErr, stderr.String())
+	for i, cmd := range cmds {
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+			t.Fatalf("cycle %d: the child %q ended before the kill (%v): %s", cycle, roles[i], waitErrs[i], stderr.String())
+		}
 	}
 	if !slices.ContainsFunc(reports, func(r report) bool { return r.Phase == "ready" }) {
 		d.early++
@@ -624,6 +775,24 @@ func (d *driver) restoreEqual(db *engine.DB, cycle int, id string) {
 	d.verified[id] = true
 	d.restored++
 	os.RemoveAll(out)
+}
+
+// lockedBuilder is a strings.Builder several writers may share.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func sorted(ids []string) []string { return slices.Sorted(slices.Values(ids)) }
