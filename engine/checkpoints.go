@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
 )
@@ -305,22 +306,59 @@ func keptSet(tx *bolt.Tx, threadID string, keep int) (map[string]struct{}, error
 
 // AcquireWriter takes the thread's writer lease. It never waits: a live
 // lease is WRITER_CONFLICT; an expired one is taken over with a higher fence.
+// The lease records this process as its holder.
 func (db *DB) AcquireWriter(ctx context.Context, threadID string) (*lease.Lease, error) {
+	return db.acquireWriter(ctx, threadID, proc.Self(), lease.AcquireOptions{})
+}
+
+// AcquireWriterWith is AcquireWriter with options. With TakeOverDead, a live
+// lease whose holder was a process on this host that no longer runs (a
+// writer killed before it released) is taken over with the next fence, as
+// an expired one is, and the returned Lease's TookOver describes it; every
+// other live lease is still WRITER_CONFLICT. The decision is made in the
+// transaction that takes the lease, so concurrent acquirers cannot both win.
+func (db *DB) AcquireWriterWith(ctx context.Context, threadID string, opts lease.AcquireOptions) (*lease.Lease, error) {
+	return db.acquireWriter(ctx, threadID, proc.Self(), opts)
+}
+
+// acquireWriter takes the thread's writer lease recorded as held by holder.
+func (db *DB) acquireWriter(ctx context.Context, threadID string, holder proc.Identity, opts lease.AcquireOptions) (*lease.Lease, error) {
 	if err := chain.CheckID("threadId", threadID); err != nil {
 		return nil, err
 	}
-	var (
-		w   lease.Writer
-		exp int64
-	)
+	var g lease.Grant
 	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
-		w, exp, err = lease.Acquire(tx, threadID, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds())
+		g, err = lease.Acquire(tx, threadID, holder, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds(), opts)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return lease.New(w, time.UnixMilli(exp), db.opts.RenewAfter, leaseBackend{db}), nil
+	l := lease.New(g.Writer, time.UnixMilli(g.ExpiresAt), db.opts.RenewAfter, leaseBackend{db})
+	l.TookOver = g.TookOver
+	return l, nil
+}
+
+// Unlock breaks the thread's writer lease, live or expired, whoever holds
+// it, on this host or another: the lease is removed and the fence counter
+// advanced, so its holder's next write or renewal is WRITER_LOST and the
+// next AcquireWriter gets a higher fence. It is for a holder that is known
+// to be gone but cannot be proved gone from here (another host). It returns
+// the removed lease without its owner token, or a State with Held false
+// when the thread held none (nothing is then changed).
+func (db *DB) Unlock(ctx context.Context, threadID string) (lease.State, error) {
+	if err := chain.CheckID("threadId", threadID); err != nil {
+		return lease.State{}, err
+	}
+	var removed lease.State
+	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
+		removed, err = lease.Break(tx, threadID)
+		return err
+	})
+	if err != nil {
+		return lease.State{}, err
+	}
+	return removed, nil
 }
 
 // leaseBackend renews and releases leases for lease.Lease handles.

@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/proc"
+	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -10,6 +14,12 @@ import (
 // InsertRaw stores cp's record and index without checks or references.
 func (db *DB) InsertRaw(cp *chain.Checkpoint) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.PutRecord(tx, cp) })
+}
+
+// AcquireWriterAs is AcquireWriter recording holder, not this process, as
+// the lease's holder: a lease as another process would have left it.
+func (db *DB) AcquireWriterAs(ctx context.Context, threadID string, holder proc.Identity) (*lease.Lease, error) {
+	return db.acquireWriter(ctx, threadID, holder, lease.AcquireOptions{})
 }
 
 // SetRefCount forces the count of a blob key (folding pending references

@@ -37,7 +37,9 @@ import (
 //	              each, plus 1 per 256 manifest entries (chain.PendingWeight)
 //	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
 //	transcripts   threadId → message list (present, even empty, blocks a fork)
-//	writers       threadId → writer state: last fence, live lease if any
+//	writers       threadId → writer state: last fence, then the lease if any
+//	              (owner token, fence, expiry) and its holder when recorded
+//	              (host, boot, pid, start: lease/lease.go)
 //	instances     sha256(key) → instance record holding the full key (admits
 //	              the empty key and keys past bbolt's 32 KiB limit)
 //	cas_meta, cas_index, cas_packs

@@ -2,10 +2,17 @@
 // live writer per thread, identified by a random owner token and a fence that
 // grows by one with every acquisition and is never reset.
 //
-// The bbolt operations (Acquire, Check, Renew, Release) run inside a caller's
-// transaction and take the current time as an argument, so expiry follows an
-// injected clock. Lease is the handle a caller holds; it renews and releases
-// through a Backend, which the engine implements with its own transactions.
+// A lease records its holder, the process that took it (proc.Identity), so
+// that a lease left behind by a killed writer need not block its thread until
+// it expires: Acquire with TakeOverDead takes over a live lease whose holder
+// is provably gone, and Break removes any lease. Either way the fence grows,
+// so the old holder, should it still run, is refused on its next write.
+//
+// The bbolt operations (Acquire, Check, Renew, Release, Break) run inside a
+// caller's transaction and take the current time and the acquiring process
+// as arguments, so expiry follows an injected clock and tests can forge
+// holders. Lease is the handle a caller holds; it renews and releases through
+// a Backend, which the engine implements with its own transactions.
 package lease
 
 import (
@@ -17,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/proc"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -37,37 +45,87 @@ type State struct {
 	OwnerToken string
 	Fence      uint64
 	ExpiresAt  int64 // epoch ms; the lease is live while ExpiresAt > now
+	// Holder is the process that took the lease; zero when not recorded
+	// (a lease stored before holders were). A lease of an unrecorded
+	// holder is never taken over as dead.
+	Holder proc.Identity
 }
 
 // Live reports whether the state holds a lease that has not expired at now.
 func (s State) Live(now int64) bool { return s.Held && s.ExpiresAt > now }
 
+// The stored form of State:
+//
+//	last fence                          uvarint
+//	form                                byte
+//	  0  no lease
+//	  1  owner token, fence, expiresAt  a lease of an unrecorded holder
+//	  2  owner token, fence, expiresAt, a lease and its holder
+//	     host, boot, pid, start
+//
+// Strings are length-prefixed, fence, pid and start uvarints, expiresAt a
+// varint. Stores written before holders were recorded hold forms 0 and 1
+// only, which decode unchanged (form 1 as "holder unknown"), so recording
+// the holder needed no new store format version. A build that predates
+// form 2 reads such a record as damaged; a released lease is form 0 again.
+const (
+	formNone        = 0
+	formLease       = 1
+	formLeaseHolder = 2
+)
+
+// maxPID bounds a stored pid: the kernel's pids fit in 22 bits, and one
+// that does not fit an int32 is damage, not a process.
+const maxPID = 1<<31 - 1
+
 func (s State) encode() []byte {
 	e := &chain.Encoder{}
 	e.Uvarint(s.LastFence)
-	if !s.Held {
-		e.Byte(0)
+	switch {
+	case !s.Held:
+		e.Byte(formNone)
 		return e.Bytes()
+	case s.Holder.IsZero():
+		e.Byte(formLease)
+	default:
+		e.Byte(formLeaseHolder)
 	}
-	e.Byte(1)
 	e.String(s.OwnerToken)
 	e.Uvarint(s.Fence)
 	e.Varint(s.ExpiresAt)
+	if !s.Holder.IsZero() {
+		e.String(s.Holder.Host)
+		e.String(s.Holder.Boot)
+		e.Uvarint(uint64(s.Holder.PID))
+		e.Uvarint(s.Holder.Start)
+	}
 	return e.Bytes()
 }
 
 func decode(p []byte) (State, error) {
 	d := chain.NewDecoder(p)
 	s := State{LastFence: d.Uvarint()}
-	switch d.Byte() {
-	case 0:
-	case 1:
-		s.Held = true
-		s.OwnerToken = d.String()
-		s.Fence = d.Uvarint()
-		s.ExpiresAt = d.Varint()
+	form := d.Byte()
+	switch form {
+	case formNone:
+		return s, d.Err()
+	case formLease, formLeaseHolder:
 	default:
-		return s, fmt.Errorf("bad held flag")
+		return s, fmt.Errorf("bad lease form %d", form)
+	}
+	s.Held = true
+	s.OwnerToken = d.String()
+	s.Fence = d.Uvarint()
+	s.ExpiresAt = d.Varint()
+	if form == formLeaseHolder {
+		s.Holder.Host = d.String()
+		s.Holder.Boot = d.String()
+		pid := d.Uvarint()
+		s.Holder.Start = d.Uvarint()
+		if d.Err() == nil && (pid == 0 || pid > maxPID) {
+			return s, fmt.Errorf("holder pid %d out of range", pid)
+		}
+		s.Holder.PID = int(pid)
 	}
 	return s, d.Err()
 }
@@ -105,24 +163,94 @@ func ForEach(tx *bolt.Tx, fn func(threadID string, s State) error) error {
 	})
 }
 
-// Acquire takes the thread's lease at now for duration ms. It never waits: a
-// live lease, even the caller's own, is WRITER_CONFLICT. An expired one is
-// taken over with the next fence.
-func Acquire(tx *bolt.Tx, threadID string, now, duration int64) (Writer, int64, error) {
+// AcquireOptions says which live lease Acquire may take over. The zero
+// value takes over none: a live lease is WRITER_CONFLICT.
+type AcquireOptions struct {
+	// TakeOverDead takes over a live lease whose holder is a process on
+	// this host that is provably gone (proc.Check answers proc.Gone): a
+	// writer killed before it could release. A holder that runs, one on
+	// another host, and one not recorded are never taken over; their
+	// lease must expire, or be broken (Break).
+	TakeOverDead bool
+}
+
+// Grant is a lease Acquire issued.
+type Grant struct {
+	Writer    Writer
+	ExpiresAt int64 // epoch ms
+	// TookOver is the live lease Grant replaced because its holder was
+	// gone, without its owner token; nil when the thread had no live lease.
+	TookOver *State
+}
+
+// Acquire takes the thread's lease at now for duration ms, recording holder
+// as the process that holds it. It never waits: a live lease, even the
+// caller's own, is WRITER_CONFLICT, unless opts allow taking it over. An
+// expired lease, or a live one taken over, is replaced with the next fence,
+// so its holder's writes and renewals are WRITER_LOST from then on.
+//
+// Whether a holder is gone is decided here, inside the caller's write
+// transaction, so two acquirers cannot both take over the same lease.
+func Acquire(tx *bolt.Tx, threadID string, holder proc.Identity, now, duration int64, opts AcquireOptions) (Grant, error) {
 	s, err := Load(tx, threadID)
 	if err != nil {
-		return Writer{}, 0, err
+		return Grant{}, err
 	}
+	var tookOver *State
 	if s.Live(now) {
-		return Writer{}, 0, chain.Errorf(chain.ErrWriterConflict,
-			"thread %q has a live writer (fence %d) until %d", threadID, s.Fence, s.ExpiresAt)
+		if !opts.TakeOverDead || proc.Check(s.Holder) != proc.Gone {
+			return Grant{}, ConflictError(threadID, s)
+		}
+		old := s
+		old.OwnerToken = ""
+		tookOver = &old
 	}
 	s.LastFence++
-	s.Held, s.OwnerToken, s.Fence, s.ExpiresAt = true, NewToken(), s.LastFence, now+duration
+	s.Held, s.OwnerToken, s.Fence, s.ExpiresAt, s.Holder = true, NewToken(), s.LastFence, now+duration, holder
 	if err := store(tx, threadID, s); err != nil {
-		return Writer{}, 0, err
+		return Grant{}, err
 	}
-	return Writer{ThreadID: threadID, OwnerToken: s.OwnerToken, Fence: s.Fence}, s.ExpiresAt, nil
+	w := Writer{ThreadID: threadID, OwnerToken: s.OwnerToken, Fence: s.Fence}
+	return Grant{Writer: w, ExpiresAt: s.ExpiresAt, TookOver: tookOver}, nil
+}
+
+// ConflictError is the WRITER_CONFLICT error for a thread whose live lease
+// is s: it names the fence, the holder and the expiry.
+func ConflictError(threadID string, s State) error {
+	return chain.Errorf(chain.ErrWriterConflict, "thread %q has a live writer (fence %d) held by %s until %s",
+		threadID, s.Fence, HolderText(s.Holder), TimeText(s.ExpiresAt))
+}
+
+// HolderText renders a lease holder for messages: "pid 4242 on host-a", or
+// "an unknown holder" when none was recorded.
+func HolderText(id proc.Identity) string {
+	if id.IsZero() {
+		return "an unknown holder"
+	}
+	return id.String()
+}
+
+// TimeText renders epoch milliseconds for messages: RFC 3339 in UTC, with
+// milliseconds.
+func TimeText(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// Break removes the thread's lease, live or expired, whoever holds it, and
+// advances the fence counter past it, as a takeover by no one: the holder's
+// next write or renewal is WRITER_LOST, and the next Acquire issues a fence
+// above every earlier one. It returns the lease it removed, without its
+// owner token; when the thread held none (Held false) it changes nothing.
+func Break(tx *bolt.Tx, threadID string) (State, error) {
+	s, err := Load(tx, threadID)
+	if err != nil || !s.Held {
+		return s, err
+	}
+	removed := s
+	removed.OwnerToken = ""
+	s.LastFence++
+	s.Held, s.OwnerToken, s.Fence, s.ExpiresAt, s.Holder = false, "", 0, 0, proc.Identity{}
+	return removed, store(tx, threadID, s)
 }
 
 // Check returns WRITER_LOST unless w is the live lease of threadID at now:
@@ -147,7 +275,7 @@ func current(tx *bolt.Tx, threadID string, w Writer, now int64) (State, error) {
 	case s.OwnerToken != w.OwnerToken || s.Fence != w.Fence:
 		return s, chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q was replaced by fence %d", w.Fence, threadID, s.Fence)
 	case s.ExpiresAt <= now:
-		return s, chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q expired at %d", w.Fence, threadID, s.ExpiresAt)
+		return s, chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q expired at %s", w.Fence, threadID, TimeText(s.ExpiresAt))
 	}
 	return s, nil
 }
@@ -170,7 +298,7 @@ func Release(tx *bolt.Tx, w Writer) error {
 	if err != nil || !s.Held || s.OwnerToken != w.OwnerToken || s.Fence != w.Fence {
 		return err
 	}
-	s.Held, s.OwnerToken, s.Fence, s.ExpiresAt = false, "", 0, 0
+	s.Held, s.OwnerToken, s.Fence, s.ExpiresAt, s.Holder = false, "", 0, 0, proc.Identity{}
 	return store(tx, w.ThreadID, s)
 }
 
@@ -196,6 +324,10 @@ type Lease struct {
 	Writer
 	// RenewAfter is the store's renewal cadence: renew at least this often.
 	RenewAfter time.Duration
+	// TookOver is the live lease this one replaced because its holder
+	// was gone (AcquireOptions.TakeOverDead), without its owner token; nil
+	// when there was none.
+	TookOver *State
 
 	backend   Backend
 	mu        sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -24,8 +25,11 @@ var captureCmd = &command{
 	summary:    "Record the workspace DIR as a new checkpoint on the head of a thread",
 	detail: `capture opens the store for writing, creating it if it does not exist, and
 holds the thread's writer lease while it runs; a live lease of another writer
-is SANDBOX_SNAPSHOT_WRITER_CONFLICT. The new checkpoint's parent is the
-thread's head; its reason is "named" with --label, else "automatic".
+is SANDBOX_SNAPSHOT_WRITER_CONFLICT, unless that writer was a process on this
+host that no longer runs: capture then takes its lease over and says so on
+standard error (sbxdb unlock frees a thread whose writer is gone elsewhere).
+The new checkpoint's parent is the thread's head; its reason is "named" with
+--label, else "automatic".
 
 The default policy skips .git, node_modules and .env* at any depth, the root
 CLAUDE.md and GEMINI.md, and .claude/.codex/.grok skill directories.
@@ -126,7 +130,7 @@ func runCapture(inv *invocation, args []string) error {
 
 	start := time.Now()
 	var res *engine.CaptureResult
-	err = withLease(inv.ctx, db, inv.thread, func(ctx context.Context, w lease.Writer) (err error) {
+	err = withLease(inv.ctx, db, inv.thread, inv.errOut, func(ctx context.Context, w lease.Writer) (err error) {
 		res, err = db.Capture(ctx, engine.CaptureInput{
 			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
 			Policy: pol, Secrets: secrets, AllowEscapingSymlinks: inv.allowEscaping,
@@ -160,15 +164,24 @@ func runCapture(inv *invocation, args []string) error {
 const releaseTimeout = 5 * time.Second
 
 // withLease runs fn holding the writer lease of thread, renewing it in the
-// background. A renewal that fails means the lease is lost: fn's context is
-// cancelled, since fn could not publish anyway, and that failure is the
-// error. The lease is released afterwards even when ctx was cancelled (an
-// interrupt), since a lease left behind would block the thread's next writer
-// until it expires. fn's error wins over a release error.
-func withLease(ctx context.Context, db *engine.DB, thread string, fn func(ctx context.Context, w lease.Writer) error) error {
-	l, err := db.AcquireWriter(ctx, thread)
+// background. A live lease whose holder was a process on this host that no
+// longer runs (a writer killed before it released) is taken over, and a
+// line on errOut says so. A renewal that fails means the lease is lost: fn's
+// context is cancelled, since fn could not publish anyway, and that failure
+// is the error. The lease is released afterwards even when ctx was cancelled
+// (an interrupt), since a lease left behind would block the thread's next
+// writer until it expires. fn's error wins over a release error.
+func withLease(ctx context.Context, db *engine.DB, thread string, errOut io.Writer, fn func(ctx context.Context, w lease.Writer) error) error {
+	l, err := db.AcquireWriterWith(ctx, thread, lease.AcquireOptions{TakeOverDead: true})
 	if err != nil {
+		if errors.Is(err, chain.ErrWriterConflict) {
+			err = fmt.Errorf("%w; if that writer is gone, `sbxdb unlock %s` frees the thread", err, thread)
+		}
 		return err
+	}
+	if old := l.TookOver; old != nil {
+		fmt.Fprintf(errOut, "sbxdb: took over the writer lease of thread %s from %s, which is gone (fence %d → %d)\n",
+			thread, lease.HolderText(old.Holder), old.Fence, l.Fence)
 	}
 	work, cancel := context.WithCancelCause(ctx)
 	kept := make(chan struct{})

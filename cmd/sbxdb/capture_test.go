@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"math/rand/v2"
@@ -624,7 +625,7 @@ func TestWithLease(t *testing.T) {
 
 	// Interrupted: the lease is released all the same.
 	ctx, cancel := context.WithCancel(t.Context())
-	err = withLease(ctx, db, "main", func(ctx context.Context, w lease.Writer) error {
+	err = withLease(ctx, db, "main", io.Discard, func(ctx context.Context, w lease.Writer) error {
 		if w.ThreadID != "main" || !held("main") {
 			t.Errorf("no lease held: %+v", w)
 		}
@@ -637,7 +638,7 @@ func TestWithLease(t *testing.T) {
 	}
 
 	// Renewed while the work runs, past the lease duration.
-	err = withLease(t.Context(), db, "main", func(ctx context.Context, w lease.Writer) error {
+	err = withLease(t.Context(), db, "main", io.Discard, func(ctx context.Context, w lease.Writer) error {
 		// The clock passes the first expiry in steps shorter than the
 		// lease, each followed by renewals.
 		for range 10 {
@@ -652,7 +653,7 @@ func TestWithLease(t *testing.T) {
 
 	// Lost: a renewal fails once the lease has expired; the work is
 	// cancelled and the loss is the error.
-	err = withLease(t.Context(), db, "lost", func(ctx context.Context, w lease.Writer) error {
+	err = withLease(t.Context(), db, "lost", io.Discard, func(ctx context.Context, w lease.Writer) error {
 		skew.Add(int64(time.Hour))
 		select {
 		case <-ctx.Done():
@@ -667,7 +668,7 @@ func TestWithLease(t *testing.T) {
 
 	// The work's error wins; a conflict acquires nothing.
 	boom := errors.New("boom")
-	if err := withLease(t.Context(), db, "main", func(context.Context, lease.Writer) error { return boom }); err != boom || held("main") {
+	if err := withLease(t.Context(), db, "main", io.Discard, func(context.Context, lease.Writer) error { return boom }); err != boom || held("main") {
 		t.Errorf("failing work: %v, lease held %v", err, held("main"))
 	}
 	l, err := db.AcquireWriter(t.Context(), "taken")
@@ -675,7 +676,7 @@ func TestWithLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	err = withLease(t.Context(), db, "taken", func(context.Context, lease.Writer) error { ran = true; return nil })
+	err = withLease(t.Context(), db, "taken", io.Discard, func(context.Context, lease.Writer) error { ran = true; return nil })
 	if ran || !errors.Is(err, chain.ErrWriterConflict) || !held("taken") {
 		t.Errorf("conflict: ran %v, %v", ran, err)
 	}

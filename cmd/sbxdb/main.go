@@ -21,13 +21,16 @@
 //	gc                    retention (--keep N), the sweep of unused blobs (--older-than), repacking
 //	compact               rewrite the database file without its free pages
 //	migrate               upgrade a store of an older format (1 or 2) to this build's
+//	unlock THREAD         remove a thread's writer lease, whoever holds it
 //	help [COMMAND]        print the command list, or one command's help
 //
-// capture, gc, compact, migrate and check --repair open the store for writing
-// (capture creates it if needed; capture holds the thread's writer lease
-// while it runs); the other commands open it read-only. --db names the store directory (default $SBXDB_DIR, else .sbxdb
-// in the current directory); --json prints JSON instead of a table (cat has
-// no --json). Flags may also follow the arguments. A store that another
+// capture, gc, compact, migrate, unlock and check --repair open the store for
+// writing (capture creates it if needed; capture holds the thread's writer
+// lease while it runs, taking over the lease of a writer on this host that
+// no longer runs); the other commands open it read-only. --db names the
+// store directory (default $SBXDB_DIR, else .sbxdb in the current
+// directory); --json prints JSON instead of a table (cat has no --json).
+// Flags may also follow the arguments. A store that another
 // process holds is reported as busy, naming that process, after about a
 // second.
 //
@@ -111,7 +114,7 @@ type command struct {
 }
 
 // commands is the command table, in the order `sbxdb help` lists it.
-var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd, migrateCmd}
+var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd, migrateCmd, unlockCmd}
 
 // invocation is one run of a command: its common flags, the command's own
 // flags, and its output.

@@ -38,7 +38,7 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*lease.Leas
 	ws := s.writers[threadID]
 	if ws.live(now) {
 		return nil, chain.Errorf(chain.ErrWriterConflict,
-			"thread %q has a live writer (fence %d) until %d", threadID, ws.fence, ws.expiresAt)
+			"thread %q has a live writer (fence %d) until %s", threadID, ws.fence, rfc3339(ws.expiresAt))
 	}
 	if ws == nil {
 		ws = &writerState{}
@@ -64,10 +64,13 @@ func (s *Store) checkWriter(threadID string, w lease.Writer, now int64) error {
 	case ws.owner != w.OwnerToken || ws.fence != w.Fence:
 		return chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q was replaced by fence %d", w.Fence, threadID, ws.fence)
 	case ws.expiresAt <= now:
-		return chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q expired at %d", w.Fence, threadID, ws.expiresAt)
+		return chain.Errorf(chain.ErrWriterLost, "writer fence %d of thread %q expired at %s", w.Fence, threadID, rfc3339(ws.expiresAt))
 	}
 	return nil
 }
+
+// rfc3339 renders epoch milliseconds for messages, in UTC.
+func rfc3339(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) }
 
 // leaseBackend renews and releases the leases this store hands out.
 type leaseBackend struct{ s *Store }
