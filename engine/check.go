@@ -206,9 +206,9 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		return nil, err
 	}
 	for _, q := range quarantined {
-		detail := fmt.Sprintf("holds %d intact blobs, %d of them not indexed", q.Blobs, q.Unindexed)
+		detail := fmt.Sprintf("intact blobs: %d, not indexed: %d", q.Blobs, q.Unindexed)
 		if q.Damaged > 0 {
-			detail += fmt.Sprintf(", and %d damaged", q.Damaged)
+			detail += fmt.Sprintf(", damaged: %d", q.Damaged)
 		}
 		add(SeverityWarning, FindingQuarantine, filepath.Join(BlobDir, q.Name),
 			"%s: moved aside because the database may be older than the blob files; check --repair indexes what the index lacks and removes the file", detail)
