@@ -286,8 +286,9 @@ type DropStats struct {
 	// Busy lists damaged keys that a write in progress has pinned: left
 	// as they are, for a later run.
 	Busy []string `json:"busy,omitempty"`
-	// Packs lists the registered packs whose file is gone that were
-	// forgotten once no entry named them.
+	// Packs lists the packs whose cas_packs records were settled: those
+	// whose file is gone, forgotten once no entry names them, and those
+	// whose file is shorter than recorded, recorded at its size.
 	Packs []string `json:"packs,omitempty"`
 	// Quarantined lists the files of dropped large blobs, moved into
 	// quarantine (relative to the blob directory): Reindex stores any of
@@ -300,9 +301,9 @@ type DropStats struct {
 // or that reads back intact meanwhile is kept), so that the next write of
 // the same bytes stores them again rather than deduplicating against the
 // damage. A packed blob's share of its pack is counted dead; a large
-// blob's file is moved into quarantine. It then forgets the registered
-// packs whose files are gone and that no entry names any more. A key a
-// write in progress has pinned is left and listed in Busy.
+// blob's file is moved into quarantine. It then settles the records of
+// packs whose files are gone or shorter than recorded (settlePacks). A key
+// a write in progress has pinned is left and listed in Busy.
 func (s *Store) DropDamaged(ctx context.Context, keys []string) (DropStats, error) {
 	var st DropStats
 	if s.opts.ReadOnly {
@@ -347,7 +348,7 @@ func (s *Store) DropDamaged(ctx context.Context, keys []string) (DropStats, erro
 			st.Dropped = append(st.Dropped, d.key)
 		}
 	}
-	st.Packs, err = s.forgetMissingPacks()
+	st.Packs, err = s.settlePacks()
 	return st, err
 }
 
@@ -460,34 +461,33 @@ func (s *Store) dropEntries(ds []damagedEntry) ([]string, error) {
 	return moved, nil
 }
 
-// forgetMissingPacks removes the cas_packs records of packs whose file is
-// gone and that no index entry names, and returns their names. A committed
-// pack keeps its file until a transaction has forgotten it, so such a
-// record is damage or a lost transaction's, and nothing can be read from it.
-func (s *Store) forgetMissingPacks() ([]string, error) {
-	gone := func(id uint64) bool {
-		_, err := os.Stat(filepath.Join(s.dir, packPath(id)))
-		return os.IsNotExist(err)
+// settlePacks brings the cas_packs records in line with the pack files and
+// the index entries, once the entries that could not be read are dropped:
+// the record of a pack whose file is gone is removed when no entry names
+// it; a pack whose file is shorter than recorded is recorded at its size
+// (its dead bytes at most that); and a pack that entries name but no
+// record lists (cas_packs keys carry no checksum, so a damaged key loses
+// the record) is recorded again, its dead bytes being what its entries do
+// not account for. A committed pack keeps its whole file until a
+// transaction has forgotten it and its entries, so each of these is damage
+// or a lost transaction's. It returns the packs it changed.
+func (s *Store) settlePacks() ([]string, error) {
+	size := func(id uint64) (n int64, gone bool) {
+		fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
+		if err != nil {
+			return 0, os.IsNotExist(err)
+		}
+		return fi.Size(), false
 	}
-	var missing []uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return forEachPack(tx, func(id uint64, _ packStats, err error) error {
-			if err == nil && gone(id) {
-				missing = append(missing, id)
-			}
-			return nil
-		})
-	})
-	if err != nil || len(missing) == 0 {
-		return nil, err
-	}
-	var forgotten []string
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		forgotten = forgotten[:0]
-		named := map[uint64]bool{}
+	var changed []string
+	// settle finds what is off and, with write, fixes it. A read
+	// transaction looks first: usually nothing is.
+	settle := func(tx *bolt.Tx, write bool) error {
+		changed = changed[:0]       // the body may run twice (a shared transaction retried alone)
+		live := map[uint64]uint64{} // pack → the footprints of its entries
 		err := forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
 			if err == nil && e.packed() {
-				named[e.pack] = true
+				live[e.pack] += e.footprint()
 			}
 			return nil
 		})
@@ -495,18 +495,55 @@ func (s *Store) forgetMissingPacks() ([]string, error) {
 			return err
 		}
 		packs := tx.Bucket(bucketPacks)
-		for _, id := range missing {
-			if named[id] || packs.Get(packKey(id)) == nil || !gone(id) {
-				continue
+		recorded := map[uint64]bool{}
+		var fix []func() error
+		err = forEachPack(tx, func(id uint64, ps packStats, err error) error {
+			if err != nil {
+				return nil // misstates space, nothing else
 			}
-			if err := packs.Delete(packKey(id)); err != nil {
+			recorded[id] = true
+			n, gone := size(id)
+			switch _, named := live[id]; {
+			case gone && !named:
+				fix = append(fix, func() error { return packs.Delete(packKey(id)) })
+			case !gone && n < int64(ps.total):
+				ps.total = uint64(n)
+				ps.dead = min(ps.dead, ps.total)
+				fix = append(fix, func() error { return packs.Put(packKey(id), ps.encode()) })
+			default:
+				return nil
+			}
+			changed = append(changed, filepath.Base(packPath(id)))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for id, used := range live {
+			if n, gone := size(id); !recorded[id] && !gone {
+				ps := packStats{total: uint64(n)}
+				ps.dead = ps.total - min(used, ps.total)
+				fix = append(fix, func() error { return packs.Put(packKey(id), ps.encode()) })
+				changed = append(changed, filepath.Base(packPath(id)))
+			}
+		}
+		slices.Sort(changed)
+		for _, f := range fix {
+			if !write {
+				break
+			}
+			if err := f(); err != nil {
 				return err
 			}
-			forgotten = append(forgotten, filepath.Base(packPath(id)))
 		}
 		return nil
-	})
-	return forgotten, err
+	}
+	err := s.db.View(func(tx *bolt.Tx) error { return settle(tx, false) })
+	if err != nil || len(changed) == 0 {
+		return nil, err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error { return settle(tx, true) })
+	return changed, err
 }
 
 // eachFrameBlob reads the frames of the file at path front to back and
