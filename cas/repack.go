@@ -32,7 +32,10 @@ import (
 //
 // A crash before step 2 leaves new pack files no entry names; a crash
 // between 2 and 3 leaves old ones. Either way the files are not in
-// cas_packs, and Open removes them.
+// cas_packs, and Open removes them. If the commit of step 2 is lost after
+// step 3 (the database reopened at an older meta page), the index names
+// the removed packs and not the new one: Open finds an indexed pack gone
+// and quarantines the new one instead (removeOrphanPacks, quarantine.go).
 
 // DefaultRepackThreshold is the dead share at which a pack is rewritten, in
 // the spirit of restic's prune, which tolerates 5% unused space.
