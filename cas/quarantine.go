@@ -142,11 +142,13 @@ func (s *Store) Quarantined(ctx context.Context) ([]QuarantinedFile, error) {
 		if err != nil {
 			return nil, err
 		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
 		missing, err := s.Missing(ctx, keys)
 		if err != nil {
 			return nil, err
 		}
-		q.Blobs, q.Unindexed = len(slices.Compact(keys)), len(missing)
+		q.Blobs, q.Unindexed = len(keys), len(missing)
 		out = append(out, q)
 	}
 	return out, nil
