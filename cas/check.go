@@ -19,7 +19,8 @@ import (
 // problem found, with the key concerned ("" for a pack) and an error
 // matching ErrCorrupt: index entries or pack stats that do not decode,
 // entries naming an unregistered pack, a pack or large file that is missing
-// or shorter than its entries say. With deep, it also reads every blob back
+// or shorter than its entries say (each entry in it reported by its key).
+// With deep, it also reads back every blob not reported already
 // and checks its bytes against its key and size, in parallel; progress, if
 // set, is called with blobs read so far and the total. Check returns an
 // error only when it could not run.
@@ -56,8 +57,10 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 		return err
 	}
 	packSize := map[uint64]int64{}
+	packGone := map[uint64]bool{}
 	for id, st := range packs {
 		fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
+		packGone[id] = os.IsNotExist(err)
 		switch {
 		case err != nil:
 			report("", fmt.Errorf("%w: pack %016x: %v", ErrCorrupt, id, err))
@@ -68,26 +71,33 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 			packSize[id] = fi.Size()
 		}
 	}
+	reported := map[string]bool{} // no deep read repeats these
+	bad := func(key, detail string) {
+		reported[key] = true
+		report(key, corrupt(key, detail))
+	}
 	for _, it := range items {
 		ns, sum, err := ParseKey(it.key)
 		if err != nil {
-			report(it.key, corrupt(it.key, "the index holds an invalid key"))
+			bad(it.key, "the index holds an invalid key")
 			continue
 		}
 		end := int64(it.e.offset + headerSize + it.e.stored)
 		switch it.e.where {
 		case wherePack, whereBlock:
 			if _, ok := packs[it.e.pack]; !ok {
-				report(it.key, corrupt(it.key, fmt.Sprintf("names pack %016x, which is not registered", it.e.pack)))
+				bad(it.key, fmt.Sprintf("names pack %016x, which is not registered", it.e.pack))
+			} else if packGone[it.e.pack] {
+				bad(it.key, fmt.Sprintf("pack %016x is missing", it.e.pack))
 			} else if size, ok := packSize[it.e.pack]; ok && size < end {
-				report(it.key, corrupt(it.key, fmt.Sprintf("pack %016x is truncated", it.e.pack)))
+				bad(it.key, fmt.Sprintf("pack %016x is truncated", it.e.pack))
 			}
 		case whereLarge:
 			fi, err := os.Stat(filepath.Join(s.dir, largePath(ns, sum)))
 			if err != nil {
-				report(it.key, corrupt(it.key, "its file is missing"))
+				bad(it.key, "its file is missing")
 			} else if fi.Size() < end {
-				report(it.key, corrupt(it.key, "its file is truncated"))
+				bad(it.key, "its file is truncated")
 			}
 		}
 	}
@@ -98,6 +108,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	// Read everything back, several blobs at a time, in the order they lie
 	// in the packs (large blobs, with no pack, first), so each block is
 	// decoded about once.
+	items = slices.DeleteFunc(items, func(it item) bool { return reported[it.key] })
 	slices.SortFunc(items, func(a, b item) int {
 		return cmp.Or(cmp.Compare(a.e.pack, b.e.pack), cmp.Compare(a.e.offset, b.e.offset), cmp.Compare(a.e.at, b.e.at))
 	})

@@ -21,6 +21,10 @@ import (
 //	                            stream (ns is "files" or "artifacts", hh the
 //	                            digest's first two hex digits)
 //	tmp/                        large blobs being written; emptied by Open
+//	quarantine/<name>           pack (<16 hex>.pack) and large files
+//	                            (<64 hex>.<ns>) the index did not name when
+//	                            it may have been older than the files; kept
+//	                            until check --repair (quarantine.go)
 //
 // A frame is a 64-byte header followed by the stored bytes. A blob frame
 // (frame version 1) holds one blob:

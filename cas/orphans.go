@@ -14,7 +14,9 @@ import (
 // crash or a failed remove comes between a delete's commit and the removal
 // of its file, or when a batch that had renamed its large files into place
 // fails to commit (removeFiles leaves them: another batch may have committed
-// the same key there). They are never read; RemoveOrphans removes them.
+// the same key there). They are never read; RemoveOrphans removes them,
+// or, when the index may be older than the files, moves them into
+// quarantine (quarantine.go).
 
 type orphan struct {
 	key, path string
@@ -84,7 +86,9 @@ func (s *Store) Orphans(ctx context.Context) (int, error) {
 // modification time is more than olderThan ago, and returns how many it
 // removed. A file whose key a batch has pinned is left alone (the batch may
 // be about to index it), and each key is marked dying while its file goes,
-// as a sweep does (pins.go), then looked up again.
+// as a sweep does (pins.go), then looked up again. When the index may be
+// older than the blob directory (see removeOrphanPacks), the files are
+// moved into quarantine instead, and counted all the same.
 func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int, error) {
 	if s.opts.ReadOnly {
 		return 0, ErrReadOnly
@@ -104,7 +108,13 @@ func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int
 			return err
 		})
 		if err == nil && !indexed {
-			if err = s.fs.Remove(o.path); err == nil {
+			if s.indexMayBeOlder {
+				ns, sum, _ := ParseKey(o.key)
+				_, err = s.quarantineLarge(ns, sum)
+			} else {
+				err = s.fs.Remove(o.path)
+			}
+			if err == nil {
 				removed++
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,7 +32,10 @@ import (
 //
 // A crash before step 2 leaves new pack files no entry names; a crash
 // between 2 and 3 leaves old ones. Either way the files are not in
-// cas_packs, and Open removes them.
+// cas_packs, and Open removes them. If the commit of step 2 is lost after
+// step 3 (the database reopened at an older meta page), the index names
+// the removed packs and not the new one: Open finds an indexed pack gone
+// and quarantines the new one instead (removeOrphanPacks, quarantine.go).
 
 // DefaultRepackThreshold is the dead share at which a pack is rewritten, in
 // the spirit of restic's prune, which tolerates 5% unused space.
@@ -296,45 +300,72 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 // its index commit, or of a repack that crashed before removing what it had
 // replaced. A file that entries still name is not a leftover but a pack
 // whose cas_packs record was damaged (its key carries no checksum): it is
-// kept, for Check to report the entries naming an unregistered pack. Only
-// Open calls it, before any batch can be writing.
+// kept, for Check to report the entries naming an unregistered pack.
+//
+// When the index may be older than the files (Options.IndexMayBeOlder, or
+// a pack that cas_packs lists or an entry names has no file: only a lost
+// transaction or damage removes those), an unlisted pack may hold the only
+// copy of blobs the index has lost track of; it is moved into quarantine
+// instead (quarantine.go), and so are unindexed large files from then on.
+// Only Open calls it, before any batch can be writing.
 func (s *Store) removeOrphanPacks() error {
 	ents, err := os.ReadDir(filepath.Join(s.dir, "packs"))
 	if err != nil {
 		return err
 	}
-	return s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketPacks)
-		unlisted := map[uint64]string{}
-		for _, e := range ents {
-			name, ok := strings.CutSuffix(e.Name(), ".pack")
-			if !ok || len(name) != 16 {
-				continue
-			}
-			id, err := strconv.ParseUint(name, 16, 64)
-			if err != nil || b.Get(packKey(id)) != nil {
-				continue
-			}
-			unlisted[id] = e.Name()
+	files := map[uint64]string{}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".pack")
+		if !ok || len(name) != 16 {
+			continue
 		}
+		if id, err := strconv.ParseUint(name, 16, 64); err == nil {
+			files[id] = e.Name()
+		}
+	}
+	unlisted := map[uint64]string{}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPacks)
+		for id, name := range files {
+			if b.Get(packKey(id)) == nil {
+				unlisted[id] = name
+			}
+		}
+		forEachPack(tx, func(id uint64, _ packStats, err error) error {
+			if _, ok := files[id]; err == nil && !ok {
+				s.indexMayBeOlder = true
+			}
+			return nil
+		})
 		if len(unlisted) == 0 {
 			return nil
 		}
 		// Only after a crash (or damage): one pass over the index.
-		err := forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
+		return forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
 			if err == nil && e.packed() {
 				delete(unlisted, e.pack)
+				if _, ok := files[e.pack]; !ok {
+					s.indexMayBeOlder = true
+				}
 			}
 			return nil
 		})
-		if err != nil {
-			return err
-		}
-		for _, name := range unlisted {
-			s.fs.Remove(filepath.Join(s.dir, "packs", name))
-		}
-		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Values(unlisted)) {
+		if !s.indexMayBeOlder {
+			s.fs.Remove(filepath.Join(s.dir, "packs", name))
+			continue
+		}
+		rel, err := s.quarantine(filepath.Join("packs", name), name)
+		if err != nil {
+			return fmt.Errorf("cas: moving unindexed pack %s into quarantine: %w", name, err)
+		}
+		s.quarantinedAtOpen = append(s.quarantinedAtOpen, rel)
+	}
+	return nil
 }
 
 // forEachPack decodes every pack's stats. A damaged record is passed to fn

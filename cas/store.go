@@ -55,6 +55,11 @@ type Options struct {
 	PackSize int64
 	// FS performs every change to the store's files. Default vfs.OS.
 	FS vfs.FS
+	// IndexMayBeOlder says the index may have lost transactions that the
+	// blob directory has seen (the database opened on its older meta
+	// page): pack and large files the index does not name are then moved
+	// into quarantine, never removed (quarantine.go).
+	IndexMayBeOlder bool
 }
 
 // MaxPacked is the largest blob Put and Batch.Add store in a pack; larger
@@ -102,6 +107,13 @@ type Store struct {
 	repackMu sync.Mutex
 
 	pins pinSet
+
+	// indexMayBeOlder is Options.IndexMayBeOlder, or set by Open when the
+	// blob directory lacks a pack the index relies on: unindexed files are
+	// quarantined instead of removed. Set before the store is shared.
+	indexMayBeOlder bool
+	// quarantinedAtOpen lists the files Open moved into quarantine.
+	quarantinedAtOpen []string
 }
 
 // Open opens the blob store in dir (created unless read-only) with its
@@ -116,7 +128,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.OS
 	}
-	s := &Store{dir: dir, db: db, opts: opts, fs: opts.FS, packs: map[uint64]*os.File{}}
+	s := &Store{dir: dir, db: db, opts: opts, fs: opts.FS, packs: map[uint64]*os.File{}, indexMayBeOlder: opts.IndexMayBeOlder}
 	s.pins.cond.L = &s.pins.mu
 	if !opts.ReadOnly {
 		for _, d := range []string{"packs", "large", "tmp"} {

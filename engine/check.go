@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
@@ -17,8 +20,16 @@ type CheckStoreOptions struct {
 	VerifyBlobs bool
 	// Repair rewrites the blob and chunk reference counts from the
 	// checkpoints when they disagree (SPEC §10 Q15), deleting chunks no
-	// checkpoint uses, and clears a meta-page note once reported. Nothing
-	// else is repaired.
+	// checkpoint uses; drops from the blob index every blob the check found
+	// damaged or missing (read again first: see cas.Store.DropDamaged), so
+	// that the next capture of the same bytes stores them again, and
+	// forgets packs whose files are gone; stores again every intact blob
+	// in quarantine that the index lacks, then empties the quarantine
+	// (cas.Store.Reindex); and clears a meta-page note once reported.
+	// The checkpoints naming a dropped blob are kept: CheckReport.Dropped
+	// names them, and they restore again once the blob is stored again.
+	// With VerifyBlobs every blob's bytes are checked; without, only what
+	// the index says of its files (missing or truncated ones).
 	Repair bool
 	// Progress, if set, is called while blobs are verified with the number
 	// read so far and the total.
@@ -42,9 +53,10 @@ const (
 	FindingRefCount       = "refcount"  // stored count ≠ recomputed count
 	FindingChunk          = "chunk"     // a chunk missing, damaged, unused or miscounted
 	FindingMissingBlob    = "missing-blob"
-	FindingBlob           = "blob"      // damage found by the blob store's check
-	FindingMetaPage       = "meta-page" // the database opened on its older meta page
-	FindingPending        = "pending"   // the pending set's weight or threads are off (a warning: they only time folds)
+	FindingBlob           = "blob"       // damage found by the blob store's check
+	FindingMetaPage       = "meta-page"  // the database opened on its older meta page
+	FindingPending        = "pending"    // the pending set's weight or threads are off (a warning: they only time folds)
+	FindingQuarantine     = "quarantine" // blob files moved aside because the database may be older than them (a warning)
 )
 
 // Finding is one problem Check found.
@@ -75,6 +87,27 @@ type CheckReport struct {
 	Verified    bool      `json:"verified"` // every blob was read back
 	Repaired    int       `json:"repaired"` // findings Repair fixed: wrong counts, or the pending set
 	Findings    []Finding `json:"findings"`
+	// Dropped lists the damaged or missing blobs Repair removed from the
+	// index that nothing in quarantine replaced, each with the checkpoints
+	// naming it: they cannot be restored until the same bytes are stored
+	// again (a capture of the same files does), and check reports them as
+	// missing blobs until then.
+	Dropped []DroppedBlob `json:"dropped,omitempty"`
+	// Reindexed counts the blobs Repair stored again from quarantine, and
+	// ReindexedFiles the quarantined files it emptied and removed.
+	Reindexed      int `json:"reindexed,omitempty"`
+	ReindexedFiles int `json:"reindexedFiles,omitempty"`
+	// Left names what Repair had to leave for a later run: damaged blobs
+	// a capture in progress relies on, and quarantined files holding a
+	// blob that could not be replaced meanwhile.
+	Left []string `json:"left,omitempty"`
+}
+
+// DroppedBlob is a blob Repair removed from the index, and the ids of the
+// checkpoints that name it.
+type DroppedBlob struct {
+	Key         string   `json:"key"`
+	Checkpoints []string `json:"checkpoints"`
 }
 
 // Clean reports whether the check found no errors (warnings allowed).
@@ -93,8 +126,10 @@ func (r *CheckReport) Clean() bool {
 // every checkpoint (distinct keys per checkpoint); every referenced blob is
 // stored; the blob index matches its files, and with VerifyBlobs every
 // blob's bytes match its key. Dangling parents (left by retention) and
-// checkpoints off every head chain are warnings. The error result is for a
-// check that could not run; what it found is in the report.
+// checkpoints off every head chain are warnings, and so is each file in
+// the blob store's quarantine (with how many blobs it holds). The error
+// result is for a check that could not run; what it found is in the
+// report.
 func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, error) {
 	if opts.Repair && db.c == nil {
 		return nil, ErrReadOnly
@@ -120,7 +155,9 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	switch {
 	case recovered != "":
 		add(SeverityWarning, FindingMetaPage, DBFile, "%s", recovered)
-	case db.metaNote != "": // a read-only open, which stores nothing
+	case db.metaNote != "" && db.c == nil:
+		// A read-only open, which stores nothing. A writable one stored
+		// the note, and a repair may have cleared it since.
 		add(SeverityWarning, FindingMetaPage, DBFile, "%s", db.metaNote)
 	}
 	if err != nil {
@@ -134,8 +171,13 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	if err != nil {
 		return nil, err
 	}
+	naming, err := db.checkpointsNaming(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
 	for _, k := range missing {
-		add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored", recount[k])
+		add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored: %s (storing the same bytes again, as a capture of them does, heals them)",
+			recount[k], listIDs(naming[k]))
 	}
 	u, err := db.blobs.Usage(ctx)
 	if err != nil {
@@ -146,13 +188,31 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	if r.OrphanFiles, err = db.blobs.Orphans(ctx); err != nil {
 		return nil, err
 	}
+	var damaged []string // keys of blobs found damaged or missing
+	blobProblems := false
 	err = db.blobs.Check(ctx, opts.VerifyBlobs, opts.Progress, func(key string, err error) {
 		add(SeverityError, FindingBlob, key, "%v", err)
+		blobProblems = true
+		if key != "" && errors.Is(err, cas.ErrCorrupt) {
+			damaged = append(damaged, key)
+		}
 	})
 	if err != nil {
 		return nil, err
 	}
 	r.Verified = opts.VerifyBlobs
+	quarantined, err := db.blobs.Quarantined(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range quarantined {
+		detail := fmt.Sprintf("intact blobs: %d, not indexed: %d", q.Blobs, q.Unindexed)
+		if q.Damaged > 0 {
+			detail += fmt.Sprintf(", damaged: %d", q.Damaged)
+		}
+		add(SeverityWarning, FindingQuarantine, filepath.Join(BlobDir, q.Name),
+			"%s: moved aside because the database may be older than the blob files; check --repair indexes what the index lacks and removes the file", detail)
+	}
 
 	if wrong := len(findingsOf(r, FindingRefCount)) + len(findingsOf(r, FindingChunk)); opts.Repair && wrong > 0 {
 		// Recount inside the write transaction: appends may have run since.
@@ -183,6 +243,11 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		}
 		r.Repaired = len(findingsOf(r, FindingPending))
 	}
+	if opts.Repair {
+		if err := db.repairBlobs(ctx, r, blobProblems, damaged); err != nil {
+			return r, err
+		}
+	}
 	if opts.Repair && recovered != "" {
 		// Reported once in full; the store itself checked out.
 		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRecovered) })
@@ -191,6 +256,98 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		}
 	}
 	return r, nil
+}
+
+// repairBlobs drops the damaged blobs from the index (with blobProblems,
+// the keys in damaged), re-indexes the quarantine, and records in r what
+// was dropped for good and which checkpoints name it.
+func (db *DB) repairBlobs(ctx context.Context, r *CheckReport, blobProblems bool, damaged []string) error {
+	var dropped []string
+	if blobProblems {
+		st, err := db.blobs.DropDamaged(ctx, damaged)
+		if err != nil {
+			return fmt.Errorf("dropping damaged blobs from the index: %w", err)
+		}
+		dropped = st.Dropped
+		for _, k := range st.Busy {
+			r.Left = append(r.Left, k+": in use by a capture in progress, not dropped")
+		}
+	}
+	st, err := db.blobs.Reindex(ctx)
+	if err != nil {
+		return fmt.Errorf("re-indexing the quarantine: %w", err)
+	}
+	r.Reindexed, r.ReindexedFiles = st.Blobs, st.Files
+	for _, f := range st.Kept {
+		r.Left = append(r.Left, filepath.Join(BlobDir, f)+": kept in quarantine, a blob it holds could not be replaced yet")
+	}
+	gone, err := db.blobs.Missing(ctx, dropped)
+	if err != nil {
+		return err
+	}
+	naming, err := db.checkpointsNaming(ctx, gone)
+	if err != nil {
+		return err
+	}
+	for _, k := range gone {
+		r.Dropped = append(r.Dropped, DroppedBlob{Key: k, Checkpoints: append([]string{}, naming[k]...)})
+	}
+	return nil
+}
+
+// checkpointsNaming returns, for each of keys, the ids of the checkpoints
+// naming it, in id order. Damaged records are skipped (check reports them).
+func (db *DB) checkpointsNaming(ctx context.Context, keys []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[k] = true
+	}
+	err := db.view(func(tx *bolt.Tx) error {
+		return chain.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
+			if err != nil {
+				return nil
+			}
+			for _, k := range cp.BlobKeys() {
+				if want[k] {
+					out[k] = append(out[k], id)
+				}
+			}
+			return ctx.Err()
+		})
+	})
+	return out, err
+}
+
+// listIDs lists checkpoint ids for a finding, the first ten of them.
+func listIDs(ids []string) string {
+	const shown = 10
+	if len(ids) <= shown {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:shown], ", "), len(ids)-shown)
+}
+
+// indexMayBeOlder reports whether the blob index may be older than the
+// blob directory: this open found the newest meta page damaged and
+// opened at the older one, or an earlier open did and no check --repair
+// has run since (meta/recovered). The blob store then quarantines the
+// files its index does not name rather than remove them. A note that
+// cannot be read counts as set.
+func (db *DB) indexMayBeOlder() bool {
+	if db.metaNote != "" {
+		return true
+	}
+	noted := true
+	db.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		noted = b != nil && b.Get(keyRecovered) != nil
+		return nil
+	})
+	return noted
 }
 
 func findingsOf(r *CheckReport, kind string) []Finding {

@@ -153,7 +153,7 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 		os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 		db.c = newCommitter(db)
 	}
-	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS})
+	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, IndexMayBeOlder: db.indexMayBeOlder()})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening the blob store: %w", err)

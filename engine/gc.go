@@ -178,7 +178,9 @@ type GCResult struct {
 	Sweep     gc.SweepResult     `json:"sweep"`
 	Repack    cas.RepackStats    `json:"repack"`
 	// Orphans counts blob files a crash left behind, removed once older
-	// than OlderThan.
+	// than OlderThan; moved into quarantine instead while the database may
+	// be older than its blob files (after a meta-page fallback, until
+	// check --repair), where check reports them.
 	Orphans int `json:"orphans"`
 	// Blob store usage before and after.
 	Before cas.Usage `json:"before"`

@@ -30,15 +30,26 @@ files. With --verify-blobs every blob is read back and checked against its
 key (sha256) and size. Problems are errors; a parent pruned by retention
 (dangling parent) and a checkpoint no head chain reaches are warnings.
 
---repair rewrites the reference counts from the checkpoints (opening the
-store for writing); nothing else is changed. Exit status 0 when no errors
-were found, 1 otherwise. Unreferenced blobs are not a problem: gc deletes
-them once they are older than its --older-than. With --json: {threads,
-checkpoints, blobKeys, blobs, unreferenced, verified, repaired, findings:
-[{severity, kind, subject, detail}]}.`,
+Blob files moved into blobs/quarantine (the database opened on an older
+meta page, so it may be older than its blob files) are warnings naming
+each file and the blobs it holds.
+
+--repair (opening the store for writing) rewrites the reference counts
+from the checkpoints; drops from the blob index every blob found damaged
+or missing (with --verify-blobs, every blob whose bytes do not match its
+key), printing the checkpoints that name it: they are kept, and restore
+again once a capture of the same files stores the bytes again; and
+indexes every intact blob in quarantine that the index lacks, then
+removes the quarantined file. After a repair that changed the blob index,
+the store is checked again and the exit status says how that went. Exit
+status 0 when no errors were found, 1 otherwise. Unreferenced blobs are
+not a problem: gc deletes them once they are older than its --older-than.
+With --json: {threads, checkpoints, blobKeys, blobs, unreferenced,
+verified, repaired, findings: [{severity, kind, subject, detail}],
+dropped: [{key, checkpoints}], reindexed, reindexedFiles, left}.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.BoolVar(&inv.verifyBlobs, "verify-blobs", false, "read every blob back and check it against its key")
-		fset.BoolVar(&inv.repair, "repair", false, "rewrite the reference counts from the checkpoints")
+		fset.BoolVar(&inv.repair, "repair", false, "rewrite the reference counts, drop damaged blobs from the index, re-index the quarantine")
 	},
 	check: func(inv *invocation, args []string) error {
 		inv.writes = inv.repair
@@ -95,9 +106,24 @@ func runCheck(inv *invocation, _ []string) error {
 		if rep.Repaired > 0 {
 			fmt.Fprintf(inv.out, "repaired: rewrote the counts of %s\n", count(rep.Repaired, "blob key"))
 		}
+		printBlobRepair(inv, rep)
 	}
 	if err != nil { // the repair failed; the report above says what was found
 		return err
+	}
+	if len(rep.Dropped) > 0 || rep.Reindexed > 0 || rep.ReindexedFiles > 0 {
+		// The blob index changed: what is wrong now decides the exit.
+		after, err := db.Check(inv.ctx, engine.CheckStoreOptions{})
+		if err != nil {
+			return err
+		}
+		if !inv.json {
+			fmt.Fprintf(inv.out, "after the repair: %s, %s\n", count(len(after.Findings)-warnings(after), "error"), count(warnings(after), "warning"))
+		}
+		if !after.Clean() {
+			return errors.New("the store has problems (see above)")
+		}
+		return nil
 	}
 	if !rep.Clean() {
 		if rep.Repaired > 0 && onlyKind(rep, engine.FindingRefCount) {
@@ -106,6 +132,28 @@ func runCheck(inv *invocation, _ []string) error {
 		return errors.New("the store has problems (see above)")
 	}
 	return nil
+}
+
+// printBlobRepair says what a repair did to the blob index: the blobs it
+// dropped and the checkpoints that need them, what it re-indexed from
+// quarantine, and what it had to leave.
+func printBlobRepair(inv *invocation, rep *engine.CheckReport) {
+	if len(rep.Dropped) > 0 {
+		fmt.Fprintf(inv.out, "repaired: dropped %s from the index; the checkpoints naming them restore again once the same bytes are captured again:\n",
+			count(len(rep.Dropped), "damaged blob"))
+		tw := table(inv.out)
+		for _, d := range rep.Dropped {
+			fmt.Fprintf(tw, "  %s\tneeded by %s\n", d.Key, strings.Join(d.Checkpoints, ", "))
+		}
+		tw.Flush()
+	}
+	if rep.ReindexedFiles > 0 || rep.Reindexed > 0 {
+		fmt.Fprintf(inv.out, "repaired: indexed %s again from %s in quarantine\n",
+			count(rep.Reindexed, "blob"), count(rep.ReindexedFiles, "file"))
+	}
+	for _, l := range rep.Left {
+		fmt.Fprintf(inv.out, "left for a later repair: %s\n", l)
+	}
 }
 
 func warnings(rep *engine.CheckReport) int {

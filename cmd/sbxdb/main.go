@@ -326,6 +326,10 @@ func (inv *invocation) openStore() (*engine.DB, error) {
 	if err != nil {
 		return nil, openError(inv, err)
 	}
+	if q := db.Blobs().QuarantinedAtOpen(); len(q) > 0 {
+		fmt.Fprintf(inv.errOut, "warning: the database may be older than its blob files (see sbxdb check): moved %s it does not index into %s instead of deleting them: %s; sbxdb check --repair indexes them again\n",
+			count(len(q), "file"), filepath.Join(inv.dir, engine.BlobDir, "quarantine"), strings.Join(q, ", "))
+	}
 	return db, nil
 }
 
