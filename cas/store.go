@@ -674,6 +674,10 @@ type Reader struct {
 	err     error
 	closers []io.Closer
 	release func()
+	// ctx, if set, is checked before each read from the underlying file:
+	// a large blob streams in chunks, and its reader stops between two
+	// of them once ctx ends (ReadEach sets it).
+	ctx context.Context
 }
 
 // Size returns the blob's length in bytes (what the index records).
@@ -685,6 +689,12 @@ func (r *Reader) Key() string { return r.key }
 func (r *Reader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
+	}
+	if r.ctx != nil {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			return 0, err
+		}
 	}
 	n, err := r.r.Read(p)
 	if r.verify != nil {
@@ -719,7 +729,8 @@ func (r *Reader) Read(p []byte) (int, error) {
 // uses it). A packed blob's bytes, verified and in memory already, go to w
 // in one call, without the copy through a buffer io.Copy would make; a
 // large blob's are streamed through a pooled buffer and verified as Read
-// verifies them. Errors reading the blob are *Error values, as from Read;
+// verifies them, the reader's context checked before each chunk. Errors
+// reading the blob are *Error values, as from Read, or the context's error;
 // errors from w are returned as they are.
 func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 	if br, ok := r.r.(*bytes.Reader); ok && r.verify == nil && r.err == nil {

@@ -258,6 +258,8 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 // paths' order. A blob that several entries name is read once, written to
 // the first of them and copied from there to the others. No file is
 // created before dirsMade returns; its error, like any other, stops all.
+// The end of ctx stops a large file between two chunks of its bytes, and
+// a copy between two copyChunk-sized pieces.
 func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progressCounters, dirsMade func() error) error {
 	byKey := make(map[string][]*chain.Entry, len(files))
 	keys := make([]string, 0, len(files))
@@ -278,9 +280,13 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 			}
 			var err error
 			if i == 0 {
-				err = db.writeFile(root, e, &entryReader{r: r, e: e})
+				// r checks ctx between the chunks of a large blob.
+				err = db.writeFile(root, e, func(f io.Writer) error {
+					_, err := io.Copy(f, &entryReader{r: r, e: e})
+					return err
+				})
 			} else { // written and verified: copy it
-				err = db.copyFile(root, es[0], e)
+				err = db.copyFile(ctx, root, es[0], e)
 			}
 			if err != nil {
 				return err
@@ -296,21 +302,37 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 	return err
 }
 
-// copyFile writes entry e as a copy of the restored file of entry from.
-func (db *DB) copyFile(root string, from, e *chain.Entry) error {
-	f, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
+// copyChunk is how much of a file copyFile copies between two looks at
+// its context: on Linux one copy_file_range call, which no context
+// interrupts.
+const copyChunk = 64 << 20
+
+// copyFile writes entry e as a copy of the restored file of entry from,
+// stopping between chunks once ctx ends. Each chunk goes through the new
+// file's ReadFrom (on Linux, copy_file_range: the bytes never leave the
+// kernel).
+func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) error {
+	src, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	defer f.Close()
-	return db.writeFile(root, e, f)
+	defer src.Close()
+	return db.writeFile(root, e, func(f io.Writer) error {
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n, err := io.Copy(f, io.LimitReader(src, copyChunk))
+			if err != nil || n < copyChunk {
+				return err
+			}
+		}
+	})
 }
 
-// writeFile creates the file of entry e and copies src into it. src is an
-// entryReader, whose WriteTo writes a packed blob's bytes in one call, or
-// a restored file, which io.Copy hands to the new file's ReadFrom (on
-// Linux, copy_file_range: the bytes never leave the kernel).
-func (db *DB) writeFile(root string, e *chain.Entry, src io.Reader) error {
+// writeFile creates the file of entry e and fills it with fill: an
+// entryReader's WriteTo writes a packed blob's bytes in one call.
+func (db *DB) writeFile(root string, e *chain.Entry, fill func(f io.Writer) error) error {
 	mode := os.FileMode(0o644)
 	if e.Executable {
 		mode = 0o755
@@ -319,7 +341,7 @@ func (db *DB) writeFile(root string, e *chain.Entry, src io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	_, err = io.Copy(f, src)
+	err = fill(f)
 	if err == nil {
 		err = f.Chmod(mode) // exact, whatever the umask
 	}
