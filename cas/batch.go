@@ -264,6 +264,9 @@ func (b *Batch) known(ctx context.Context, key string) (bool, error) {
 }
 
 func (b *Batch) writable() error {
+	if err := b.s.gate.Refused(); err != nil {
+		return err
+	}
 	switch {
 	case b.s.opts.ReadOnly:
 		return ErrReadOnly
@@ -321,13 +324,15 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 	}
 	h, err := b.s.writeLarge(ctx, tmp, ns, r)
 	if err == nil && !b.s.opts.NoSync {
-		err = tmp.Sync()
+		if err = tmp.Sync(); err != nil {
+			err = b.s.syncFailed(err)
+		}
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		b.s.fs.Remove(tmp.Name())
+		b.s.removeUnindexed(tmp.Name())
 		return AddResult{}, err
 	}
 	key := ns.Key(h.sum)
@@ -345,7 +350,7 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 		b.mu.Unlock()
 	}
 	if !res.New {
-		b.s.fs.Remove(tmp.Name())
+		b.s.removeUnindexed(tmp.Name())
 	}
 	return res, err
 }
@@ -467,7 +472,7 @@ func (b *Batch) sync(ctx context.Context) error {
 	}
 	s := b.s
 	for _, p := range b.packs {
-		if err := p.finish(!s.opts.NoSync); err != nil {
+		if err := p.finish(s); err != nil {
 			return err
 		}
 	}
@@ -492,7 +497,7 @@ func (b *Batch) sync(ctx context.Context) error {
 	if !s.opts.NoSync {
 		for d := range dirs {
 			if err := s.fs.SyncDir(d); err != nil {
-				return err
+				return s.syncFailed(err)
 			}
 		}
 	}
@@ -613,10 +618,10 @@ func (b *Batch) Close() {
 func (b *Batch) removeFiles() {
 	for _, p := range b.packs {
 		p.f.Close()
-		b.s.fs.Remove(p.path)
+		b.s.removeUnindexed(p.path)
 	}
 	for _, tmp := range b.larges {
-		b.s.fs.Remove(tmp)
+		b.s.removeUnindexed(tmp)
 	}
 }
 
@@ -641,13 +646,15 @@ func (s *Store) newPack() (*packWriter, error) {
 	return &packWriter{id: id, path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
-func (p *packWriter) finish(sync bool) error {
+// finish flushes the pack, fsyncs it (unless s is NoSync: a failure is
+// reported as s.syncFailed does) and closes it.
+func (p *packWriter) finish(s *Store) error {
 	if err := p.w.Flush(); err != nil {
 		return err
 	}
-	if sync {
+	if !s.opts.NoSync {
 		if err := p.f.Sync(); err != nil {
-			return err
+			return s.syncFailed(err)
 		}
 	}
 	return p.f.Close()

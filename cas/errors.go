@@ -17,6 +17,10 @@ var (
 	ErrKeyMismatch = errors.New("bytes do not match the blob key")
 	// ErrReadOnly: a write on a store opened read-only.
 	ErrReadOnly = errors.New("blob store is read-only")
+	// ErrSyncFailed: an fsync of a pack, a large blob file or a directory
+	// failed. What reached the disk is unknown, so the store refuses every
+	// later write until it is opened again (Gate).
+	ErrSyncFailed = errors.New("fsync failed")
 )
 
 // Error is an error about one blob.

@@ -24,7 +24,8 @@ import (
 // before fn is called, a large blob's as they stream (the Read that would
 // return io.EOF returns the ErrCorrupt error instead). r is valid only
 // until fn returns. The first error, from a read or from fn, or the end of
-// ctx, stops the others and is returned.
+// ctx, stops the others (a large blob's reader between two chunks) and is
+// returned.
 func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn func(key string, r *Reader) error) error {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	items, gen, err := s.lookupAll(keys, workers)
@@ -87,13 +88,13 @@ func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn fun
 	// returned grown.
 	read := func(unit []item, buf []byte) ([]byte, error) {
 		if unit[0].e.where == whereLarge { // a file of its own: no pack, no lock
-			return buf, s.readLarge(&unit[0], fn)
+			return buf, s.readLarge(ctx, &unit[0], fn)
 		}
 		s.packsMu.RLock()
 		if s.packGen != gen {
 			s.packsMu.RUnlock()
 			for i := range unit {
-				if err := s.relocate(&unit[i], fn); err != nil {
+				if err := s.relocate(ctx, &unit[i], fn); err != nil {
 					return buf, err
 				}
 			}
@@ -204,19 +205,22 @@ type item struct {
 	e   entry
 }
 
-// readLarge streams the large blob it names to fn.
-func (s *Store) readLarge(it *item, fn func(string, *Reader) error) error {
+// readLarge streams the large blob it names to fn. The reader stops
+// between chunks once ctx ends: one large file must not hold a cancelled
+// ReadEach up until its last byte.
+func (s *Store) readLarge(ctx context.Context, it *item, fn func(string, *Reader) error) error {
 	r, err := s.openLarge(it.key, it.ns, it.sum, &it.e)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	r.ctx = ctx
 	return fn(it.key, r)
 }
 
 // relocate finds the blob it names again, as Get does, and passes it to
 // fn.
-func (s *Store) relocate(it *item, fn func(string, *Reader) error) error {
+func (s *Store) relocate(ctx context.Context, it *item, fn func(string, *Reader) error) error {
 	s.packsMu.RLock()
 	e, err := s.entry(it.key)
 	var data []byte
@@ -229,7 +233,7 @@ func (s *Store) relocate(it *item, fn func(string, *Reader) error) error {
 		return err
 	case !e.packed():
 		it.e = e
-		return s.readLarge(it, fn)
+		return s.readLarge(ctx, it, fn)
 	}
 	return fn(it.key, bytesReader(it.key, data))
 }

@@ -110,6 +110,9 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	if !(threshold > 0 && threshold <= 1) {
 		return st, fmt.Errorf("cas: repack threshold %v is not in (0, 1]", threshold)
 	}
+	if err := s.gate.Refused(); err != nil {
+		return st, err
+	}
 	s.repackMu.Lock()
 	defer s.repackMu.Unlock()
 
@@ -198,13 +201,13 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		}
 	}
 	for _, p := range w.packs {
-		if err := p.finish(!s.opts.NoSync); err != nil {
+		if err := p.finish(s); err != nil {
 			return st, err
 		}
 	}
 	if len(w.packs) > 0 && !s.opts.NoSync {
 		if err := s.fs.SyncDir(filepath.Join(s.dir, "packs")); err != nil {
-			return st, err
+			return st, s.syncFailed(err)
 		}
 	}
 

@@ -22,12 +22,14 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -40,6 +42,129 @@ import (
 type DB interface {
 	View(fn func(*bolt.Tx) error) error
 	Update(fn func(*bolt.Tx) error) error
+}
+
+// Gate decides whether a Store may still change the disk. The DB a Store
+// is opened with may implement it, to share one decision with everything
+// else written to its file; a Store whose DB does not keeps its own.
+//
+// After a failed fsync the state of a file is unknown: the kernel may have
+// dropped the dirty pages the fsync was to write, so later writes through
+// the same open store could build on bytes that are not on disk. The Store
+// therefore reports every failed sync of a pack, a large blob file or a
+// directory to its gate, and asks the gate before each change: once
+// Refused returns an error, every write of the Store (a batch, a repack, a
+// delete, an index transaction, any file created, renamed or removed)
+// fails with it; reads go on. Opening the store again clears it: Open
+// removes the packs and temporary files no index entry names, as after a
+// crash (RemoveOrphans, the large files).
+type Gate interface {
+	// Refused returns the error every write must fail with, or nil.
+	Refused() error
+	// SyncFailed is told of a failed sync of one of the store's files or
+	// directories; err matches ErrSyncFailed.
+	SyncFailed(err error)
+}
+
+// ownGate is the Gate of a Store whose DB has none: the first failed sync
+// refuses every later write.
+type ownGate struct{ failed atomic.Pointer[error] }
+
+func (g *ownGate) Refused() error {
+	if p := g.failed.Load(); p != nil {
+		return fmt.Errorf("store must be reopened: %w", *p)
+	}
+	return nil
+}
+
+func (g *ownGate) SyncFailed(err error) { g.failed.CompareAndSwap(nil, &err) }
+
+// syncFailed reports a failed sync to the store's gate and returns the
+// error for the caller: ErrSyncFailed wrapping err.
+func (s *Store) syncFailed(err error) error {
+	err = fmt.Errorf("cas: %w: %w", ErrSyncFailed, err)
+	s.gate.SyncFailed(err)
+	return err
+}
+
+// removeUnindexed removes a file a batch wrote and never indexed, even
+// when the gate refuses writes: it undoes a failed write (a failed sync
+// among them), leaving the store as it was, and no index entry can name
+// it.
+func (s *Store) removeUnindexed(path string) error { return s.opts.FS.Remove(path) }
+
+// gatedDB is the index's DB with every write transaction asked of the
+// gate first.
+type gatedDB struct {
+	DB
+	gate Gate
+}
+
+func (g gatedDB) Update(fn func(*bolt.Tx) error) error {
+	if err := g.gate.Refused(); err != nil {
+		return err
+	}
+	return g.DB.Update(fn)
+}
+
+// gatedFS is the store's FS with every change asked of the gate first.
+// Syncs are not changes, and files opened before the gate closed are not
+// asked again: their batch cannot commit.
+type gatedFS struct {
+	vfs.FS
+	gate Gate
+}
+
+func (g gatedFS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	if err := g.gate.Refused(); err != nil {
+		return nil, err
+	}
+	return g.FS.OpenFile(name, flag, perm)
+}
+
+func (g gatedFS) CreateTemp(dir, pattern string) (vfs.File, error) {
+	if err := g.gate.Refused(); err != nil {
+		return nil, err
+	}
+	return g.FS.CreateTemp(dir, pattern)
+}
+
+func (g gatedFS) Mkdir(name string, perm fs.FileMode) error {
+	return g.ask(func() error { return g.FS.Mkdir(name, perm) })
+}
+
+func (g gatedFS) MkdirAll(name string, perm fs.FileMode) error {
+	return g.ask(func() error { return g.FS.MkdirAll(name, perm) })
+}
+
+func (g gatedFS) MkdirTemp(dir, pattern string) (string, error) {
+	if err := g.gate.Refused(); err != nil {
+		return "", err
+	}
+	return g.FS.MkdirTemp(dir, pattern)
+}
+
+func (g gatedFS) Chmod(name string, mode fs.FileMode) error {
+	return g.ask(func() error { return g.FS.Chmod(name, mode) })
+}
+
+func (g gatedFS) Rename(oldpath, newpath string) error {
+	return g.ask(func() error { return g.FS.Rename(oldpath, newpath) })
+}
+
+func (g gatedFS) Remove(name string) error {
+	return g.ask(func() error { return g.FS.Remove(name) })
+}
+
+func (g gatedFS) Symlink(target, name string) error {
+	return g.ask(func() error { return g.FS.Symlink(target, name) })
+}
+
+func (g gatedFS) ask(op func() error) error {
+	if err := g.gate.Refused(); err != nil {
+		return err
+	}
+	return op()
 }
 
 // Options configures a Store. The zero value gives the defaults.
@@ -114,6 +239,10 @@ type Store struct {
 	indexMayBeOlder bool
 	// quarantinedAtOpen lists the files Open moved into quarantine.
 	quarantinedAtOpen []string
+
+	// gate refuses every write once a sync has failed (see Gate); db and
+	// fs ask it before each change.
+	gate Gate
 }
 
 // Open opens the blob store in dir (created unless read-only) with its
@@ -128,7 +257,12 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.OS
 	}
-	s := &Store{dir: dir, db: db, opts: opts, fs: opts.FS, packs: map[uint64]*os.File{}, indexMayBeOlder: opts.IndexMayBeOlder}
+	gate, ok := db.(Gate)
+	if !ok {
+		gate = &ownGate{}
+	}
+	s := &Store{dir: dir, db: gatedDB{db, gate}, opts: opts, fs: gatedFS{opts.FS, gate}, packs: map[uint64]*os.File{}, gate: gate,
+		indexMayBeOlder: opts.IndexMayBeOlder}
 	s.pins.cond.L = &s.pins.mu
 	if !opts.ReadOnly {
 		for _, d := range []string{"packs", "large", "tmp"} {
@@ -686,6 +820,10 @@ type Reader struct {
 	err     error
 	closers []io.Closer
 	release func()
+	// ctx, if set, is checked before each read from the underlying file:
+	// a large blob streams in chunks, and its reader stops between two
+	// of them once ctx ends (ReadEach sets it).
+	ctx context.Context
 }
 
 // Size returns the blob's length in bytes (what the index records).
@@ -697,6 +835,12 @@ func (r *Reader) Key() string { return r.key }
 func (r *Reader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
+	}
+	if r.ctx != nil {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			return 0, err
+		}
 	}
 	n, err := r.r.Read(p)
 	if r.verify != nil {
@@ -731,7 +875,8 @@ func (r *Reader) Read(p []byte) (int, error) {
 // uses it). A packed blob's bytes, verified and in memory already, go to w
 // in one call, without the copy through a buffer io.Copy would make; a
 // large blob's are streamed through a pooled buffer and verified as Read
-// verifies them. Errors reading the blob are *Error values, as from Read;
+// verifies them, the reader's context checked before each chunk. Errors
+// reading the blob are *Error values, as from Read, or the context's error;
 // errors from w are returned as they are.
 func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 	if br, ok := r.r.(*bytes.Reader); ok && r.verify == nil && r.err == nil {

@@ -63,6 +63,9 @@ func (db *DB) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if db.c == nil {
 		return ErrReadOnly
 	}
+	if err := db.writeRefused(); err != nil {
+		return err
+	}
 	return db.c.submit(ctx, fn)
 }
 
@@ -190,7 +193,17 @@ func (c *committer) foldIfDue(tx *bolt.Tx) error {
 // update is bolt's Update with panics (from a damaged file) turned into
 // errors; bbolt rolls the transaction back before the panic reaches here.
 // The FS has the last word before the commit (vfs.FS.BeforeCommit).
+//
+// A commit that fails once fn has succeeded poisons the store (ErrPoisoned):
+// bbolt's Commit writes pages and fdatasyncs, and after a failed write or
+// sync the outcome is unknown (the pages may reach the file anyway, or the
+// kernel may have dropped them while the mapping still shows them), so no
+// later transaction may build on it. vfs.FS.BeforeCommit failing stands for
+// such a failure, and counts as one. A poisoned store runs no transaction.
 func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
+	if err := c.db.writeRefused(); err != nil {
+		return err
+	}
 	defer recoverCorrupt(&err, c.db.dir)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	start := time.Now()
@@ -198,12 +211,18 @@ func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 		c.txs.Add(1)
 		c.held.Add(int64(time.Since(start)))
 	}()
-	return c.db.bolt.Update(func(tx *bolt.Tx) error {
+	committing := false // fn succeeded: an error from here on is the commit's
+	err = c.db.bolt.Update(func(tx *bolt.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
+		committing = true
 		return c.db.opts.FS.BeforeCommit(c.db.bolt.Path())
 	})
+	if err != nil && committing {
+		c.db.poison(err)
+	}
+	return err
 }
 
 // WriteStats counts the write transactions of a DB since Open.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sbxdb/sbxdb/cas"
@@ -45,7 +46,23 @@ var (
 	ErrReadOnly = errors.New("sbxdb: store is opened read-only")
 	// ErrNoStore reports a read-only Open of a directory holding no store.
 	ErrNoStore = errors.New("sbxdb: no store")
+	// ErrPoisoned reports a write refused because an earlier fsync of the
+	// store failed: of the database at a commit, or of a pack, a large
+	// blob file or a directory of the blob store. What reached the disk is
+	// then unknown (the kernel may have dropped the pages it could not
+	// write), so every later write of the open store fails with it, naming
+	// the cause; reads go on. Close and Open the store again to write.
+	// Every Open already treats the store as after an unclean shutdown
+	// (it walks the file's pages, and the blob store removes the packs
+	// and temporary files no index entry names), so none is marked.
+	ErrPoisoned = errors.New("sbxdb: store must be reopened: an earlier sync failed")
 )
+
+// poisonError is ErrPoisoned with the failure that caused it.
+type poisonError struct{ cause error }
+
+func (e *poisonError) Error() string { return ErrPoisoned.Error() + ": " + e.cause.Error() }
+func (e *poisonError) Unwrap() error { return ErrPoisoned }
 
 // DB is an open store. It is safe for concurrent use by many goroutines;
 // one process at a time may open a store for writing.
@@ -67,6 +84,10 @@ type DB struct {
 	// (verifyPages). A writable Open also stores it (meta/recovered);
 	// Check reports it.
 	metaNote string
+
+	// poisoned is set, once, by the first failed sync or database commit
+	// of this handle; from then on every write fails with it (ErrPoisoned).
+	poisoned atomic.Pointer[poisonError]
 
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
 	// empty in production.
@@ -185,6 +206,27 @@ func (b blobIndex) Update(fn func(*bolt.Tx) error) error {
 		return ErrReadOnly
 	}
 	return b.db.write(context.Background(), fn)
+}
+
+// Refused and SyncFailed make blobIndex the blob store's cas.Gate: a
+// failed sync of a blob file poisons the whole store, and a poisoned store
+// writes no blob file.
+func (b blobIndex) Refused() error       { return b.db.writeRefused() }
+func (b blobIndex) SyncFailed(err error) { b.db.poison(err) }
+
+// poison makes every later write of db fail with ErrPoisoned naming cause;
+// only the first cause is kept.
+func (db *DB) poison(cause error) {
+	db.poisoned.CompareAndSwap(nil, &poisonError{cause: cause})
+}
+
+// writeRefused returns the error writes fail with once db is poisoned, or
+// nil.
+func (db *DB) writeRefused() error {
+	if p := db.poisoned.Load(); p != nil {
+		return p
+	}
+	return nil
 }
 
 // Dir returns the store directory.

@@ -89,3 +89,7 @@ func (db *DB) DamageChunks() error {
 		return tx.Bucket(chain.BucketChunkRefs).Delete(first)
 	})
 }
+
+// StagingName is the name a restore by process id gives its staging
+// directory, without the random part MkdirTemp adds.
+func StagingName(id proc.Identity) string { return stagingName(id) }

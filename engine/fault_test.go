@@ -21,15 +21,21 @@ import (
 	"github.com/sbxdb/sbxdb/vfs/faultfs"
 )
 
-// Fault injection (issue 6): every call that changes the store is run once
-// to record the file operations it performs, then once per operation with
-// that one operation failing (ENOSPC or EIO). A failure before the call's
-// commit must return an error naming the fault and leave the store exactly
-// as it was — threads, heads, checkpoints, reference counts, leases, the
-// blob index and the pack files — and the same call must succeed once the
-// fault is gone. A failure after the commit (removing a file the commit
-// made garbage) cannot undo the commit: the store must then be consistent,
-// the leftover file an orphan that check reports and gc or Open removes.
+// Fault injection: every call that changes the store is run once to record
+// the file operations it performs, then once per operation with that one
+// operation failing (ENOSPC or EIO). A failure before the call's commit
+// must return an error naming the fault and leave the store exactly as it
+// was — threads, heads, checkpoints, reference counts, leases, the blob
+// index and the pack files — and the same call must succeed once the fault
+// is gone. A failed sync (of a file, of a directory, or the database
+// commit, which stands for bbolt's write and fdatasync) poisons the open
+// store: the same call then fails with ErrPoisoned without touching a
+// file, reads still show the store as it was, and once the store is
+// reopened it is exactly as it was (the packs of a failed commit removed
+// by Open) and the call succeeds. A failure after the commit (removing a
+// file the commit made garbage) cannot undo the commit: the store must
+// then be consistent, the leftover file an orphan that check reports and
+// gc or Open removes.
 
 type faultFixture struct {
 	t       *testing.T
@@ -41,8 +47,8 @@ type faultFixture struct {
 	writers map[string]*lease.Lease
 	trees   map[string]map[string]fstree.Node // captured checkpoint → its tree
 	head    string                            // the last capture on thread "t"
-	// leftovers are the packs batches kept after a failed commit.
-	leftovers []string
+	// reopened counts the reopens after a poisoning fault.
+	reopened int
 }
 
 func newFaultFixture(t *testing.T) *faultFixture {
@@ -62,6 +68,21 @@ func newFaultFixture(t *testing.T) *faultFixture {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// reopen closes the store and opens it again, as its owner must after a
+// failed sync.
+func (f *faultFixture) reopen() {
+	f.t.Helper()
+	if err := f.db.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+	db, err := engine.Open(filepath.Join(f.dir, "store"), &engine.Options{FS: f.ffs})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.db = db
+	f.reopened++
 }
 
 func (f *faultFixture) writer(thread string) lease.Writer {
@@ -455,12 +476,10 @@ func TestFaultInjection(t *testing.T) {
 	}
 	f.db, f.t = db, t
 	f.checkConsistent("reopened")
-	for _, p := range f.leftovers {
-		if _, err := os.Stat(filepath.Join(f.dir, "store", engine.BlobDir, "packs", p)); !os.IsNotExist(err) {
-			t.Errorf("pack %s, left by a failed commit, is still there after Open (%v)", p, err)
-		}
+	if f.reopened == 0 {
+		t.Error("no fault poisoned the store: the syncs and commits were not failed")
 	}
-	t.Logf("%d packs left by failed commits, all removed by Open", len(f.leftovers))
+	t.Logf("%d faults poisoned the store; each time, reopened, it was as before", f.reopened)
 	f.restoreEqual(f.head, filepath.Join(f.dir, "final"))
 	for _, c := range faultCases() {
 		t.Logf("%s: %d steps failed in turn: %s", c.name, len(covered[c.name]), strings.Join(covered[c.name], " "))
@@ -482,10 +501,15 @@ func (f *faultFixture) failStep(c faultCase, step faultfs.Event, errno syscall.E
 		t.Errorf("%v: this run did not perform the step (it did %d operations, the recorded run %d)", step, len(events), recorded)
 		return
 	}
+	poisons := step.Op == faultfs.Sync || step.Op == faultfs.SyncDir || step.Op == faultfs.Commit
 	if committed(events, fired[0]) {
 		// The commit stands; the failed cleanup leaves garbage.
 		if err != nil && !errors.Is(err, errno) {
 			t.Errorf("%v after the commit: error %v does not match %v", step, err, errno)
+		}
+		if poisons {
+			f.requirePoisoned(c, step)
+			f.reopen()
 		}
 		f.checkConsistent(fmt.Sprintf("%v after the commit", step))
 		if c.done != nil {
@@ -504,10 +528,10 @@ func (f *faultFixture) failStep(c faultCase, step faultfs.Event, errno syscall.E
 	if step.Op == faultfs.Commit {
 		// A failed commit may still reach the file (a failed fsync), so
 		// the batch keeps its packs; nothing names them, and Open removes
-		// them (checked at the end).
-		for _, p := range after.Packs {
-			if !slices.Contains(before.Packs, p) {
-				f.leftovers = append(f.leftovers, p)
+		// them (checked once reopened, below).
+		for _, p := range before.Packs {
+			if !slices.Contains(after.Packs, p) {
+				t.Errorf("%v (%v) removed pack %s", step, errno, p)
 			}
 		}
 		after.Packs = before.Packs
@@ -518,6 +542,15 @@ func (f *faultFixture) failStep(c faultCase, step faultfs.Event, errno syscall.E
 	if c.undone != nil {
 		c.undone(f)
 	}
+	if poisons {
+		f.requirePoisoned(c, step)
+		f.reopen()
+		// Open removed what the failed call left (a failed commit's
+		// packs): the store is exactly as before.
+		if diff := cmp.Diff(before, f.state()); diff != "" {
+			t.Errorf("%v (%v), reopened: the store changed (-before +after):\n%s", step, errno, diff)
+		}
+	}
 	// Once the fault is gone the same call succeeds.
 	if err := c.run(f); err != nil {
 		t.Fatalf("after %v: the retry failed: %v", step, err)
@@ -525,6 +558,21 @@ func (f *faultFixture) failStep(c faultCase, step faultfs.Event, errno syscall.E
 	if c.done != nil {
 		c.done(f)
 	}
+}
+
+// requirePoisoned runs c on a store that a failed sync poisoned: it must
+// fail with ErrPoisoned before any file operation.
+func (f *faultFixture) requirePoisoned(c faultCase, step faultfs.Event) {
+	f.t.Helper()
+	f.ffs.Reset()
+	err := c.run(f)
+	if !errors.Is(err, engine.ErrPoisoned) {
+		f.t.Errorf("after %v failed, %s on the same handle: %v; want ErrPoisoned", step, c.name, err)
+	}
+	if ev := f.ffs.Events(); len(ev) != 0 {
+		f.t.Errorf("after %v failed, the refused %s still did %v", step, c.name, ev)
+	}
+	f.ffs.Reset()
 }
 
 // committed reports whether a commit ran before the failed step.

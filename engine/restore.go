@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,11 +12,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
 )
@@ -45,7 +49,9 @@ type RestoreStats struct {
 // be an empty directory (SPEC §10 Q20). Everything is written into a staging
 // directory beside dir, each blob verified (present, sha256, size) as it is
 // written, and the staging directory is renamed to dir only when all is
-// well: on any error nothing is left behind. A missing blob is
+// well: on any error, and when ctx ends, nothing is left behind. A killed
+// restore leaves its staging directory; the next restore into the same
+// parent removes it (see removeStaleStaging). A missing blob is
 // SANDBOX_SNAPSHOT_MISSING_BLOB and a damaged one
 // SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key.
 //
@@ -82,7 +88,8 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	if err != nil {
 		return stats, fmt.Errorf("restore: creating %s: %w", parent, err)
 	}
-	staging, err := db.opts.FS.MkdirTemp(parent, ".sbxdb-restore-*")
+	removeStaleStaging(parent)
+	staging, err := db.opts.FS.MkdirTemp(parent, stagingName(proc.Self())+"*")
 	if err != nil {
 		removeCreated(created)
 		return stats, fmt.Errorf("restore: %w", err)
@@ -258,6 +265,8 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 // paths' order. A blob that several entries name is read once, written to
 // the first of them and copied from there to the others. No file is
 // created before dirsMade returns; its error, like any other, stops all.
+// The end of ctx stops a large file between two chunks of its bytes, and
+// a copy between two copyChunk-sized pieces.
 func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progressCounters, dirsMade func() error) error {
 	byKey := make(map[string][]*chain.Entry, len(files))
 	keys := make([]string, 0, len(files))
@@ -278,9 +287,13 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 			}
 			var err error
 			if i == 0 {
-				err = db.writeFile(root, e, &entryReader{r: r, e: e})
+				// r checks ctx between the chunks of a large blob.
+				err = db.writeFile(root, e, func(f io.Writer) error {
+					_, err := io.Copy(f, &entryReader{r: r, e: e})
+					return err
+				})
 			} else { // written and verified: copy it
-				err = db.copyFile(root, es[0], e)
+				err = db.copyFile(ctx, root, es[0], e)
 			}
 			if err != nil {
 				return err
@@ -296,21 +309,37 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 	return err
 }
 
-// copyFile writes entry e as a copy of the restored file of entry from.
-func (db *DB) copyFile(root string, from, e *chain.Entry) error {
-	f, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
+// copyChunk is how much of a file copyFile copies between two looks at
+// its context: on Linux one copy_file_range call, which no context
+// interrupts.
+const copyChunk = 64 << 20
+
+// copyFile writes entry e as a copy of the restored file of entry from,
+// stopping between chunks once ctx ends. Each chunk goes through the new
+// file's ReadFrom (on Linux, copy_file_range: the bytes never leave the
+// kernel).
+func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) error {
+	src, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	defer f.Close()
-	return db.writeFile(root, e, f)
+	defer src.Close()
+	return db.writeFile(root, e, func(f io.Writer) error {
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n, err := io.Copy(f, io.LimitReader(src, copyChunk))
+			if err != nil || n < copyChunk {
+				return err
+			}
+		}
+	})
 }
 
-// writeFile creates the file of entry e and copies src into it. src is an
-// entryReader, whose WriteTo writes a packed blob's bytes in one call, or
-// a restored file, which io.Copy hands to the new file's ReadFrom (on
-// Linux, copy_file_range: the bytes never leave the kernel).
-func (db *DB) writeFile(root string, e *chain.Entry, src io.Reader) error {
+// writeFile creates the file of entry e and fills it with fill: an
+// entryReader's WriteTo writes a packed blob's bytes in one call.
+func (db *DB) writeFile(root string, e *chain.Entry, fill func(f io.Writer) error) error {
 	mode := os.FileMode(0o644)
 	if e.Executable {
 		mode = 0o755
@@ -319,7 +348,7 @@ func (db *DB) writeFile(root string, e *chain.Entry, src io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
-	_, err = io.Copy(f, src)
+	err = fill(f)
 	if err == nil {
 		err = f.Chmod(mode) // exact, whatever the umask
 	}
@@ -395,6 +424,101 @@ func blobError(e *chain.Entry, err error) error {
 		return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s is damaged: %s", e.Path, e.BlobKey, why)
 	}
 	return fmt.Errorf("restore %q: %w", e.Path, err)
+}
+
+// A staging directory is named for the process that made it:
+// .sbxdb-restore-<host>-<boot>-<pid>-<start>-<random>, where host and boot
+// are the first 8 bytes, in hex, of the sha256 of the host name and of the
+// kernel's boot id, start the process's start time in clock ticks since
+// boot (proc.Identity), and random what MkdirTemp adds. So a later restore
+// can tell a staging directory whose restore was killed from one still
+// being written, by this or another process.
+const stagingPrefix = ".sbxdb-restore-"
+
+// stagingName is the name of a staging directory of process id, without
+// the random part.
+func stagingName(id proc.Identity) string {
+	return fmt.Sprintf("%s%s-%s-%d-%d-", stagingPrefix, nameHash(id.Host), nameHash(id.Boot), id.PID, id.Start)
+}
+
+func nameHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
+// stagingOwner returns the identity of the process that made the staging
+// directory name, as far as this process can tell it (host and boot are
+// hashed in the name: they are known only when they are this process's),
+// and false when name is not a staging directory's name.
+func stagingOwner(name string) (proc.Identity, bool) {
+	rest, ok := strings.CutPrefix(name, stagingPrefix)
+	if !ok {
+		return proc.Identity{}, false
+	}
+	f := strings.Split(rest, "-")
+	if len(f) != 5 || len(f[0]) != 16 || len(f[1]) != 16 || !isDigits(f[4]) || !isDigits(f[2]) || !isDigits(f[3]) {
+		return proc.Identity{}, false
+	}
+	if _, err := hex.DecodeString(f[0] + f[1]); err != nil {
+		return proc.Identity{}, false
+	}
+	pid, err := strconv.Atoi(f[2])
+	if err != nil || pid <= 0 {
+		return proc.Identity{}, false
+	}
+	start, err := strconv.ParseUint(f[3], 10, 64)
+	if err != nil {
+		return proc.Identity{}, false
+	}
+	me := proc.Self()
+	id := proc.Identity{PID: pid, Start: start}
+	if f[0] == nameHash(me.Host) {
+		id.Host = me.Host // else "": another host, never provably gone
+	}
+	if f[1] == nameHash(me.Boot) {
+		id.Boot = me.Boot
+	} else {
+		id.Boot = "boot " + f[1] // another boot than this one
+	}
+	return id, true
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// removeStaleStaging removes from parent the staging directories of
+// restores whose process is provably gone (proc.Check says Gone: same
+// host, and another boot, no such process, or a later process under the
+// same pid). A name that does not parse, a process that may be alive
+// (Alive or Unknown) and anything that is not a real directory (Lstat: a
+// symlink is never followed) are left alone; os.RemoveAll does not follow
+// symlinks inside the directory either. Failures are ignored: this is
+// housekeeping, and the restore does not depend on it. Check does not look
+// beside restore targets, so this is the only cleanup.
+func removeStaleStaging(parent string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		owner, ok := stagingOwner(e.Name())
+		if !ok || proc.Check(owner) != proc.Gone {
+			continue
+		}
+		p := filepath.Join(parent, e.Name())
+		if st, err := os.Lstat(p); err == nil && st.IsDir() {
+			os.RemoveAll(p)
+		}
+	}
 }
 
 // mkdirAllTracked is os.MkdirAll that returns the directories it created,
