@@ -40,7 +40,9 @@ type FS interface {
 	// it.
 	SyncDir(dir string) error
 	// BeforeCommit is called just before a database transaction on the
-	// file at path commits; an error rolls the transaction back.
+	// file at path commits; an error rolls the transaction back and, as a
+	// failed commit's would, poisons the open store (its outcome counts as
+	// unknown).
 	BeforeCommit(path string) error
 }
 
