@@ -404,7 +404,7 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 		}
 		if !r.consistent && (!last || c.changes.strict) {
 			if c.changes.strict {
-				return buf, c.changes.report(w.path, EntryChanged, "the file changed while it was read")
+				return buf, c.changes.report(w.path, EntryChanged, "the file changed after the walk listed it, or while it was read")
 			}
 			prev, prevDev = r.st, r.dev
 			continue
@@ -419,21 +419,25 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 				return buf, err
 			}
 		}
-		res := r.res
-		w.sum, w.key, w.size = res.Sum, res.Key, res.Size
+		w.sum, w.key, w.size = r.res.Sum, r.res.Key, r.res.Size
 		w.st, w.dev, w.exec = r.st, r.dev, r.st.mode&0o111 != 0
-		c.progress.files.Add(1)
-		c.progress.bytes.Add(res.Size)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.stats.FilesRead++
-		c.stats.BytesRead += res.Size
-		if res.New {
-			c.stats.BlobsNew++
-		} else {
-			c.stats.Deduplicated++
-		}
+		c.countRead(r.res)
 		return buf, nil
+	}
+}
+
+// countRead counts a file read and stored.
+func (c *capture) countRead(res cas.AddResult) {
+	c.progress.files.Add(1)
+	c.progress.bytes.Add(res.Size)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.FilesRead++
+	c.stats.BytesRead += res.Size
+	if res.New {
+		c.stats.BlobsNew++
+	} else {
+		c.stats.Deduplicated++
 	}
 }
 
