@@ -4,6 +4,7 @@ package vfs
 
 import (
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,8 +14,8 @@ import (
 
 // OpenBeneath and OpenDirBeneath open what lies beneath the directory and
 // refuse, as IsGone reports, a symlink as the last component or on the
-// way, a ".." that leaves it, and a name that is not there; a FIFO opens
-// without blocking. forEachOpenMode runs the checks with openat2, where
+// way, a ".." that leaves it, a name that is not there and a socket; a
+// FIFO opens without blocking. forEachOpenMode runs the checks with openat2, where
 // the kernel has it, and one component at a time.
 func TestOpenBeneath(t *testing.T) {
 	forEachOpenMode(t, func(t *testing.T) {
@@ -28,6 +29,9 @@ func TestOpenBeneath(t *testing.T) {
 		must(t, os.Symlink("d", filepath.Join(root, "dlink")))
 		must(t, os.Symlink(base, filepath.Join(root, "up")))
 		must(t, unix.Mkfifo(filepath.Join(root, "fifo"), 0o644))
+		sock, err := net.Listen("unix", filepath.Join(root, "sock"))
+		must(t, err)
+		defer sock.Close()
 		dir, err := OpenDir(root)
 		must(t, err)
 		defer dir.Close()
@@ -51,7 +55,7 @@ func TestOpenBeneath(t *testing.T) {
 		} else {
 			d.Close()
 		}
-		for _, rel := range []string{"abs", "rel", "dlink/e/f", "up/secret", "../secret", "d/../../secret", "missing", "d/e/f/g"} {
+		for _, rel := range []string{"abs", "rel", "dlink/e/f", "up/secret", "../secret", "d/../../secret", "missing", "d/e/f/g", "sock"} {
 			if r, err := OpenBeneath(dir, rel); err == nil || !IsGone(err) {
 				if r != nil {
 					r.Close()

@@ -134,10 +134,11 @@ func openatRetry(dirfd int, name string, flags int) (int, error) {
 
 // IsGone reports whether err, from OpenBeneath or OpenDirBeneath, says
 // that nothing can be opened at the name without following a symlink: it,
-// or a directory on its way, was removed, or replaced by a symlink or by
-// something that is not a directory.
+// or a directory on its way, was removed, or replaced by a symlink, by
+// something that is not a directory, or by something no open can read (a
+// socket, ENXIO).
 func IsGone(err error) bool {
-	for _, e := range []error{unix.ENOENT, unix.ENOTDIR, unix.ELOOP, unix.EXDEV, unix.EMLINK} {
+	for _, e := range []error{unix.ENOENT, unix.ENOTDIR, unix.ELOOP, unix.EXDEV, unix.EMLINK, unix.ENXIO} {
 		if errors.Is(err, e) {
 			return true
 		}
