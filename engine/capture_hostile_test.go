@@ -512,3 +512,97 @@ func blobOf(t *testing.T, cp *chain.Checkpoint, path string) string {
 }
 
 func sha(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// TestCaptureUnderChurn captures a workspace while another goroutine keeps
+// rewriting its files (truncate and write, each version one repeated byte,
+// of a new size), removing and recreating files and a directory. Every
+// capture must succeed, and every file it records must hold one version
+// whole unless a warning says the bytes may mix versions.
+func TestCaptureUnderChurn(t *testing.T) {
+	captures := 100
+	switch {
+	case os.Getenv("SBXDB_LONG") != "":
+		captures = 500
+	case testing.Short():
+		captures = 40
+	}
+	ctx := context.Background()
+	f := newCaptureFixture(t)
+	ws := filepath.Join(f.dir, "ws")
+	names := make([]string, 0, 34)
+	for i := range 32 {
+		names = append(names, fmt.Sprintf("d%d/f%02d", i%4, i))
+	}
+	names = append(names, "big/a", "big/b") // streamed
+	size := func(name string, r int) int {
+		if strings.HasPrefix(name, "big/") {
+			return 1<<20 + 1 + r%(1<<20)
+		}
+		return 1 + r%(48<<10)
+	}
+	for i, n := range names {
+		write(t, ws, n, bytes.Repeat([]byte{'a'}, size(n, i*7919)), 0o644)
+	}
+	write(t, ws, "flaky/x", []byte("x"), 0o644)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := names[(i*13)%len(names)]
+			p := filepath.Join(ws, filepath.FromSlash(n))
+			switch i % 7 {
+			case 3:
+				os.Remove(p)
+			case 5:
+				os.RemoveAll(filepath.Join(ws, "flaky"))
+				os.MkdirAll(filepath.Join(ws, "flaky"), 0o755)
+				os.WriteFile(filepath.Join(ws, "flaky/x"), []byte("x"), 0o644)
+			default:
+				os.WriteFile(p, bytes.Repeat([]byte{byte('a' + i%26)}, size(n, i)), 0o644)
+			}
+		}
+	}()
+	var changed, vanished, mixed int
+	for range captures {
+		res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("capture under churn: %v", err)
+		}
+		changed += res.Stats.Changed
+		vanished += res.Stats.Vanished
+		warned := map[string]string{}
+		for _, w := range res.Warnings {
+			warned[w.Path] = w.Detail
+		}
+		for _, e := range res.Checkpoint.Files {
+			if e.Kind != chain.KindFile {
+				continue
+			}
+			b, err := f.db.Blobs().Get(ctx, e.BlobKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > 0 && bytes.Count(b, b[:1]) != len(b) {
+				mixed++
+				if !strings.Contains(warned[e.Path], "mix") {
+					close(stop)
+					wg.Wait()
+					t.Fatalf("%s was recorded as a mix of versions without a warning (warnings %v)", e.Path, res.Warnings)
+				}
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d captures: %d changed, %d vanished, %d recorded mixed with a warning", captures, changed, vanished, mixed)
+}

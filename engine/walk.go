@@ -254,6 +254,10 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 	defer f.Close()
 	ents, err := f.ReadDir(-1)
 	if err != nil {
+		if vfs.IsGone(err) && rel != "" { // removed while it was listed
+			n.gone = true
+			return nil, nil, w.vanished(rel, "the directory was removed while it was read")
+		}
 		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
 	}
 	abs := f.Name()
