@@ -606,3 +606,33 @@ func TestCaptureUnderChurn(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d captures: %d changed, %d vanished, %d recorded mixed with a warning", captures, changed, vanished, mixed)
 }
+
+// TestCaptureFailOnChangeRefusesAChangedFile: with FailOnChange a file
+// rewritten while read, small or streamed, is a typed error, and the
+// capture appends and stores nothing.
+func TestCaptureFailOnChangeRefusesAChangedFile(t *testing.T) {
+	ctx := context.Background()
+	for _, size := range []int{100, 3 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			f := newCaptureFixture(t)
+			ws := filepath.Join(f.dir, "ws")
+			p := filepath.Join(ws, "f")
+			write(t, ws, "f", bytes.Repeat([]byte("a"), size), 0o644)
+			defer f.db.OnPoint("capture.fileRead", func() error {
+				return os.WriteFile(p, bytes.Repeat([]byte("b"), size+1), 0o644)
+			})()
+			_, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, FailOnChange: true})
+			var wce *engine.WorkspaceChangedError
+			if !errors.As(err, &wce) || wce.Warning.What != engine.EntryChanged || wce.Warning.Path != "f" ||
+				!errors.Is(err, engine.ErrWorkspaceChanged) || !errors.Is(err, chain.ErrInvalidWorkspace) {
+				t.Fatalf("Capture = %v, want a *WorkspaceChangedError naming f changed", err)
+			}
+			if head, _ := f.db.Head(ctx, "t1"); head != "" {
+				t.Fatalf("a refused capture appended %q", head)
+			}
+			if infos, _ := f.db.Blobs().List(ctx, ""); len(infos) != 0 {
+				t.Fatalf("a refused capture stored %d blobs", len(infos))
+			}
+		})
+	}
+}
