@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +50,17 @@ type CaptureInput struct {
 	// Progress, if set, is called from one goroutine about every 100 ms
 	// while files are read, and once at the end.
 	Progress func(Progress)
+	// FailOnChange makes a file or directory that changes or vanishes
+	// while the capture runs an error (a *WorkspaceChangedError, matching
+	// ErrWorkspaceChanged and chain.ErrInvalidWorkspace) that appends
+	// nothing. Without it the capture records what it read, leaves out
+	// what vanished, and names both in CaptureResult.Warnings.
+	FailOnChange bool
+	// Rehash ignores the stat cache: every file is read and hashed again
+	// (blobs already stored are still not written twice). For trees
+	// written in ways that do not move a file's times, such as through a
+	// shared mmap (see statcache.go).
+	Rehash bool
 }
 
 // Progress reports a capture's or restore's advance.
@@ -75,12 +89,83 @@ type CaptureStats struct {
 	BytesNew int64 `json:"bytesNew"`
 	// Files read whose blob was stored already.
 	Deduplicated int `json:"deduplicated"`
+	// Files that changed while the capture ran (recorded as read), and
+	// files and directories that vanished before they could be read (left
+	// out): tar's "file changed as we read it". Each is named in
+	// CaptureResult.Warnings.
+	Changed  int `json:"changed"`
+	Vanished int `json:"vanished"`
 }
 
 // CaptureResult is the appended checkpoint and what it took.
 type CaptureResult struct {
 	Checkpoint *chain.Checkpoint
 	Stats      CaptureStats
+	// Warnings names each file that changed and each file or directory
+	// that vanished while the capture ran, sorted by path.
+	Warnings []CaptureWarning
+}
+
+// EntryChange says what happened to a workspace entry while it was
+// captured.
+type EntryChange string
+
+const (
+	// EntryChanged: the file's stat moved between the walk and the end of
+	// its read, or during the read. It is recorded as the last read found
+	// it; if it changed during each of maxReads reads, those bytes may mix
+	// versions, and its digest is not cached.
+	EntryChanged EntryChange = "changed"
+	// EntryVanished: the file or directory was removed, or replaced by a
+	// symlink or something else, before it could be read. It is left out.
+	EntryVanished EntryChange = "vanished"
+)
+
+// CaptureWarning names an entry that changed or vanished during a capture.
+type CaptureWarning struct {
+	Path   string      `json:"path"`
+	What   EntryChange `json:"what"`
+	Detail string      `json:"detail"`
+}
+
+func (w CaptureWarning) String() string { return fmt.Sprintf("%q %s: %s", w.Path, w.What, w.Detail) }
+
+// ErrWorkspaceChanged matches the error of a capture that
+// CaptureInput.FailOnChange stopped.
+var ErrWorkspaceChanged = errors.New("sbxdb: workspace changed during capture")
+
+// WorkspaceChangedError is the error of a capture that
+// CaptureInput.FailOnChange stopped because an entry changed or vanished.
+// It matches ErrWorkspaceChanged and chain.ErrInvalidWorkspace, whose code
+// chain.Code returns.
+type WorkspaceChangedError struct{ Warning CaptureWarning }
+
+func (e *WorkspaceChangedError) Error() string {
+	return chain.CodeInvalidWorkspace + ": " + e.Warning.String()
+}
+
+// Unwrap returns the contract sentinel and ErrWorkspaceChanged.
+func (e *WorkspaceChangedError) Unwrap() []error {
+	return []error{chain.ErrInvalidWorkspace, ErrWorkspaceChanged}
+}
+
+// changeLog collects what changed or vanished while a capture ran; a
+// strict log makes the first report an error instead.
+type changeLog struct {
+	strict   bool
+	mu       sync.Mutex
+	warnings []CaptureWarning
+}
+
+func (l *changeLog) report(path string, what EntryChange, detail string) error {
+	w := CaptureWarning{Path: path, What: what, Detail: detail}
+	if l.strict {
+		return &WorkspaceChangedError{Warning: w}
+	}
+	l.mu.Lock()
+	l.warnings = append(l.warnings, w)
+	l.mu.Unlock()
+	return nil
 }
 
 // smallFile is the size up to which a file is read whole into memory and
@@ -106,6 +191,11 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %q: %v", in.Dir, err)
 	}
+	rootDir, err := openWorkspace(root)
+	if err != nil {
+		return nil, err
+	}
+	defer rootDir.Close()
 	// Fail early, before reading gigabytes, if the lease is not ours; the
 	// append checks it again.
 	if err := db.checkWriter(in.Writer); err != nil {
@@ -113,9 +203,13 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}
 	redactor := workspace.NewRedactor(in.Secrets)
 	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
-	cache := loadStatCache(cachePath, redactor.Fingerprint())
+	cache := &statCache{}
+	if !in.Rehash {
+		cache = loadStatCache(cachePath, redactor.Fingerprint())
+	}
 
-	c := &capture{db: db, root: root, redactor: redactor, batch: db.blobs.NewBatch()}
+	c := &capture{db: db, root: root, dir: rootDir, redactor: redactor, batch: db.blobs.NewBatch(),
+		changes: &changeLog{strict: in.FailOnChange}}
 	defer c.batch.Close() // after the append: the batch pins its keys until then
 	// A cached digest is only good while its blob is stored; pinned, it
 	// stays stored until the append has committed. Every key the cache
@@ -133,7 +227,8 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}()
 	started := time.Now()
 	storeDir, _ := filepath.Abs(db.dir)
-	tree, err := walkTree(ctx, root, storeDir, &in.Policy, in.AllowEscapingSymlinks)
+	tree, err := walkTree(ctx, &walkInput{root: root, dir: rootDir, skip: storeDir, pol: &in.Policy,
+		allowEscape: in.AllowEscapingSymlinks, changes: c.changes, point: db.point})
 	pin := <-pins
 	if err == nil {
 		err = pin.err
@@ -145,12 +240,19 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err := c.pinArtifacts(ctx, in.Artifacts); err != nil {
 		return nil, err
 	}
+	if err := db.point("capture.walked"); err != nil {
+		return nil, err
+	}
 	stop := reportProgress(in.Progress, &c.progress)
 	err = parallel(ctx, files, c.newHasher)
 	stop()
 	if err != nil {
 		return nil, err
 	}
+	if c.vanished.Load() {
+		tree = dropVanished(tree)
+	}
+	c.count(tree)
 	if err := db.point("capture.beforeCommit"); err != nil {
 		return nil, err
 	}
@@ -162,16 +264,21 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
 		newStatCache(started.UnixNano(), redactor.Fingerprint(), tree).save(cachePath)
 	}
-	return &CaptureResult{Checkpoint: cp, Stats: c.stats}, nil
+	warnings := c.changes.warnings
+	slices.SortStableFunc(warnings, func(a, b CaptureWarning) int { return strings.Compare(a.Path, b.Path) })
+	return &CaptureResult{Checkpoint: cp, Stats: c.stats, Warnings: warnings}, nil
 }
 
 // capture is the state of one Capture call.
 type capture struct {
 	db       *DB
 	root     string
+	dir      *os.File // the workspace root, opened: files are opened beneath it
 	redactor *workspace.Redactor
 	batch    *cas.Batch
 	progress progressCounters
+	changes  *changeLog
+	vanished atomic.Bool // a file to read had vanished: the tree needs dropVanished
 
 	mu    sync.Mutex // guards stats while files are read
 	stats CaptureStats
@@ -183,19 +290,13 @@ type capture struct {
 // read.
 func (c *capture) plan(tree []walked, cache *statCache, missing, stale []string) []*walked {
 	var toRead, hits []*walked
-	cursor := 0
+	cursor, files := 0, 0
 	for i := range tree {
 		w := &tree[i]
-		switch w.kind {
-		case chain.KindDir:
-			c.stats.Dirs++
-			continue
-		case chain.KindSymlink:
-			c.stats.Symlinks++
+		if w.kind != chain.KindFile {
 			continue
 		}
-		c.stats.Files++
-		c.stats.Bytes += w.st.size
+		files++
 		if sum, key, ok := cache.lookup(&cursor, w.path, w.st); ok {
 			w.sum, w.key, w.size = sum, key, w.st.size
 			hits = append(hits, w)
@@ -227,7 +328,7 @@ func (c *capture) plan(tree []walked, cache *statCache, missing, stale []string)
 		}
 		c.batch.Refresh(used)
 	}
-	c.stats.Unchanged = c.stats.Files - len(toRead)
+	c.stats.Unchanged = files - len(toRead)
 	for _, w := range toRead {
 		c.progress.totalFiles.Add(1)
 		c.progress.totalBytes.Add(w.st.size)
@@ -264,48 +365,263 @@ func (c *capture) newHasher() func(context.Context, *walked) error {
 	}
 }
 
+// maxReads bounds how many times a file whose stat moves while it is read
+// is read; what the last read saw is then recorded, with a warning.
+const maxReads = 3
+
+// errChangedWhileRead stops the storing of a streamed file whose stat
+// moved while it was read, so that it is read again and no blob is kept.
+var errChangedWhileRead = errors.New("file changed while it was read")
+
 // hashFile stores one file's (redacted) bytes. buf is a reusable buffer,
 // returned possibly grown.
+//
+// The file is opened beneath the workspace root following no symlink
+// (vfs.OpenBeneath), and its stat after the read (fstat of the open file)
+// is compared with the stat known before it: the walk's for the first read
+// of a small file, the open file's at the start of the read for a streamed
+// one. A read is consistent when they are equal (size, mtime, ctime, inode,
+// device, mode) and it returned as many bytes as the size; otherwise the
+// file is read again, up to maxReads times. A file whose final stat is not
+// the walk's is reported changed; one that is gone, or no longer a regular
+// file, is reported vanished and left out.
 func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, error) {
-	if ctx.Err() != nil {
-		return buf, ctx.Err()
-	}
-	f, err := vfs.Open(filepath.Join(c.root, filepath.FromSlash(w.path)))
-	if err != nil {
-		return buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
-	}
-	defer f.Close()
-	var res cas.AddResult
-	if w.st.size <= smallFile {
-		buf, err = readAll(f, buf[:0], smallFile)
-		if err == errTooBig { // it grew since the walk: stream it
-			if _, err = f.Seek(0, io.SeekStart); err == nil {
-				res, err = c.batch.AddReader(ctx, cas.Files, c.redactor.Reader(f))
-			}
-		} else if err == nil {
-			c.redactor.Redact(buf)
-			res, err = c.batch.Add(ctx, cas.Files, buf)
+	prev, prevDev := w.st, w.dev
+	for read := 1; ; read++ {
+		if err := ctx.Err(); err != nil {
+			return buf, err
 		}
-	} else {
-		res, err = c.batch.AddReader(ctx, cas.Files, c.redactor.Reader(f))
+		last := read == maxReads
+		r, buf2, err := c.readFile(ctx, w, buf, prev, prevDev, last && !c.changes.strict)
+		buf = buf2
+		if err != nil {
+			return buf, err
+		}
+		if r.gone {
+			w.gone = true
+			c.vanished.Store(true)
+			return buf, c.changes.report(w.path, EntryVanished, r.detail)
+		}
+		if !r.consistent && (!last || c.changes.strict) {
+			if c.changes.strict {
+				return buf, c.changes.report(w.path, EntryChanged, "the file changed after the walk listed it, or while it was read")
+			}
+			prev, prevDev = r.st, r.dev
+			continue
+		}
+		if changed := !r.consistent || r.st != w.st || r.dev != w.dev; changed {
+			detail := "the file changed after the walk listed it; recorded as read"
+			if !r.consistent {
+				detail = fmt.Sprintf("the file changed during each of %d reads; the bytes recorded may mix versions", read)
+				w.unstable = true
+			}
+			if err := c.changes.report(w.path, EntryChanged, detail); err != nil {
+				return buf, err
+			}
+		}
+		w.sum, w.key, w.size = r.res.Sum, r.res.Key, r.res.Size
+		w.st, w.dev, w.exec = r.st, r.dev, r.st.mode&0o111 != 0
+		c.countRead(r.res)
+		return buf, nil
 	}
-	if err != nil {
-		return buf, fmt.Errorf("capture %q: %w", w.path, err)
-	}
-	w.sum, w.key, w.size = res.Sum, res.Key, res.Size
+}
+
+// countRead counts a file read and stored.
+func (c *capture) countRead(res cas.AddResult) {
 	c.progress.files.Add(1)
 	c.progress.bytes.Add(res.Size)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.FilesRead++
 	c.stats.BytesRead += res.Size
-	c.stats.Bytes += res.Size - w.st.size // what was read, if it changed since the walk
 	if res.New {
 		c.stats.BlobsNew++
 	} else {
 		c.stats.Deduplicated++
 	}
-	return buf, nil
+}
+
+// fileRead is the outcome of one read of a file.
+type fileRead struct {
+	res        cas.AddResult // what was stored; zero if nothing was
+	st         fileStat      // the file's stat at the end of the read
+	dev        uint64
+	consistent bool   // st was the stat before the read, and the bytes were its size
+	gone       bool   // nothing to read: vanished, or not a regular file now
+	detail     string // why gone
+}
+
+// readFile reads the file of w once and stores its bytes if the read was
+// consistent (see hashFile) or keepInconsistent is set. prev and prevDev
+// are the stat a small file must still have once read.
+func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev fileStat, prevDev uint64, keepInconsistent bool) (fileRead, []byte, error) {
+	var out fileRead
+	f, err := vfs.OpenBeneath(c.dir, w.path)
+	if err != nil {
+		if vfs.IsGone(err) {
+			return fileRead{gone: true, detail: "the file vanished, or became a symlink, before it was read"}, buf, nil
+		}
+		return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+	}
+	defer f.Close()
+	notRegular := fileRead{gone: true, detail: "the file was replaced by something other than a regular file before it was read"}
+	if w.st.size <= smallFile {
+		var rerr error
+		buf, rerr = readAll(f, buf[:0], smallFile)
+		if err := c.db.point("capture.fileRead"); err != nil {
+			return out, buf, err
+		}
+		st, dev, err := fstatOpen(f, c.root, w.path)
+		if err != nil {
+			return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+		}
+		if !isRegular(st) {
+			return notRegular, buf, nil
+		}
+		switch {
+		case rerr == errTooBig: // it grew since the walk: stream it
+			if err := f.Rewind(); err != nil {
+				return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+			}
+		case rerr != nil:
+			return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, rerr)
+		default:
+			out.st, out.dev = st, dev
+			out.consistent = st == prev && dev == prevDev && int64(len(buf)) == st.size
+			if !out.consistent && !keepInconsistent {
+				return out, buf, nil
+			}
+			c.redactor.Redact(buf)
+			out.res, err = c.batch.Add(ctx, cas.Files, buf)
+			if err != nil {
+				err = fmt.Errorf("capture %q: %w", w.path, err)
+			}
+			return out, buf, err
+		}
+	}
+	before, beforeDev, err := fstatOpen(f, c.root, w.path)
+	if err != nil {
+		return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+	}
+	if !isRegular(before) {
+		return notRegular, buf, nil
+	}
+	sr := &streamReader{ctx: ctx, f: f, point: c.db.point}
+	sr.atEOF = func() error {
+		if err := c.db.point("capture.fileRead"); err != nil {
+			return err
+		}
+		st, dev, err := fstatOpen(f, c.root, w.path)
+		if err != nil {
+			return err
+		}
+		out.st, out.dev = st, dev
+		out.consistent = st == before && dev == beforeDev && sr.n == st.size
+		if !out.consistent && !keepInconsistent {
+			return errChangedWhileRead
+		}
+		return nil
+	}
+	out.res, err = c.batch.AddReader(ctx, cas.Files, c.redactor.Reader(sr))
+	if errors.Is(err, errChangedWhileRead) {
+		return out, buf, nil
+	}
+	if err != nil {
+		return out, buf, fmt.Errorf("capture %q: %w", w.path, err)
+	}
+	return out, buf, nil
+}
+
+// streamReader reads a streamed file for the blob store. It stops once ctx
+// is cancelled, whatever the reader above it does between reads, and at
+// the end of the file calls atEOF once, whose error, if any, replaces
+// io.EOF from then on.
+type streamReader struct {
+	ctx    context.Context
+	f      *vfs.Reader
+	point  func(string) error
+	n      int64 // bytes read
+	atEOF  func() error
+	ended  bool
+	endErr error // atEOF's error, or io.EOF
+}
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	if s.ended {
+		return 0, s.endErr
+	}
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := s.f.Read(p)
+	s.n += int64(n)
+	switch {
+	case err == io.EOF:
+		s.ended, s.endErr = true, io.EOF
+		if eerr := s.atEOF(); eerr != nil {
+			s.endErr = eerr
+		}
+		return n, s.endErr
+	case err == nil:
+		if perr := s.point("capture.streamed"); perr != nil {
+			return n, perr
+		}
+	}
+	return n, err
+}
+
+// dropVanished removes the files that vanished before they could be read,
+// and records as an empty directory each directory that has nothing
+// recorded beneath it any more, as the walk would have. tree is sorted by
+// path, and so is the result.
+func dropVanished(tree []walked) []walked {
+	out := make([]walked, 0, len(tree))
+	var parents []string
+	for i := range tree {
+		if !tree[i].gone {
+			out = append(out, tree[i])
+		} else if d := path.Dir(tree[i].path); d != "." {
+			parents = append(parents, d)
+		}
+	}
+	emptied := map[string]bool{}
+	for _, d := range parents {
+		i, _ := slices.BinarySearchFunc(out, d+"/", func(w walked, p string) int { return strings.Compare(w.path, p) })
+		if i == len(out) || !strings.HasPrefix(out[i].path, d+"/") {
+			emptied[d] = true
+		}
+	}
+	if len(emptied) == 0 {
+		return out
+	}
+	for d := range emptied {
+		out = append(out, walked{path: d, kind: chain.KindDir})
+	}
+	slices.SortFunc(out, func(a, b walked) int { return strings.Compare(a.path, b.path) })
+	return out
+}
+
+// count sets the manifest's entry counts and total size in the stats.
+func (c *capture) count(tree []walked) {
+	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Bytes = 0, 0, 0, 0
+	for i := range tree {
+		switch tree[i].kind {
+		case chain.KindFile:
+			c.stats.Files++
+			c.stats.Bytes += tree[i].size
+		case chain.KindDir:
+			c.stats.Dirs++
+		case chain.KindSymlink:
+			c.stats.Symlinks++
+		}
+	}
+	for _, w := range c.changes.warnings {
+		if w.What == EntryChanged {
+			c.stats.Changed++
+		} else {
+			c.stats.Vanished++
+		}
+	}
 }
 
 // manifest builds the checkpoint's entries from the walk, every file's

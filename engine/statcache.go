@@ -33,6 +33,22 @@ import (
 // re-hash and nothing else. It maps stats to content, never to checkpoint
 // ids (SPEC §10 Q18), and a capture checks that every blob it takes from the
 // cache is still stored before relying on it.
+//
+// Each entry holds the stat of the bytes its digest was made from: the
+// capture's fstat of the open file once read, which equalled the stat
+// before the read. A file that kept changing while it was read is left
+// out, so it is read again next time.
+//
+// Limits: the cache trusts that a change to a file's bytes moves its
+// mtime or ctime (or its size or inode). Writes through a shared mmap do
+// not, while the written pages stay dirty: the kernel updates the times
+// when a clean page is first written, not on later stores to a page
+// already dirty, so such a write after a capture read the file can leave
+// its stat as it was. Filesystems with coarse timestamps, or tools that
+// set mtime back and write within one ctime tick, can do the same. Hosts
+// that write files that way capture with CaptureInput.Rehash (sbxdb
+// capture --rehash), which reads and hashes every file; blobs already
+// stored are still not written twice.
 
 // racyWindow covers filesystems whose timestamps are coarser than the
 // clock (a jiffy on Linux, one or two seconds on others).
@@ -73,15 +89,15 @@ func statCachePath(storeDir, threadID, root string) string {
 }
 
 // newStatCache returns the cache a capture leaves: every file of its walk
-// (sorted by path, as the walk is) with the stat the walk saw and the
-// digest stored, for a capture that began walking at taken under the
-// secrets whose fingerprint is secrets.
+// (sorted by path, as the walk is) but those that changed while read, with
+// the stat of the bytes stored and their digest, for a capture that began
+// walking at taken under the secrets whose fingerprint is secrets.
 func newStatCache(taken int64, secrets [32]byte, tree []walked) *statCache {
 	c := &statCache{taken: taken}
 	rand.Read(c.salt[:])
 	c.verifier = secretsVerifier(c.salt, secrets)
 	for i := range tree {
-		if w := &tree[i]; w.kind == chain.KindFile {
+		if w := &tree[i]; w.kind == chain.KindFile && !w.unstable {
 			c.entries = append(c.entries, statEntry{path: w.path, st: w.st, sum: w.sum})
 		}
 	}

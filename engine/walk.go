@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -20,35 +22,58 @@ import (
 
 // walked is one manifest entry found by the walk. For a file, the capture
 // fills in sum, key and size once it knows them (from the stat cache, or by
-// reading the file).
+// reading the file), and replaces st by the stat of the bytes it read.
 type walked struct {
 	path   string
 	kind   chain.Kind
 	exec   bool
 	target string   // symlinks
-	st     fileStat // files: as the walk found them
+	st     fileStat // files: as the walk found them, then as read
+	dev    uint64   // files: the device of st
 	sum    [32]byte // files: sha256 of the bytes stored
 	key    string   // files: the blob key of sum, made once for the index check and the manifest
 	size   int64    // files: their length
+	// Files: gone is set when the file vanished before it could be read
+	// (it is left out); unstable when it kept changing while read (its
+	// digest is recorded, never cached).
+	gone, unstable bool
 }
 
-// walkTree lists what a capture records of the tree at root under pol
-// (SPEC §6.4, §10 Q5): regular files, directories with nothing recorded
-// beneath them, and symlinks, sorted by path bytes. Directories are read in
-// parallel; an excluded directory is not read at all.
-// A directory whose absolute path is skip (the store's own directory, when
-// it lies inside the workspace) is not walked either.
-func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, allowEscape bool) ([]walked, error) {
-	st, err := os.Stat(root)
-	if err != nil {
-		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %v", root, err)
-	}
-	if !st.IsDir() {
-		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s is not a directory", root)
-	}
+// walkInput is what walkTree needs.
+type walkInput struct {
+	root string   // the workspace's absolute path, for messages
+	dir  *os.File // the workspace, opened: every name is opened beneath it
+	// skip is the absolute path of a directory not to walk (the store's
+	// own, when it lies inside the workspace).
+	skip        string
+	pol         *workspace.Policy
+	allowEscape bool
+	// changes receives the directories and files that vanish while they
+	// are walked; a strict log makes that an error.
+	changes *changeLog
+	// point runs a test hook by name (DB.point); nil runs none.
+	point func(name string) error
+}
+
+// walkTree lists what a capture records of the tree beneath in.dir under
+// in.pol (SPEC §6.4, §10 Q5): regular files, directories with nothing
+// recorded beneath them, and symlinks, sorted by path bytes. Directories are
+// read in parallel; an excluded directory is not read at all.
+//
+// Every directory is opened beneath in.dir following no symlink on the
+// way (vfs.OpenDirBeneath), and each name in it is stat'ed and read
+// relative to the directory's descriptor: a directory or file renamed to a
+// symlink meanwhile is never followed out of the tree. A directory or file
+// that vanishes (or becomes a symlink) between being listed and being
+// opened is left out and reported to in.changes.
+func walkTree(ctx context.Context, in *walkInput) ([]walked, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &walker{ctx: ctx, root: root, skip: skip, pol: pol,
+	point := in.point
+	if point == nil {
+		point = func(string) error { return nil }
+	}
+	w := &walker{ctx: ctx, in: in, point: point,
 		sem: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), cancel: cancel}
 	top := &dirNode{}
 	w.wg.Add(1)
@@ -61,7 +86,7 @@ func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, all
 		return nil, err
 	}
 	out := top.flatten(make([]walked, 0, w.entries.Load()))
-	if !allowEscape {
+	if !in.allowEscape {
 		links := map[string]string{}
 		for i := range out {
 			if out[i].kind == chain.KindSymlink {
@@ -75,17 +100,41 @@ func walkTree(ctx context.Context, root, skip string, pol *workspace.Policy, all
 	return out, nil
 }
 
+// openWorkspace opens the workspace root for a capture. The root itself
+// may be reached through symlinks: it is the caller's choice.
+func openWorkspace(root string) (*os.File, error) {
+	d, err := vfs.OpenDir(root)
+	if err != nil {
+		if st, serr := os.Stat(root); serr == nil && !st.IsDir() {
+			return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s is not a directory", root)
+		}
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %v", root, err)
+	}
+	return d, nil
+}
+
 // dirNode is one directory's part of the walk, filled in by the goroutine
 // that reads it.
 type dirNode struct {
 	rel     string
 	found   []walked   // its files and symlinks
 	subdirs []*dirNode // the subdirectories walked
+	gone    bool       // it vanished before it could be read: left out
 }
 
 // empty reports whether nothing is recorded beneath the directory, which
 // makes it an entry itself (the root excepted).
-func (n *dirNode) empty() bool { return len(n.found) == 0 && len(n.subdirs) == 0 }
+func (n *dirNode) empty() bool {
+	if len(n.found) > 0 {
+		return false
+	}
+	for _, d := range n.subdirs {
+		if !d.gone {
+			return false
+		}
+	}
+	return true
+}
 
 // flatten appends the entries of n's tree to out in path byte order. The
 // whole list is never sorted: moving the entries (~150 bytes each) was 8 %
@@ -112,6 +161,9 @@ func (n *dirNode) flatten(out []walked) []walked {
 		kids = append(kids, child{key: n.found[i].path[skip:], i: i})
 	}
 	for i, d := range n.subdirs {
+		if d.gone {
+			continue
+		}
 		key := d.rel[skip:]
 		if !d.empty() {
 			key += "/"
@@ -132,10 +184,9 @@ func (n *dirNode) flatten(out []walked) []walked {
 type walker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	root   string
-	skip   string
-	pol    *workspace.Policy
-	sem    chan struct{} // bounds the directories read at once
+	in     *walkInput
+	point  func(string) error
+	sem    chan struct{} // bounds the directories read (and so held open) at once
 	wg     sync.WaitGroup
 
 	entries atomic.Int64 // files and symlinks found, to size the list
@@ -158,7 +209,7 @@ func (w *walker) fail(err error) {
 func (w *walker) dir(n *dirNode) {
 	defer w.wg.Done()
 	w.sem <- struct{}{}
-	found, subdirs, err := w.read(n.rel)
+	found, subdirs, err := w.read(n)
 	<-w.sem
 	if err != nil {
 		w.fail(err)
@@ -174,20 +225,42 @@ func (w *walker) dir(n *dirNode) {
 	}
 }
 
-func (w *walker) read(rel string) (found []walked, subdirs []string, err error) {
+// vanished reports an entry of the walk that is gone, or no longer what
+// the directory listing said it was.
+func (w *walker) vanished(p, detail string) error {
+	return w.in.changes.report(p, EntryVanished, detail)
+}
+
+func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) {
+	rel := n.rel
 	if err := w.ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	abs := filepath.Join(w.root, filepath.FromSlash(rel))
-	f, err := vfs.Open(abs)
+	if err := w.point("capture.walkDir"); err != nil {
+		return nil, nil, err
+	}
+	name := rel
+	if name == "" {
+		name = "."
+	}
+	f, err := vfs.OpenDirBeneath(w.in.dir, name)
 	if err != nil {
+		if vfs.IsGone(err) && rel != "" {
+			n.gone = true
+			return nil, nil, w.vanished(rel, "the directory vanished, or became a symlink, before it was read")
+		}
 		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
 	}
 	defer f.Close()
 	ents, err := f.ReadDir(-1)
 	if err != nil {
+		if vfs.IsGone(err) && rel != "" { // removed while it was listed
+			n.gone = true
+			return nil, nil, w.vanished(rel, "the directory was removed while it was read")
+		}
 		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
 	}
+	abs := f.Name()
 	for _, d := range ents {
 		name := d.Name()
 		p := name
@@ -200,24 +273,43 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 		t := d.Type()
 		switch {
 		case t.IsDir():
-			if !w.pol.Skip(p, chain.KindDir) && filepath.Join(abs, name) != w.skip {
+			if !w.in.pol.Skip(p, chain.KindDir) && filepath.Join(abs, name) != w.in.skip {
 				subdirs = append(subdirs, p)
 			}
 		case t.IsRegular():
-			if w.pol.Skip(p, chain.KindFile) || !w.pol.Wants(p, chain.KindFile) {
+			if w.in.pol.Skip(p, chain.KindFile) || !w.in.pol.Wants(p, chain.KindFile) {
 				continue // not read, not even stat'ed
 			}
-			st, err := lstatAt(f, name)
-			if err != nil {
-				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "lstat %q: %v", p, err)
-			}
-			found = append(found, walked{path: p, kind: chain.KindFile, exec: st.mode&0o111 != 0, st: st})
-		case t&os.ModeSymlink != 0:
-			if w.pol.Skip(p, chain.KindSymlink) || !w.pol.Wants(p, chain.KindSymlink) {
+			st, dev, err := lstatAt(f, name)
+			if err == nil && !isRegular(st) {
+				err = w.vanished(p, "the file was replaced by something else before it was read")
+				if err != nil {
+					return nil, nil, err
+				}
 				continue
 			}
-			target, err := os.Readlink(filepath.Join(abs, name))
 			if err != nil {
+				if vfs.IsGone(err) {
+					if err := w.vanished(p, "the file vanished before it was read"); err != nil {
+						return nil, nil, err
+					}
+					continue
+				}
+				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "lstat %q: %v", p, err)
+			}
+			found = append(found, walked{path: p, kind: chain.KindFile, exec: st.mode&0o111 != 0, st: st, dev: dev})
+		case t&os.ModeSymlink != 0:
+			if w.in.pol.Skip(p, chain.KindSymlink) || !w.in.pol.Wants(p, chain.KindSymlink) {
+				continue
+			}
+			target, err := readlinkAt(f, name)
+			if err != nil {
+				if vfs.IsGone(err) || errors.Is(err, syscall.EINVAL) { // EINVAL: no longer a symlink
+					if err := w.vanished(p, "the symlink vanished, or was replaced, before it was read"); err != nil {
+						return nil, nil, err
+					}
+					continue
+				}
 				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "readlink %q: %v", p, err)
 			}
 			if err := checkLinkTarget(p, target); err != nil {
@@ -225,7 +317,7 @@ func (w *walker) read(rel string) (found []walked, subdirs []string, err error) 
 			}
 			found = append(found, walked{path: p, kind: chain.KindSymlink, target: target})
 		default:
-			if w.pol.Skip(p, chain.KindFile) {
+			if w.in.pol.Skip(p, chain.KindFile) {
 				continue
 			}
 			return nil, nil, chain.Errorf(chain.ErrUnsupportedEntry, "%q is a %v, not a regular file, directory or symlink", p, t)

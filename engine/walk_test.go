@@ -53,7 +53,12 @@ func TestWalkOrder(t *testing.T) {
 		}
 		fill(root, "", 0)
 		want := slices.Sorted(maps.Keys(kinds))
-		got, err := walkTree(context.Background(), root, "", nil, true)
+		dir, err := openWorkspace(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := walkTree(context.Background(), &walkInput{root: root, dir: dir, allowEscape: true, changes: &changeLog{}})
+		dir.Close()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ var captureCmd = &command{
 	nargs:      1,
 	writes:     true,
 	creates:    true,
-	flagsUsage: "--thread THREAD [--id ID] [--label LABEL] [--exclude GLOB]... [--include GLOB]... [--secret-env NAME]...",
+	flagsUsage: "--thread THREAD [--id ID] [--label LABEL] [--exclude GLOB]... [--include GLOB]... [--secret-env NAME]... [--rehash]",
 	summary:    "Record the workspace DIR as a new checkpoint on the head of a thread",
 	detail: `capture opens the store for writing, creating it if it does not exist, and
 holds the thread's writer lease while it runs; a live lease of another writer
@@ -47,17 +47,30 @@ command line, where other users can read them.
 
 Files whose size, times, inode and mode are as the thread's previous capture
 of DIR found them, and that were not modified just before it, are not read
-again. On a terminal a progress line shows the files and bytes read and the
-rate. The summary line counts the files recorded, those unchanged, those
-read, the new blobs stored (with their compressed size) and the files whose
-bytes were stored already (deduplicated). With --json: {id, threadId,
-parentCheckpointId, reason, label, stats, seconds}.`,
+again. Writes through a shared mmap can change a file without moving its
+times: --rehash reads and hashes every file (bytes already stored are still
+not stored twice).
+
+Files and directories are opened beneath DIR without following symlinks, so
+a name renamed to a symlink during the capture never leads outside DIR. A
+file that changes while it is read is read again (up to 3 times) and
+recorded as read; a file or directory that vanishes is left out. Each prints
+a line sbxdb: warning: "PATH" changed|vanished: WHAT on standard error, and
+the summary counts them.
+
+On a terminal a progress line shows the files and bytes read and the rate.
+The summary line counts the files recorded, those unchanged, those read, the
+new blobs stored (with their compressed size), the files whose bytes were
+stored already (deduplicated), and any changed or vanished while read. With
+--json: {id, threadId, parentCheckpointId, reason, label, stats, warnings,
+seconds}; stats.changed and stats.vanished count the warnings.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.StringVar(&inv.thread, "thread", "", "capture onto the head of thread `THREAD` (required)")
 		fset.StringVar(&inv.id, "id", "", "the new checkpoint's `ID` (default a random UUID)")
 		fset.StringVar(&inv.label, "label", "", "label the checkpoint `LABEL`, making its reason \"named\"")
 		policyFlags(fset, inv, false)
 		fset.Var(&inv.secretEnvs, "secret-env", "zero-fill the value of environment variable `NAME` in stored bytes (repeatable)")
+		fset.BoolVar(&inv.rehash, "rehash", false, "read and hash every file, trusting no stat from the previous capture")
 	},
 	check: func(inv *invocation, args []string) error {
 		if inv.thread == "" {
@@ -105,7 +118,9 @@ type captureJSON struct {
 	Reason   chain.Reason        `json:"reason"`
 	Label    string              `json:"label,omitempty"`
 	Stats    engine.CaptureStats `json:"stats"`
-	Seconds  float64             `json:"seconds"`
+	// Warnings names the entries that changed or vanished while read.
+	Warnings []engine.CaptureWarning `json:"warnings,omitempty"`
+	Seconds  float64                 `json:"seconds"`
 }
 
 func runCapture(inv *invocation, args []string) error {
@@ -134,7 +149,7 @@ func runCapture(inv *invocation, args []string) error {
 		res, err = db.Capture(ctx, engine.CaptureInput{
 			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
 			Policy: pol, Secrets: secrets, AllowEscapingSymlinks: inv.allowEscaping,
-			Progress: inv.progressFunc("reading", start),
+			Rehash: inv.rehash, Progress: inv.progressFunc("reading", start),
 		})
 		return err
 	})
@@ -147,17 +162,35 @@ func runCapture(inv *invocation, args []string) error {
 	elapsed := time.Since(start)
 
 	cp, st := res.Checkpoint, res.Stats
+	printCaptureWarnings(inv.errOut, res.Warnings)
 	if inv.json {
 		return writeJSON(inv.out, captureJSON{
 			ID: cp.ID, ThreadID: cp.ThreadID, ParentID: nullable(cp.ParentID), Reason: cp.Reason, Label: cp.Label,
-			Stats: st, Seconds: elapsed.Seconds(),
+			Stats: st, Warnings: res.Warnings, Seconds: elapsed.Seconds(),
 		})
 	}
-	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated in %s\n",
+	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated%s in %s\n",
 		cell(cp.ID), cell(cp.ThreadID), count(st.Files, "file"), size(st.Bytes), st.Unchanged,
 		st.FilesRead, size(st.BytesRead), count(st.BlobsNew, "new blob"), size(st.BytesNew),
-		st.Deduplicated, seconds(elapsed))
+		st.Deduplicated, changedWhileRead(st), seconds(elapsed))
 	return err
+}
+
+// printCaptureWarnings writes one line per entry that changed or vanished
+// while the capture read it, as tar does ("file changed as we read it").
+func printCaptureWarnings(w io.Writer, warnings []engine.CaptureWarning) {
+	for _, x := range warnings {
+		fmt.Fprintf(w, "sbxdb: warning: %s\n", x)
+	}
+}
+
+// changedWhileRead is the summary's count of changed and vanished entries,
+// empty when there were none.
+func changedWhileRead(st engine.CaptureStats) string {
+	if st.Changed == 0 && st.Vanished == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d changed and %d vanished while read", st.Changed, st.Vanished)
 }
 
 // releaseTimeout bounds the release of a writer lease.

@@ -136,6 +136,7 @@ type invocation struct {
 	includes      stringList // --include
 	secretEnvs    stringList // --secret-env
 	allowEscaping bool       // --allow-escaping-symlinks
+	rehash        bool       // --rehash
 
 	// The flags of check, gc and compact.
 	verifyBlobs     bool           // --verify-blobs
