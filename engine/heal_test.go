@@ -83,17 +83,14 @@ func hasFinding(rep *engine.CheckReport, kind, subjectPart string) bool {
 	})
 }
 
-// A gc that repacks writes a new pack holding every live blob, commits, and
-// removes the old pack. With the newest meta page damaged, the database
-// opens at the transaction before that commit: its index names the old
-// pack, which is gone, and knows nothing of the new one. The writable open
-// must not delete the new pack (the only copy of every live blob); it goes
-// to quarantine, check reports it, and check --repair indexes it again, so
-// the checkpoint gc kept restores byte for byte.
-func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
+// newHealStore opens a store in a temporary directory with healFiles
+// captured as cp1 on thread t, and returns it, its directory and the
+// workspace.
+func newHealStore(t *testing.T) (dir, ws string, db *engine.DB) {
+	t.Helper()
 	root := t.TempDir()
-	dir := filepath.Join(root, "store")
-	ws := filepath.Join(root, "ws")
+	dir = filepath.Join(root, "store")
+	ws = filepath.Join(root, "ws")
 	for p, b := range healFiles() {
 		write(t, ws, p, b, 0o644)
 	}
@@ -102,6 +99,18 @@ func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
 		t.Fatal(err)
 	}
 	healCapture(t, db, ws, "cp1")
+	return dir, ws, db
+}
+
+// A gc that repacks writes a new pack holding every live blob, commits, and
+// removes the old pack. With the newest meta page damaged, the database
+// opens at the transaction before that commit: its index names the old
+// pack, which is gone, and knows nothing of the new one. The writable open
+// must not delete the new pack (the only copy of every live blob); it goes
+// to quarantine, check reports it, and check --repair indexes it again, so
+// the checkpoint gc kept restores byte for byte.
+func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
+	dir, ws, db := newHealStore(t)
 	os.Remove(filepath.Join(ws, "gone.txt"))
 	os.Remove(filepath.Join(ws, "gone2.bin"))
 	healCapture(t, db, ws, "cp2") // writes no new blob
@@ -169,17 +178,7 @@ func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
 // quarantined; a repair finds every blob in it indexed and intact, stores
 // nothing and removes the file.
 func TestCrashLeftoverPack(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "store")
-	ws := filepath.Join(root, "ws")
-	for p, b := range healFiles() {
-		write(t, ws, p, b, 0o644)
-	}
-	db, err := engine.Open(dir, &engine.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	healCapture(t, db, ws, "cp1")
+	dir, ws, db := newHealStore(t)
 	db.Close()
 	live := packNames(t, dir)
 	if len(live) != 1 {
