@@ -10,8 +10,9 @@ import (
 
 // Options configures a store. The zero value gives the contract's defaults.
 type Options struct {
-	// Now is the clock for leases (and, later, upload times and sweeps). It
-	// is read at each call. Default: time.Now.
+	// Now is the one clock of the store: lease expiry, blob upload times
+	// and the sweep's OlderThan window. It is read at each call. Default:
+	// time.Now.
 	Now func() time.Time
 	// LeaseDuration is how long an acquired or renewed lease lives.
 	// Default 120 s; must be at least 1 ms.

@@ -12,9 +12,11 @@ import (
 
 // RunConformance runs the checkpoint-store cases of SPEC §9: C1–C18
 // (§9.1), U1–U31 (§9.4), S1, S2, S4–S6 (§9.6), D1–D7 and Y1 (§9.7), and
-// the extras X1–X8 (aliasing, a 64-way append race, persistence across
-// reopen, exclusive open, atomicity under injected failures, the append
-// check order, reasons and conversations, identifier limits). Every subtest
+// the extras X1–X8 and X10 (aliasing, a 64-way append race, persistence
+// across reopen, exclusive open, atomicity under injected failures, the
+// append check order, reasons and conversations, identifier limits, many
+// checkpoints folding and dropping reference counts; X9, instance keys,
+// runs with the instance cases). Every subtest
 // calls newStore for a fresh store.
 func RunConformance(t *testing.T, newStore Factory) {
 	var cases []kase
