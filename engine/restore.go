@@ -94,6 +94,12 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 		removeCreated(created)
 		return stats, fmt.Errorf("restore: %w", err)
 	}
+	// Held until the staging directory is renamed or removed: no other
+	// restore's clean-up removes a directory whose lock it cannot take,
+	// whatever it concludes of the owner's name.
+	if l := lockStaging(staging); l != nil {
+		defer l.Close()
+	}
 	if err := db.restoreInto(ctx, cp, staging, &o, &stats); err != nil {
 		os.RemoveAll(staging)
 		removeCreated(created)
@@ -429,17 +435,24 @@ func blobError(e *chain.Entry, err error) error {
 // A staging directory is named for the process that made it:
 // .sbxdb-restore-<host>-<boot>-<pid>-<start>-<random>, where host and boot
 // are the first 8 bytes, in hex, of the sha256 of the host name and of the
-// kernel's boot id, start the process's start time in clock ticks since
-// boot (proc.Identity), and random what MkdirTemp adds. So a later restore
-// can tell a staging directory whose restore was killed from one still
-// being written, by this or another process.
+// kernel's boot id with the process's pid namespace, start the process's
+// start time in clock ticks since boot (proc.Identity), and random what
+// MkdirTemp adds. So a later restore can tell a staging directory whose
+// restore was killed from one still being written, by this or another
+// process. The restore also holds an flock on its staging directory while
+// it writes (lockStaging), which a clean-up must be able to take.
 const stagingPrefix = ".sbxdb-restore-"
 
 // stagingName is the name of a staging directory of process id, without
 // the random part.
 func stagingName(id proc.Identity) string {
-	return fmt.Sprintf("%s%s-%s-%d-%d-", stagingPrefix, nameHash(id.Host), nameHash(id.Boot), id.PID, id.Start)
+	return fmt.Sprintf("%s%s-%s-%d-%d-", stagingPrefix, nameHash(id.Host), nameHash(bootAndNS(id)), id.PID, id.Start)
 }
+
+// bootAndNS is what the second hash of a staging name covers: the kernel
+// boot and the pid namespace, which together say whether this process can
+// look the owner's pid up.
+func bootAndNS(id proc.Identity) string { return id.Boot + "\x00" + id.NS }
 
 func nameHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -475,10 +488,8 @@ func stagingOwner(name string) (proc.Identity, bool) {
 	if f[0] == nameHash(me.Host) {
 		id.Host = me.Host // else "": another host, never provably gone
 	}
-	if f[1] == nameHash(me.Boot) {
-		id.Boot = me.Boot
-	} else {
-		id.Boot = "boot " + f[1] // another boot than this one
+	if f[1] == nameHash(bootAndNS(me)) {
+		id.Boot, id.NS = me.Boot, me.NS // else "": never provably gone
 	}
 	return id, true
 }
@@ -497,11 +508,12 @@ func isDigits(s string) bool {
 
 // removeStaleStaging removes from parent the staging directories of
 // restores whose process is provably gone (proc.Check says Gone: same
-// host, and another boot, no such process, or a later process under the
-// same pid). A name that does not parse, a process that may be alive
-// (Alive or Unknown) and anything that is not a real directory (Lstat: a
-// symlink is never followed) are left alone; os.RemoveAll does not follow
-// symlinks inside the directory either. Failures are ignored: this is
+// host, boot and pid namespace, and no such process, or a later process
+// under the same pid) and whose lock it can take. A name that does not
+// parse, a process that may be alive (Alive or Unknown), a directory whose
+// lock is held and anything that is not a real directory (Lstat: a symlink
+// is never followed) are left alone; os.RemoveAll does not follow symlinks
+// inside the directory either. Failures are ignored: this is
 // housekeeping, and the restore does not depend on it. Check does not look
 // beside restore targets, so this is the only cleanup.
 func removeStaleStaging(parent string) {
@@ -515,10 +527,33 @@ func removeStaleStaging(parent string) {
 			continue
 		}
 		p := filepath.Join(parent, e.Name())
-		if st, err := os.Lstat(p); err == nil && st.IsDir() {
+		if st, err := os.Lstat(p); err != nil || !st.IsDir() {
+			continue
+		}
+		f, err := vfs.OpenDir(p)
+		if err != nil {
+			continue
+		}
+		if ok, err := tryLock(f, true); err == nil && ok {
 			os.RemoveAll(p)
 		}
+		f.Close()
 	}
+}
+
+// lockStaging takes an flock on the staging directory dir for as long as
+// the returned file is open; nil when it cannot (the restore goes on: the
+// lock only guards against a clean-up misjudging its owner).
+func lockStaging(dir string) *os.File {
+	f, err := vfs.OpenDir(dir)
+	if err != nil {
+		return nil
+	}
+	if ok, err := tryLock(f, true); err != nil || !ok {
+		f.Close()
+		return nil
+	}
+	return f
 }
 
 // mkdirAllTracked is os.MkdirAll that returns the directories it created,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/sbxdb/sbxdb/engine"
@@ -44,22 +45,40 @@ func TestRestoreRemovesStaleStagingDirs(t *testing.T) {
 	}
 	reused := me // the same pid, started at another time: a later process
 	reused.Start++
-	rebooted := me
+	rebooted := me // a boot id not this one's may be another machine's
 	rebooted.Boot = "an earlier boot"
+	rebooted.Start++
+	otherNS := me // a pid of another namespace cannot be looked up here
+	otherNS.NS = "pid:[1]"
+	otherNS.Start++
 	otherHost := me
 	otherHost.Host = "other-host"
 	otherHost.Start++
 
 	stale := []string{
 		mkdir(engine.StagingName(reused) + "123"),
-		mkdir(engine.StagingName(rebooted) + "456"),
+	}
+	// A staging directory whose owner looks gone but still holds its lock
+	// (a restore in a namespace that names it in a way this process
+	// misjudges) is never removed.
+	locked := mkdir(engine.StagingName(reused) + "4242")
+	lockFile, err := os.Open(filepath.Join(parent, locked))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockFile.Close()
+	if err := syscall.Flock(int(lockFile.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
 	}
 	kept := []string{
-		mkdir(engine.StagingName(me) + "789"),      // alive: this process
-		mkdir(engine.StagingName(otherHost) + "1"), // unknown: another host
-		mkdir(".sbxdb-restore-123456"),             // does not parse
-		mkdir(engine.StagingName(reused) + "12x"),  // does not parse
-		mkdir(engine.StagingName(reused) + "1-2"),  // does not parse
+		locked,
+		mkdir(engine.StagingName(me) + "789"), // alive: this process
+		mkdir(engine.StagingName(rebooted) + "456"), // unknown: another boot, maybe another machine
+		mkdir(engine.StagingName(otherNS) + "457"),  // unknown: another pid namespace
+		mkdir(engine.StagingName(otherHost) + "1"),  // unknown: another host
+		mkdir(".sbxdb-restore-123456"),              // does not parse
+		mkdir(engine.StagingName(reused) + "12x"),   // does not parse
+		mkdir(engine.StagingName(reused) + "1-2"),   // does not parse
 		mkdir(".sbxdb-restore-zz-" + engine.StagingName(reused)[len(".sbxdb-restore-"):] + "7"),
 	}
 	// A symlink under a stale name is not a staging directory: neither it

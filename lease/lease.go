@@ -61,7 +61,8 @@ func (s State) Live(now int64) bool { return s.Held && s.ExpiresAt > now }
 //	  0  no lease
 //	  1  owner token, fence, expiresAt  a lease of an unrecorded holder
 //	  2  owner token, fence, expiresAt, a lease and its holder
-//	     host, boot, pid, start
+//	     host, boot, pid namespace,
+//	     pid, start
 //
 // Strings are length-prefixed, fence, pid and start uvarints, expiresAt a
 // varint. Stores written before holders were recorded hold forms 0 and 1
@@ -96,6 +97,7 @@ func (s State) encode() []byte {
 	if !s.Holder.IsZero() {
 		e.String(s.Holder.Host)
 		e.String(s.Holder.Boot)
+		e.String(s.Holder.NS)
 		e.Uvarint(uint64(s.Holder.PID))
 		e.Uvarint(s.Holder.Start)
 	}
@@ -120,6 +122,7 @@ func decode(p []byte) (State, error) {
 	if form == formLeaseHolder {
 		s.Holder.Host = d.String()
 		s.Holder.Boot = d.String()
+		s.Holder.NS = d.String()
 		pid := d.Uvarint()
 		s.Holder.Start = d.Uvarint()
 		if d.Err() == nil && (pid == 0 || pid > maxPID) {

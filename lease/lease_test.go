@@ -91,7 +91,7 @@ func TestNewTokenIsUUIDv4(t *testing.T) {
 }
 
 func TestStateEncoding(t *testing.T) {
-	holder := proc.Identity{Host: "host-a", Boot: "boot-1", PID: 4242, Start: 987654}
+	holder := proc.Identity{Host: "host-a", Boot: "boot-1", NS: "pid:[4026531836]", PID: 4242, Start: 987654}
 	for _, s := range []State{
 		{},
 		{LastFence: 7},

@@ -2,10 +2,13 @@
 // leaves behind (a writer lease, a restore's staging directory) can be
 // recognised as abandoned once its owner is gone.
 //
-// A pid alone is not an identity: the kernel reuses pids. An Identity adds
-// the process's start time (in clock ticks since boot, from /proc) and the
-// boot it started in, so a new process that happens to get the same pid is
-// never mistaken for the old one, and a reboot ends every earlier process.
+// A pid alone is not an identity: the kernel reuses pids, and the same pid
+// names different processes in different pid namespaces (containers) and
+// on different machines. An Identity adds the process's start time (in
+// clock ticks since boot, from /proc), the kernel boot it started in and
+// its pid namespace, so a new process that happens to get the same pid is
+// never mistaken for the old one, and a process this one cannot see is
+// never taken for gone.
 package proc
 
 import (
@@ -20,8 +23,11 @@ import (
 // Identity names one process: host, boot, pid and start time. The zero
 // Identity names no process.
 type Identity struct {
-	Host  string `json:"host,omitempty"`
-	Boot  string `json:"boot,omitempty"` // kernel boot id; "" where unknown
+	Host string `json:"host,omitempty"`
+	Boot string `json:"boot,omitempty"` // kernel boot id; "" where unknown
+	// NS is the process's pid namespace ("pid:[4026531836]"); "" where
+	// unknown. Pids of another namespace cannot be looked up from here.
+	NS    string `json:"ns,omitempty"`
 	PID   int    `json:"pid,omitempty"`
 	Start uint64 `json:"start,omitempty"` // clock ticks since boot; 0 where unknown
 }
@@ -44,13 +50,14 @@ func (id Identity) String() string {
 type State int
 
 const (
-	// Unknown: the process runs on another host, or this system does not
-	// tell. Callers must treat it as alive.
+	// Unknown: the process runs on another host, in another boot or pid
+	// namespace, or this system does not tell. Callers must treat it as
+	// alive.
 	Unknown State = iota
 	// Alive: the process exists on this host, with the same start time.
 	Alive
-	// Gone: the process is known to have exited (no such pid, a pid
-	// reused by a later process, or a boot since).
+	// Gone: the process is known to have exited: in this boot and pid
+	// namespace, no process has its pid, or a later one does.
 	Gone
 )
 
@@ -74,6 +81,7 @@ func Self() Identity {
 	selfOnce.Do(func() {
 		self.Host, _ = os.Hostname()
 		self.Boot = bootID()
+		self.NS, _ = os.Readlink("/proc/self/ns/pid")
 		self.PID = os.Getpid()
 		self.Start, _ = startTime(self.PID)
 	})
@@ -81,26 +89,25 @@ func Self() Identity {
 }
 
 // Check tells whether the process id names still runs. It answers Gone only
-// when this host can prove it: same host name, and either another boot, or
-// no process with that pid, or one that started at another time.
+// when this process can prove it: the same host name, kernel boot and pid
+// namespace as this process, and no process with that pid, or one that
+// started at another time. A host name alone does not name a machine
+// (containers and copied images share them), and a boot id that differs
+// may be another machine's, so anything but the same boot and namespace is
+// Unknown.
 func Check(id Identity) State {
 	me := Self()
-	if id.IsZero() || id.Host == "" || id.Host != me.Host {
+	switch {
+	case id.IsZero(), id.Host == "" || id.Host != me.Host,
+		id.Boot == "" || id.Boot != me.Boot,
+		id.NS == "" || id.NS != me.NS:
 		return Unknown
-	}
-	if id.Boot != "" && me.Boot != "" && id.Boot != me.Boot {
-		return Gone
 	}
 	start, err := startTime(id.PID)
 	switch {
 	case os.IsNotExist(err):
-		if _, serr := os.Stat("/proc/self/stat"); serr != nil {
-			return Unknown // no /proc here: absence proves nothing
-		}
 		return Gone
-	case err != nil:
-		return Unknown
-	case id.Start == 0 || start == 0:
+	case err != nil, id.Start == 0, start == 0:
 		return Unknown
 	case start != id.Start:
 		return Gone

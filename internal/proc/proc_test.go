@@ -1,8 +1,11 @@
 package proc
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -34,7 +37,7 @@ func TestExitedProcessIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := Identity{Host: Self().Host, Boot: Self().Boot, PID: cmd.Process.Pid, Start: start}
+	id := Identity{Host: Self().Host, Boot: Self().Boot, NS: Self().NS, PID: cmd.Process.Pid, Start: start}
 	if got := Check(id); got != Alive {
 		t.Fatalf("running child: Check = %v, want alive", got)
 	}
@@ -51,14 +54,16 @@ func TestCheckNeverGuessesGone(t *testing.T) {
 		id   Identity
 		want State
 	}{
-		"zero":             {Identity{}, Unknown},
-		"other host":       {Identity{Host: me.Host + "-other", Boot: me.Boot, PID: 1, Start: 1}, Unknown},
-		"no host recorded": {Identity{PID: me.PID, Start: me.Start}, Unknown},
-		"pid reused":       {Identity{Host: me.Host, Boot: me.Boot, PID: me.PID, Start: me.Start + 1}, Gone},
-		"earlier boot":     {Identity{Host: me.Host, Boot: "another-boot", PID: me.PID, Start: me.Start}, Gone},
-		"start unknown":    {Identity{Host: me.Host, Boot: me.Boot, PID: me.PID}, Unknown},
+		"zero":              {Identity{}, Unknown},
+		"other host":        {Identity{Host: me.Host + "-other", Boot: me.Boot, NS: me.NS, PID: 1, Start: 1}, Unknown},
+		"no host recorded":  {Identity{PID: me.PID, Start: me.Start}, Unknown},
+		"pid reused":        {Identity{Host: me.Host, Boot: me.Boot, NS: me.NS, PID: me.PID, Start: me.Start + 1}, Gone},
+		"another boot":      {Identity{Host: me.Host, Boot: "another-boot", NS: me.NS, PID: me.PID, Start: me.Start + 1}, Unknown},
+		"another namespace": {Identity{Host: me.Host, Boot: me.Boot, NS: "pid:[1]", PID: me.PID, Start: me.Start + 1}, Unknown},
+		"no namespace":      {Identity{Host: me.Host, Boot: me.Boot, PID: me.PID, Start: me.Start + 1}, Unknown},
+		"start unknown":     {Identity{Host: me.Host, Boot: me.Boot, NS: me.NS, PID: me.PID}, Unknown},
 	}
-	if me.Boot == "" || me.Start == 0 {
+	if me.Boot == "" || me.Start == 0 || me.NS == "" {
 		t.Skip("no /proc on this system")
 	}
 	for name, c := range cases {
@@ -82,5 +87,58 @@ func TestParseStartOddCommandNames(t *testing.T) {
 	}
 	if _, err := startTime(-1); err == nil {
 		t.Fatal("startTime(-1) found a process")
+	}
+}
+
+// envCheckIdentity, set in a child, holds an Identity as JSON: the child
+// prints what Check says of it and exits.
+const envCheckIdentity = "SBXDB_PROC_CHECK_IDENTITY"
+
+func TestMain(m *testing.M) {
+	if s := os.Getenv(envCheckIdentity); s != "" {
+		var id Identity
+		if err := json.Unmarshal([]byte(s), &id); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Println(Check(id))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A process in another pid namespace (a container beside this one, with
+// the same host name and kernel) has a pid this process cannot look up:
+// Check must not call it gone.
+func TestProcessInAnotherPIDNamespaceIsNotGone(t *testing.T) {
+	me := Self()
+	if me.Boot == "" || me.Start == 0 || me.NS == "" {
+		t.Skip("no /proc on this system")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare(1) is not installed: cannot make a pid namespace")
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	start, err := startTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := Identity{Host: me.Host, Boot: me.Boot, NS: me.NS, PID: cmd.Process.Pid, Start: start}
+	b, _ := json.Marshal(live)
+	child := exec.Command("unshare", "--pid", "--fork", "--mount-proc", os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), envCheckIdentity+"="+string(b))
+	out, err := child.CombinedOutput()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("unshare --pid failed in CI: %v: %s", err, out)
+		}
+		t.Skipf("cannot make a pid namespace here (needs root): %v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != Unknown.String() {
+		t.Fatalf("from another pid namespace, Check(live pid %d) = %s, want unknown", live.PID, got)
 	}
 }
