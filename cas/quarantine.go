@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
@@ -50,8 +52,10 @@ import (
 // stores them again instead of deduplicating against the damage.
 //
 // Quarantined files are named by what they were: <16 hex>.pack for a pack,
-// <64 hex>.files or <64 hex>.artifacts for a large blob's file. Both hold
-// frames back to back (a large file is one frame).
+// <64 hex>.files or <64 hex>.artifacts for a large blob's file, with .1,
+// .2, … added when the name is taken. Both hold frames back to back (a
+// large file is one frame); the frames, not the names, say which blobs a
+// file holds.
 
 // quarantineDir is the quarantine directory, relative to the blob directory.
 const quarantineDir = "quarantine"
@@ -77,12 +81,27 @@ type QuarantinedFile struct {
 func (s *Store) QuarantinedAtOpen() []string { return slices.Clone(s.quarantinedAtOpen) }
 
 // quarantine moves the file at rel (relative to the blob directory) into
-// quarantine under name and returns its new relative path.
+// quarantine under name, or name.1, name.2, … when that is taken, and
+// returns its new relative path. A file in quarantine is never replaced:
+// it may be the only intact copy of its blobs (a damaged copy of the same
+// large blob can be quarantined after it).
 func (s *Store) quarantine(rel, name string) (string, error) {
 	dir := filepath.Join(s.dir, quarantineDir)
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	s.quarantineMu.Lock()
+	defer s.quarantineMu.Unlock()
+	free := name
+	for n := 1; ; n++ {
+		if _, err := os.Lstat(filepath.Join(dir, free)); errors.Is(err, fs.ErrNotExist) {
+			break
+		} else if err != nil {
+			return "", err
+		}
+		free = name + "." + strconv.Itoa(n)
+	}
+	name = free
 	if err := s.fs.Rename(filepath.Join(s.dir, rel), filepath.Join(dir, name)); err != nil {
 		return "", err
 	}

@@ -273,3 +273,47 @@ func TestDropDamaged(t *testing.T) {
 	f.mustGet(t, small)
 	f.mustGet(t, own)
 }
+
+// A damaged copy of a large blob quarantined after an intact copy of the
+// same blob must not replace it: the intact one may be the only good copy,
+// and Reindex must store it again.
+func TestQuarantineNeverReplacesAQuarantinedCopy(t *testing.T) {
+	ctx := context.Background()
+	f := open(t)
+	data := noise(5<<20, 1)
+	key := keyOf(Files, data)
+	if err := f.s.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	ns, sum, _ := ParseKey(key)
+	large := filepath.Join(f.s.Dir(), largePath(ns, sum))
+	intact, err := os.ReadFile(large)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An intact copy in quarantine, as a gc after a meta-page fallback
+	// leaves one; then the indexed copy rots.
+	qdir := filepath.Join(f.s.Dir(), quarantineDir)
+	if err := os.MkdirAll(qdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(qdir, filepath.Base(large)+"."+ns.dir()), intact, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flipByte(t, large, int64(len(intact)/2))
+
+	st, err := f.s.DropDamaged(ctx, []string{key})
+	if err != nil {
+		t.Fatalf("DropDamaged: %v", err)
+	}
+	if len(st.Dropped) != 1 {
+		t.Fatalf("DropDamaged dropped %v, want %s", st.Dropped, key)
+	}
+	if _, err := f.s.Reindex(ctx); err != nil {
+		t.Fatalf("Reindex: %v", err)
+	}
+	got, err := f.s.Get(ctx, key)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after a repair the blob reads %d bytes, %v: the intact quarantined copy was lost", len(got), err)
+	}
+}

@@ -239,6 +239,9 @@ type Store struct {
 	indexMayBeOlder bool
 	// quarantinedAtOpen lists the files Open moved into quarantine.
 	quarantinedAtOpen []string
+	// quarantineMu makes choosing a free name in quarantine and moving a
+	// file there one step.
+	quarantineMu sync.Mutex
 
 	// gate refuses every write once a sync has failed (see Gate); db and
 	// fs ask it before each change.
