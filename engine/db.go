@@ -12,8 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,9 +27,6 @@ const (
 	DBFile = "sbx.db"
 	// BlobDir is the blob store's directory (cas/format.go).
 	BlobDir = "blobs"
-	// ownerFile records the pid of the process holding the store for
-	// writing, so a second process can name it.
-	ownerFile = "sbx.owner"
 )
 
 var (
@@ -171,7 +166,6 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 		return nil, classifyOpenError(dir, path, err)
 	}
 	if !o.ReadOnly {
-		os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 		db.c = newCommitter(db)
 	}
 	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, IndexMayBeOlder: db.indexMayBeOlder()})
@@ -180,15 +174,6 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 		return nil, fmt.Errorf("opening the blob store: %w", err)
 	}
 	return db, nil
-}
-
-// holder names the process holding dir, as well as it can be known.
-func holder(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
-	if pid := strings.TrimSpace(string(b)); err == nil && pid != "" {
-		return "another process (pid " + pid + ")"
-	}
-	return "another process"
 }
 
 // Blobs returns the store's blob store, which holds file and artifact bytes

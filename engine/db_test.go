@@ -316,3 +316,22 @@ func TestSecondProcessIsRefused(t *testing.T) {
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
 }
+
+// A store held only by a read-only handle is not held by the last process
+// that wrote to it: the error must not name that one.
+func TestLockedByReaderNamesNoStaleWriter(t *testing.T) {
+	dir := t.TempDir()
+	open(t, dir).Close() // a writer names itself in the lock file while it holds it
+	ro, err := engine.Open(dir, &engine.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	_, err = engine.Open(dir, &engine.Options{LockTimeout: 50 * time.Millisecond})
+	if !errors.Is(err, engine.ErrLocked) {
+		t.Fatalf("writable Open beside a reader: %v, want ErrLocked", err)
+	}
+	if strings.Contains(err.Error(), "pid ") {
+		t.Errorf("error %q names a pid, but only a reader holds the store", err)
+	}
+}

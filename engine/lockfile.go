@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sbxdb/sbxdb/internal/proc"
 )
 
 // lockFile is the store's lock: <dir>/sbx.lock, created once and never
@@ -19,12 +22,19 @@ import (
 // acknowledged would vanish with the file. A process waiting on sbx.lock
 // instead opens sbx.db by name only once it holds the lock, when no rename
 // can be in progress, so it always opens the current file.
+//
+// While a writable handle holds it, the file holds that process's identity
+// (proc.Identity as JSON), so a process kept out can name it; Close empties
+// it. Read-only holders share the lock and write nothing.
 const lockFileName = "sbx.lock"
 
 // storeLock is a held lock on a store's lock file; nil where the file
 // could not be made (a read-only open on a read-only file system), and
 // then bbolt's own lock is the only one.
-type storeLock struct{ f *os.File }
+type storeLock struct {
+	f      *os.File
+	writer bool // the file names this process while it holds the lock
+}
 
 // lockStore takes dir's lock file, waiting up to timeout for another
 // holder, and fails with ErrLocked naming the holder once it has waited
@@ -54,7 +64,16 @@ func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, er
 			return nil, fmt.Errorf("sbxdb: locking %s: %w", path, err)
 		}
 		if ok {
-			return &storeLock{f: f}, nil
+			l := &storeLock{f: f, writer: !readOnly}
+			if l.writer {
+				// Best effort: the name only serves the message of a
+				// process kept out.
+				id, _ := json.Marshal(proc.Self())
+				if f.Truncate(0) == nil {
+					f.WriteAt(id, 0)
+				}
+			}
+			return l, nil
 		}
 		if time.Now().After(deadline) {
 			f.Close()
@@ -67,7 +86,28 @@ func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, er
 // release lets the next holder in. Closing the descriptor drops the lock.
 func (l *storeLock) release() {
 	if l != nil && l.f != nil {
+		if l.writer {
+			l.f.Truncate(0)
+		}
 		l.f.Close()
 		l.f = nil
 	}
+}
+
+// holder names the process holding dir's lock, as well as it can be known:
+// a writer names itself in the lock file; an empty file, or one naming a
+// process that is gone, is held by readers.
+func holder(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, lockFileName))
+	var id proc.Identity
+	if err != nil || json.Unmarshal(b, &id) != nil || id.IsZero() {
+		return "another process, reading it"
+	}
+	switch proc.Check(id) {
+	case proc.Alive:
+		return "another process (" + id.String() + ")"
+	case proc.Gone:
+		return "another process, reading it"
+	}
+	return "another process (" + id.String() + ", if it still runs)"
 }

@@ -380,7 +380,7 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if rel == "sbx.owner" || strings.HasPrefix(rel, "blobs/tmp/") {
+		if rel == "sbx.lock" || strings.HasPrefix(rel, "blobs/tmp/") {
 			return nil
 		}
 		b, err := os.ReadFile(p)
