@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -531,7 +531,7 @@ func TestCommandsOnABusyStore(t *testing.T) {
 	} {
 		start := time.Now()
 		msg := fail(t, append(args, "--db", store)...)
-		if want := "sbxdb: store " + store + " is busy: held by another process (pid " + fmt.Sprint(os.Getpid()) + ")\n"; msg != want {
+		if want := "sbxdb: store " + store + " is busy: held by another process (" + proc.Self().String() + ")\n"; msg != want {
 			t.Errorf("%s on a busy store: %q, want %q", args[0], msg, want)
 		}
 		if d := time.Since(start); d > 5*time.Second {
