@@ -506,7 +506,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 	if !isRegular(before) {
 		return notRegular, buf, nil
 	}
-	sr := &streamReader{ctx: ctx, f: f, point: c.db.point}
+	sr := &streamReader{f: f, point: c.db.point}
 	sr.atEOF = func() error {
 		if err := c.db.point("capture.fileRead"); err != nil {
 			return err
@@ -532,12 +532,11 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 	return out, buf, nil
 }
 
-// streamReader reads a streamed file for the blob store. It stops once ctx
-// is cancelled, whatever the reader above it does between reads, and at
-// the end of the file calls atEOF once, whose error, if any, replaces
-// io.EOF from then on.
+// streamReader reads a streamed file for the blob store and, at the end of
+// the file, calls atEOF once, whose error, if any, replaces io.EOF from
+// then on. (The blob store's AddReader stops between chunks once its
+// context ends.)
 type streamReader struct {
-	ctx    context.Context
 	f      *vfs.Reader
 	point  func(string) error
 	n      int64 // bytes read
@@ -549,9 +548,6 @@ type streamReader struct {
 func (s *streamReader) Read(p []byte) (int, error) {
 	if s.ended {
 		return 0, s.endErr
-	}
-	if err := s.ctx.Err(); err != nil {
-		return 0, err
 	}
 	n, err := s.f.Read(p)
 	s.n += int64(n)
