@@ -196,23 +196,37 @@ func (s *Store) decodeBlock(key string, ns Namespace, sum [32]byte, e *entry, ds
 		return nil, err
 	}
 	defer putBuf(fb)
-	payload := dst
-	if e.codec == codecZstd {
-		if payload, err = s.dec.DecodeAll((*fb)[headerSize:], dst[:0]); err != nil {
-			return nil, corrupt(key, "block: zstd: "+err.Error())
+	payload, members, err := s.decodeBlockPayload(key, &h, e.blockRaw, (*fb)[headerSize:], dst)
+	if err != nil {
+		return nil, err
+	}
+	return &decodedBlock{pack: e.pack, offset: e.offset, payload: payload, members: members}, nil
+}
+
+// decodeBlockPayload decodes the stored bytes of the block frame whose
+// header is h into dst (a copy, when they are raw: stored may be a pooled
+// buffer), checks that they are raw bytes long and match the header's
+// checksum, and returns them with the block's member table. Its errors
+// name key.
+func (s *Store) decodeBlockPayload(key string, h *header, raw uint64, stored, dst []byte) ([]byte, []member, error) {
+	var payload []byte
+	if h.codec == codecZstd {
+		var err error
+		if payload, err = s.dec.DecodeAll(stored, dst[:0]); err != nil {
+			return nil, nil, corrupt(key, "block: zstd: "+err.Error())
 		}
 	} else {
-		payload = append(dst[:0], (*fb)[headerSize:]...)
+		payload = append(dst[:0], stored...)
 	}
-	if uint64(len(payload)) != e.blockRaw {
-		return nil, corrupt(key, fmt.Sprintf("block decodes to %d bytes, index says %d", len(payload), e.blockRaw))
+	if uint64(len(payload)) != raw {
+		return nil, nil, corrupt(key, fmt.Sprintf("block decodes to %d bytes, index says %d", len(payload), raw))
 	}
 	if xxhash.Sum64(payload) != h.check {
-		return nil, corrupt(key, "the block's bytes do not match its checksum")
+		return nil, nil, corrupt(key, "the block's bytes do not match its checksum")
 	}
 	members, err := decodeMembers(payload, h.members)
 	if err != nil {
-		return nil, corrupt(key, err.Error())
+		return nil, nil, corrupt(key, err.Error())
 	}
-	return &decodedBlock{pack: e.pack, offset: e.offset, payload: payload, members: members}, nil
+	return payload, members, nil
 }

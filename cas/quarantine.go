@@ -13,8 +13,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/cespare/xxhash/v2"
-	"github.com/klauspost/compress/zstd"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -636,7 +634,7 @@ func (s *Store) eachFrameBlob(ctx context.Context, path string, fn func(key stri
 			}
 			continue
 		}
-		r, err := s.streamFrame(key, &h, body)
+		r, err := s.streamingReader(key, h.sum, h.raw, h.codec, body)
 		if err != nil {
 			damaged++
 			continue
@@ -664,16 +662,7 @@ func (s *Store) readBlockFrame(h *header, body io.Reader) ([]frameMember, error)
 	if err != nil {
 		return nil, err
 	}
-	payload := stored
-	if h.codec == codecZstd {
-		if payload, err = s.dec.DecodeAll(stored, make([]byte, 0, h.raw+decodeSlack)); err != nil {
-			return nil, err
-		}
-	}
-	if uint64(len(payload)) != h.raw || xxhash.Sum64(payload) != h.check {
-		return nil, errors.New("block checksum")
-	}
-	ms, err := decodeMembers(payload, h.members)
+	payload, ms, err := s.decodeBlockPayload("a quarantined block", h, h.raw, stored, make([]byte, 0, h.raw+decodeSlack))
 	if err != nil {
 		return nil, err
 	}
@@ -697,20 +686,4 @@ func (s *Store) readBlobFrame(key string, h *header, body io.Reader) ([]byte, er
 	e := entry{codec: h.codec, raw: h.raw, stored: h.stored}
 	frame := append(make([]byte, headerSize, headerSize+len(stored)), stored...)
 	return s.decodeFrame(key, h.sum, &e, frame, nil)
-}
-
-// streamFrame returns a streaming, verifying reader of a blob frame too
-// large to decode in memory.
-func (s *Store) streamFrame(key string, h *header, body io.Reader) (*Reader, error) {
-	r := &Reader{key: key, size: int64(h.raw), want: h.sum, verify: sha256.New(), r: body}
-	if h.codec == codecZstd {
-		d, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(64<<20))
-		if err != nil {
-			return nil, err
-		}
-		r.r, r.zstd = d, true
-		r.release = d.Close
-	}
-	return r, nil
 }

@@ -665,23 +665,35 @@ func (s *Store) openLarge(key string, ns Namespace, sum [32]byte, e *entry) (*Re
 		f.Close()
 		return nil, err
 	}
-	r := &Reader{key: key, size: int64(e.raw), want: sum, verify: sha256.New(), closers: []io.Closer{f}}
-	body := io.LimitReader(f, int64(e.stored))
-	switch e.codec {
+	r, err := s.streamingReader(key, sum, e.raw, e.codec, io.LimitReader(f, int64(e.stored)))
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	r.closers = append(r.closers, f)
+	return r, nil
+}
+
+// streamingReader returns a Reader of the blob key whose stored bytes
+// (raw bytes long once decoded, by codec) body yields: it decodes them as
+// they stream, through a pooled zstd decoder, and verifies them as Read
+// does.
+func (s *Store) streamingReader(key string, sum [32]byte, raw uint64, codec byte, body io.Reader) (*Reader, error) {
+	r := &Reader{key: key, size: int64(raw), want: sum, verify: sha256.New()}
+	switch codec {
 	case codecRaw:
 		r.r = body
 	case codecZstd:
 		d, _ := s.streamDec.Get().(*zstd.Decoder)
 		if d == nil {
+			var err error
 			d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 				zstd.WithDecoderMaxWindow(64<<20))
 			if err != nil {
-				f.Close()
 				return nil, err
 			}
 		}
 		if err := d.Reset(body); err != nil {
-			f.Close()
 			return nil, corrupt(key, err.Error())
 		}
 		r.r, r.zstd = d, true
