@@ -25,9 +25,10 @@ var captureCmd = &command{
 	summary:    "Record the workspace DIR as a new checkpoint on the head of a thread",
 	detail: `capture opens the store for writing, creating it if it does not exist, and
 holds the thread's writer lease while it runs; a live lease of another writer
-is SANDBOX_SNAPSHOT_WRITER_CONFLICT, unless that writer was a process on this
-host that no longer runs: capture then takes its lease over and says so on
-standard error (sbxdb unlock frees a thread whose writer is gone elsewhere).
+is SANDBOX_SNAPSHOT_WRITER_CONFLICT, unless that writer was a process that
+provably no longer runs (of this host, boot and pid namespace): capture then
+takes its lease over and says so on standard error (sbxdb unlock frees a
+thread whose writer is gone elsewhere, as in another container).
 The new checkpoint's parent is the thread's head; its reason is "named" with
 --label, else "automatic".
 
