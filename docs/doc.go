@@ -1,0 +1,6 @@
+// Package docs holds no code: its tests keep the documents under docs/, the
+// README and the comments true to the repository. Every "SPEC §n" a comment
+// or document cites must name a section of docs/SPEC.md (and "§10 Qn" a row
+// of its decisions table), and every relative link or backquoted file path
+// in the documents must name a file that exists.
+package docs
