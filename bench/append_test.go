@@ -1,8 +1,7 @@
 // Package bench holds the engine-core benchmarks of sbxdb as go-test
-// benchmarks; run.sh runs them and README.md reports the results. The
-// bodies are in package bench/suite, shared with the one benchmark command
-// (bench/cmd/sbxbench); these are thin wrappers that keep the benchmark
-// names run.sh and the results files use.
+// benchmarks, for profiling one of them or running one alone. The bodies
+// are in package bench/suite, shared with the one benchmark command
+// (bench/cmd/sbxbench); these are thin wrappers.
 //
 // No benchmark asserts a speed: every ratio is read from a baseline
 // measured in the same run.

@@ -1,4 +1,4 @@
-// Package gcbench measures garbage collection at the scale of issue 4: a
+// Package gcbench measures garbage collection at full scale: a
 // store whose checkpoints hold 1,000,000 blob references, with 10,000 or
 // 100,000 more blobs that nothing references. Run it with
 //

@@ -15,7 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The chunked-metadata scenario (issue 7): one thread of ThreadLength
+// The chunked-metadata scenario: one thread of ThreadLength
 // checkpoints of a WorkspaceFiles-file workspace, each changing 1% of the
 // files (chosen uniformly, as bench/workload.Edit does: the worst case for
 // chunks, every edit in a different place) and adding two 2 KB messages.

@@ -2,7 +2,7 @@
 // collection benchmarks, so that two drivers run the same code:
 //
 //   - the go-test benchmarks (bench/*_test.go, bench/gcbench), thin
-//     wrappers run by `go test -bench` and bench/run.sh;
+//     wrappers run by `go test -bench`;
 //   - the one benchmark command, bench/cmd/sbxbench, which runs them with
 //     testing.Benchmark next to the capture and restore benchmarks.
 //

@@ -29,7 +29,7 @@ type GCScale struct {
 	References int
 }
 
-// FullGC is the scale of issue 4: 1,000,000 references (10,000 files per
+// FullGC is the full scale: 1,000,000 references (10,000 files per
 // checkpoint). QuickGC is the benchmark command's --quick scale.
 var (
 	FullGC  = GCScale{References: 1_000_000}

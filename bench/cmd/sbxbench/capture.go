@@ -25,7 +25,7 @@ import (
 
 const noRestic = "restic not installed: not measured (`apt-get install restic` adds it)"
 
-// captureBench runs the capture and restore benchmarks of issue 3 on the
+// captureBench runs the capture and restore benchmarks on the
 // generated tree against git, tar | zstd and restic (when installed).
 // Every run of every tool writes into a fresh store, git directory,
 // archive, repository or restore target; nothing is deleted.

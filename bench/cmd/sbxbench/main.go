@@ -1,7 +1,7 @@
 // Command sbxbench is sbxdb's one benchmark command: it runs every
 // benchmark of the engine in one process and prints one table.
 //
-//  1. Capture and restore (issue 3) of a generated agent workspace
+//  1. Capture and restore of a generated agent workspace
 //     (bench/workload) against its peers on the same tree in the same run:
 //     `git add -A && git commit`, `tar -cf - . | zstd -1` (and
 //     `zstd -d | tar -x`), and restic (`restic backup` / `restic restore`)

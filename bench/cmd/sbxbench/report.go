@@ -96,7 +96,7 @@ type Ratio struct {
 	Target *Target   `json:"target,omitempty"` // on Median
 }
 
-// Target is a goal from the issues, checked on a median.
+// Target is one of the engine's performance goals, checked on a median.
 type Target struct {
 	Op    string  `json:"op"` // "<=" or ">="
 	Value float64 `json:"value"`
