@@ -21,7 +21,7 @@ import (
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
-// TestSoak is issue 6 item 6, the concurrency soak: 64 goroutines mixing
+// TestSoak is the concurrency soak: 64 goroutines mixing
 // every operation of the store on 8 overlapping threads (plus the threads
 // forks create) under an injected clock that the test moves, so that leases
 // expire and are taken over mid-run. TestGCStress covers captures against
