@@ -59,7 +59,7 @@ type CaptureInput struct {
 	// Rehash ignores the stat cache: every file is read and hashed again
 	// (blobs already stored are still not written twice). For trees
 	// written in ways that do not move a file's times, such as through a
-	// shared mmap (see statcache.go).
+	// shared mmap (see capture_statcache.go).
 	Rehash bool
 }
 

@@ -95,7 +95,7 @@ func TestCaptureRehash(t *testing.T) {
 	cache.save(cachePath)
 
 	want := cas.Files.Key(sha256.Sum256(content))
-	// Without Rehash the cache is trusted: the limit statcache.go states.
+	// Without Rehash the cache is trusted: the limit capture_statcache.go states.
 	if res := capture(false); res.Stats.FilesRead != 0 || keyOf(res, edited) == want {
 		t.Fatalf("the forged cache entry was not trusted (%+v): the test no longer simulates the case", res.Stats)
 	}

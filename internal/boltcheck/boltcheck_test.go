@@ -1,0 +1,95 @@
+package boltcheck
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// newDB writes a bbolt file whose bucket spans branch and leaf pages and
+// holds an inline nested bucket. It returns the file's bytes, the page size
+// and the bucket's root page.
+func newDB(t *testing.T) (file []byte, pageSize int, root uint64) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := bolt.Open(path, 0o644, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("b"))
+		if err != nil {
+			return err
+		}
+		for i := range 1000 {
+			if err := b.Put(fmt.Appendf(nil, "key%05d", i), bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
+				return err
+			}
+		}
+		nested, err := b.CreateBucket([]byte("nested"))
+		if err != nil {
+			return err
+		}
+		return nested.Put([]byte("k"), []byte("v"))
+	})
+	if err == nil {
+		err = db.View(func(tx *bolt.Tx) error { root = uint64(tx.Bucket([]byte("b")).Root()); return nil })
+	}
+	pageSize = db.Info().PageSize
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root == 0 {
+		t.Fatal("the bucket is inline: the test needs it on pages of its own")
+	}
+	file, err = os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, pageSize, root
+}
+
+func TestVerify(t *testing.T) {
+	file, pageSize, root := newDB(t)
+	verify := func(b []byte) (string, error) { return Verify(bytes.NewReader(b), int64(len(b))) }
+
+	if note, err := verify(file); err != nil || note != "" {
+		t.Fatalf("intact file: note %q, err %v", note, err)
+	}
+
+	// A damaged page makes an error matching ErrCorrupt that names it.
+	damaged := bytes.Clone(file)
+	binary.LittleEndian.PutUint16(damaged[int(root)*pageSize+8:], 0x10)
+	_, err := verify(damaged)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("page %d has type flags", root)) {
+		t.Errorf("damaged page type: %v", err)
+	}
+
+	// The file cut short of its high-water mark.
+	if _, err := verify(file[:4*pageSize]); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("truncated file: %v", err)
+	}
+
+	// The older meta page damaged: the file checks out, with a note.
+	txid := func(meta int) uint64 { return binary.LittleEndian.Uint64(file[meta*pageSize+16+48:]) }
+	older := 0
+	if txid(1) < txid(0) {
+		older = 1
+	}
+	damaged = bytes.Clone(file)
+	damaged[older*pageSize+16+20] ^= 0xff
+	note, err := verify(damaged)
+	if err != nil || !strings.Contains(note, fmt.Sprintf("meta page %d did not check out", older)) {
+		t.Errorf("older meta page damaged: note %q, err %v", note, err)
+	}
+}
