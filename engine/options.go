@@ -10,9 +10,13 @@ import (
 
 // Options configures a store. The zero value gives the contract's defaults.
 type Options struct {
-	// Now is the one clock of the store: lease expiry, blob upload times
-	// and the sweep's OlderThan window. It is read at each call. Default:
-	// time.Now.
+	// Now is the one clock of the store, read at each call. It decides
+	// which leases are live (acquire, renew, every write's writer check,
+	// the threads a GC leaves alone); dates a captured checkpoint or a
+	// stored artifact given no createdAt; stamps blob upload times and
+	// ages them (a reused blob's refresh, the sweep's OlderThan window);
+	// and dates the note Open leaves when it rewrites a damaged meta page.
+	// Default: time.Now.
 	Now func() time.Time
 	// LeaseDuration is how long an acquired or renewed lease lives.
 	// Default 120 s; must be at least 1 ms.

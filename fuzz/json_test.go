@@ -3,6 +3,8 @@ package fuzz
 import (
 	"bytes"
 	"encoding/json"
+	"math/big"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -346,73 +348,44 @@ func jsCheckInt(t *testing.T, obj []byte, name string, got int64) {
 	}
 }
 
-// jsExactInt returns the value of the JSON number literal lit if it is
-// exactly an integer within ±(2^53−1), computed on the decimal digits
-// (no floating point).
+// jsExactInt returns the value of the JSON literal lit if it is a number
+// that is exactly an integer within ±(2^53−1). encoding/json says whether
+// lit is a number; math/big computes its value exactly, as a fraction. An
+// exponent too large for that is sized instead: a nonzero mantissa m of n
+// characters lies between 10^-n and 10^n, so m×10^e with |e| > n+16 is
+// below 1 (a fraction) or above 10^16 > 2^53, never a safe integer.
 func jsExactInt(lit string) (int64, bool) {
-	neg := strings.HasPrefix(lit, "-")
-	lit = strings.TrimPrefix(lit, "-")
-	i := strings.IndexFunc(lit, func(r rune) bool { return r < '0' || r > '9' })
-	if i < 0 {
-		i = len(lit)
+	dec := json.NewDecoder(strings.NewReader(lit))
+	dec.UseNumber()
+	var v any
+	if !json.Valid([]byte(lit)) || dec.Decode(&v) != nil {
+		return 0, false
 	}
-	intPart, rest := lit[:i], lit[i:]
-	frac := ""
-	if strings.HasPrefix(rest, ".") {
-		rest = rest[1:]
-		j := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
-		if j < 0 {
-			j = len(rest)
-		}
-		frac, rest = rest[:j], rest[j:]
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, false
 	}
-	var exp int64
-	if rest != "" {
-		if rest[0] != 'e' && rest[0] != 'E' {
+	mant, exp, hasExp := strings.Cut(strings.ToLower(num.String()), "e")
+	m, ok := new(big.Rat).SetString(mant)
+	if !ok {
+		return 0, false
+	}
+	if m.Sign() == 0 {
+		return 0, true // zero, whatever the exponent
+	}
+	if hasExp {
+		e, err := strconv.ParseInt(exp, 10, 64)
+		if n := int64(len(mant)) + 16; err != nil || e > n || e < -n {
 			return 0, false
 		}
-		rest = rest[1:]
-		eneg := strings.HasPrefix(rest, "-")
-		rest = strings.TrimLeft(rest, "+-")
-		for _, c := range rest {
-			if c < '0' || c > '9' {
-				return 0, false
-			}
-			exp = min(exp*10+int64(c-'0'), 1<<40) // saturate: only the sign and size matter beyond
-		}
-		if eneg {
-			exp = -exp
+		if _, ok := m.SetString(num.String()); !ok {
+			return 0, false
 		}
 	}
-	if intPart == "" {
+	if !m.IsInt() || m.Num().CmpAbs(big.NewInt(ckMaxSafe)) > 0 {
 		return 0, false
 	}
-	digits := strings.TrimLeft(intPart+frac, "0")
-	if digits == "" {
-		return 0, true
-	}
-	e := exp - int64(len(frac))
-	for strings.HasSuffix(digits, "0") {
-		digits = digits[:len(digits)-1]
-		e++
-	}
-	if e < 0 || int64(len(digits))+e > 16 {
-		return 0, false
-	}
-	var v int64
-	for _, c := range digits {
-		v = v*10 + int64(c-'0')
-	}
-	for range e {
-		v *= 10
-	}
-	if v > ckMaxSafe {
-		return 0, false
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
+	return m.Num().Int64(), true
 }
 
 // jsSeeds: the valid shapes and the nasty cases of SPEC §1 and §10 (Q7,

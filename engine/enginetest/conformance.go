@@ -10,14 +10,11 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-// RunConformance runs the checkpoint-store cases of SPEC §9: C1–C18
-// (§9.1), U1–U31 (§9.4), S1, S2, S4–S6 (§9.6), D1–D7 and Y1 (§9.7), and
-// the extras X1–X8 and X10 (aliasing, a 64-way append race, persistence
-// across reopen, exclusive open, atomicity under injected failures, the
-// append check order, reasons and conversations, identifier limits, many
-// checkpoints folding and dropping reference counts; X9, instance keys,
-// runs with the instance cases). Every subtest
-// calls newStore for a fresh store.
+// RunConformance runs the checkpoint-store cases of SPEC §9: the C cases
+// (§9.1), the U cases (§9.4), the S cases of §9.6 that need no fork, the D
+// and Y cases (§9.7), and the X cases beyond §9 (extraCases; the X case of
+// instance keys runs with the instance cases). Every subtest calls
+// newStore for a fresh store.
 func RunConformance(t *testing.T, newStore Factory) {
 	var cases []kase
 	for _, group := range [][]kase{checkpointCases(), unitCases(), durableCases(), retentionCases(), extraCases()} {
@@ -29,12 +26,12 @@ func RunConformance(t *testing.T, newStore Factory) {
 // checkpointCases are SPEC §9.1.
 func checkpointCases() []kase {
 	return []kase{
-		{"C1", func(e *env) {
+		{"C1_UnknownThreadIsEmpty", func(e *env) {
 			e.wantAbsent("missing")
 			e.wantHead("missing-thread", "")
 			e.wantList("missing-thread")
 		}},
-		{"C2", func(e *env) {
+		{"C2_AppendRootThenChild", func(e *env) {
 			one, two := cp("1", "thread", ""), cp("2", "thread", "1")
 			e.append(one, "")
 			e.append(two, "1")
@@ -44,16 +41,16 @@ func checkpointCases() []kase {
 			e.equal("Get(2)", e.get("2"), two)
 			e.wantRefs("after two appends", ref(fileKey(1), 1), ref(fileKey(2), 1))
 		}},
-		{"C3", func(e *env) {
+		{"C3_NullParentOnExistingHead", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			e.appendFails("append 2 (parent null) expecting null on head 1", chain.CodeStaleHead, cp("2", "thread", ""), "")
 			e.appendFails("append 3 (parent null) expecting 1", chain.CodeParentMismatch, cp("3", "thread", ""), "1")
 		}},
-		{"C4", func(e *env) {
+		{"C4_DuplicateID", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			e.appendFails("re-append 1 expecting 1", chain.CodeDuplicateID, cp("1", "thread", ""), "1")
 		}},
-		{"C5", func(e *env) {
+		{"C5_ThreadsAreIndependent", func(e *env) {
 			e.append(cp("a", "thread-a", ""), "")
 			e.append(cp("b", "thread-b", ""), "")
 			e.wantHead("thread-a", "a")
@@ -61,13 +58,13 @@ func checkpointCases() []kase {
 			e.wantList("thread-a", "a")
 			e.wantList("thread-b", "b")
 		}},
-		{"C6", func(e *env) {
+		{"C6_ListSortsByCreatedAt", func(e *env) {
 			e.append(with(cp("z", "thread", ""), func(c *chain.Checkpoint) { c.CreatedAt = 2 }), "")
 			e.append(cp("a", "thread", "z"), "z")
 			e.append(cp("b", "thread", "a"), "a")
 			e.wantList("thread", "a", "b", "z")
 		}},
-		{"C7", func(e *env) {
+		{"C7_ListSortsTiesByIDBytes", func(e *env) {
 			parent := ""
 			for i, id := range []string{"é", "a", "B", "😀"} {
 				c := cp(id, "thread", parent)
@@ -78,7 +75,7 @@ func checkpointCases() []kase {
 			e.wantList("thread", "B", "a", "é", "😀")
 			e.wantRefs("keys 1..4", ref(fileKey(1), 1), ref(fileKey(2), 1), ref(fileKey(3), 1), ref(fileKey(4), 1))
 		}},
-		{"C8", func(e *env) {
+		{"C8_LoneSurrogateIDAndBlobKey", func(e *env) {
 			e.appendFails(`checkpoint id "\uD800"`, chain.CodeInvalidID, cp(lone, "thread", ""), "")
 			bad := with(cp("1", "thread", ""), func(c *chain.Checkpoint) {
 				c.Files[0].BlobKey = chain.FilePrefix + lone + strings.Repeat("0", 61)
@@ -92,12 +89,12 @@ func checkpointCases() []kase {
 			e.wantHead("thread", "")
 			e.wantRefs("after rejected appends")
 		}},
-		{"C9", func(e *env) { nonFinite(e, false, []string{"NaN"}, []int64{chain.MaxSafeInteger + 1}) }},
-		{"C10", func(e *env) { nonFinite(e, false, []string{"Infinity", "1e400"}, []int64{math.MaxInt64}) }},
-		{"C11", func(e *env) {
+		{"C9_CreatedAtNaN", func(e *env) { nonFinite(e, false, []string{"NaN"}, []int64{chain.MaxSafeInteger + 1}) }},
+		{"C10_CreatedAtInfinity", func(e *env) { nonFinite(e, false, []string{"Infinity", "1e400"}, []int64{math.MaxInt64}) }},
+		{"C11_CreatedAtMinusInfinity", func(e *env) {
 			nonFinite(e, false, []string{"-Infinity", "-1e400"}, []int64{math.MinInt64, -chain.MaxSafeInteger - 1})
 		}},
-		{"C12", func(e *env) {
+		{"C12_StoredDataNotAliased", func(e *env) {
 			in := cp("1", "thread", "")
 			in.Files = append(in.Files, file("copy.txt", fileKey(1)))
 			want := in.Clone()
@@ -115,7 +112,7 @@ func checkpointCases() []kase {
 			e.equal("List after mutating a List result", e.list("thread"), []*chain.Checkpoint{want})
 			e.wantRefs("two files, one key", ref(fileKey(1), 1))
 		}},
-		{"C13", func(e *env) {
+		{"C13_SharedKeyReferenceCounts", func(e *env) {
 			f := fileKey(0xf)
 			e.append(with(cp("1", "thread", ""), func(c *chain.Checkpoint) { c.Files = []chain.Entry{file("a", f)} }), "")
 			e.append(with(cp("2", "thread", "1"), func(c *chain.Checkpoint) { c.Files = []chain.Entry{file("b", f)} }), "1")
@@ -123,7 +120,7 @@ func checkpointCases() []kase {
 			e.deleteHead("thread", "2")
 			e.wantRefs("after DeleteHead(2)", ref(f, 1))
 		}},
-		{"C14", func(e *env) {
+		{"C14_OneWriterPerThread", func(e *env) {
 			a := e.acquire("thread-a")
 			e.fails("second AcquireWriter(thread-a)", chain.CodeWriterConflict, acquireOp(e, "thread-a"))
 			b := e.acquire("thread-b")
@@ -131,7 +128,7 @@ func checkpointCases() []kase {
 			e.noErr("release thread-b", b.Release(bg))
 			e.acquire("thread-a")
 		}},
-		{"C15", func(e *env) {
+		{"C15_RenewExtendsLease", func(e *env) {
 			l := e.acquire("thread")
 			before := l.ExpiresAt()
 			e.clock.Advance(l.RenewAfter)
@@ -145,7 +142,7 @@ func checkpointCases() []kase {
 				e.t.Errorf("ExpiresAt() %v not after the first expiry %v", l.ExpiresAt(), before)
 			}
 		}},
-		{"C16", func(e *env) {
+		{"C16_StaleReleaseKeepsReplacement", func(e *env) {
 			old := e.acquire("thread")
 			e.clock.Advance((leaseMs + 1) * time.Millisecond)
 			repl := e.acquire("thread")
@@ -154,7 +151,7 @@ func checkpointCases() []kase {
 			e.noErr("replacement.Release", repl.Release(bg))
 			e.acquire("thread")
 		}},
-		{"C17", func(e *env) {
+		{"C17_ExpiredWriterIsLost", func(e *env) {
 			old := e.acquire("thread")
 			e.appendWith(cp("root", "thread", ""), "", old.Writer)
 			e.clock.Advance((leaseMs + 1) * time.Millisecond)
@@ -179,7 +176,7 @@ func checkpointCases() []kase {
 			e.noErr("next.Renew after the stale release", err)
 			e.noErr("next.Release", next.Release(bg))
 		}},
-		{"C18", func(e *env) {
+		{"C18_DeleteHeadWalksBackToEmpty", func(e *env) {
 			e.chain("thread", "1", "2")
 			e.fails("DeleteHead(1) under head 2", chain.CodeNotHead, deleteHeadOp(e, "thread", "1"))
 			e.deleteHead("thread", "2")

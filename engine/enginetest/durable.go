@@ -13,7 +13,7 @@ func durableCases() []kase {
 		// S1: the example shares one lease between two connections. bbolt
 		// locks its file, so the two handles are sequential: the lease
 		// must persist from one handle to the next.
-		{"S1", func(e *env) {
+		{"S1_LeaseSharedAcrossHandles", func(e *env) {
 			e.needHook("Reopen", e.sub.Reopen != nil)
 			a := e.acquire("thread")
 			e.appendWith(cp("1", "thread", ""), "", a.Writer)
@@ -28,7 +28,7 @@ func durableCases() []kase {
 			e.appendFailsWith("append with the first handle's writer", chain.CodeWriterLost, cp("2", "thread", "1"), "1", a.Writer)
 			e.appendWith(cp("2", "thread", "1"), "1", b.Writer)
 		}},
-		{"S2", func(e *env) {
+		{"S2_DeletedIDReusable", func(e *env) {
 			e.append(cp("reusable", "thread", ""), "")
 			e.deleteHead("thread", "reusable")
 			again := with(cp("reusable", "thread", ""), func(c *chain.Checkpoint) {
@@ -38,7 +38,7 @@ func durableCases() []kase {
 			e.equal("Get(reusable) after reuse", e.get("reusable"), again)
 			e.wantRefs("after reuse", ref(fileKey(5), 1))
 		}},
-		{"S4", func(e *env) {
+		{"S4_InvalidEntries", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			for what, entries := range map[string][]chain.Entry{
 				"file/child beneath file": {file("file", fileKey(2)), file("file/child", fileKey(2))},
@@ -51,7 +51,7 @@ func durableCases() []kase {
 				e.appendFails(what, chain.CodeInvalidEntry, withFiles(cp("2", "thread", "1"), entries...), "1")
 			}
 		}},
-		{"S5", func(e *env) {
+		{"S5_ContentMembersMustBeArrays", func(e *env) {
 			in := onRootInput(e)
 			for _, member := range []string{"files", "artifacts", "conversation"} {
 				for _, v := range []string{"null", `"string"`, "{}", omit} {
@@ -64,7 +64,7 @@ func durableCases() []kase {
 				}
 			}
 		}},
-		{"S6", func(e *env) {
+		{"S6_InvalidIdentifiers", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			e.fails(`AcquireWriter("")`, chain.CodeInvalidID, acquireOp(e, ""))
 			e.fails(`List("")`, chain.CodeInvalidID, func() error { _, err := e.s.List(bg, ""); return err })

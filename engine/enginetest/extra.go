@@ -14,12 +14,13 @@ import (
 )
 
 // extraCases go beyond SPEC §9: aliasing, a wide append race, persistence,
-// exclusive open, atomicity under injected failures, and the §10 decisions
-// Q6 (append check order), Q9 (reason, conversation bytes), Q10 and Q12
+// exclusive open, atomicity under injected failures, reference counts over
+// many appends and every way of dropping them, and the §10 decisions Q6
+// (append check order), Q9 (reason, conversation bytes), Q10 and Q12
 // (identifier limits) and Q13 (createdAt range).
 func extraCases() []kase {
 	return []kase{
-		{"X1-aliasing", func(e *env) {
+		{"X1_NoAliasing", func(e *env) {
 			in := cp("1", "thread", "")
 			in.Artifacts = []chain.Artifact{artifact("art", artKey(1))}
 			in.Label = "label"
@@ -54,8 +55,8 @@ func extraCases() []kase {
 			e.noErr("Instances().Get", err)
 			e.equal("Instances().Get after mutating a result", got, &rec)
 		}},
-		{"X2-race64", func(e *env) { race(e, 64) }},
-		{"X3-persist", func(e *env) {
+		{"X2_Race64Appends", func(e *env) { race(e, 64) }},
+		{"X3_PersistAcrossReopen", func(e *env) {
 			e.needHook("Reopen", e.sub.Reopen != nil)
 			e.chain("thread", "1", "2", "3")
 			e.deleteHead("thread", "3")
@@ -84,7 +85,7 @@ func extraCases() []kase {
 			}
 			e.append(cp("4", "thread", "2"), "2")
 		}},
-		{"X4-second-open", func(e *env) {
+		{"X4_SecondOpenRefused", func(e *env) {
 			e.needHook("OpenSecond", e.sub.OpenSecond != nil)
 			e.append(cp("1", "thread", ""), "")
 			if err := e.sub.OpenSecond(); err == nil {
@@ -92,7 +93,7 @@ func extraCases() []kase {
 			}
 			e.append(cp("2", "thread", "1"), "1")
 		}},
-		{"X5-atomic-append", atomicCase("append.publish",
+		{"X5_AtomicAppend", atomicCase("append.publish",
 			func(e *env) {
 				e.append(cp("1", "thread", ""), "")
 				e.trackIDs("2")
@@ -103,13 +104,13 @@ func extraCases() []kase {
 					c.Artifacts = []chain.Artifact{artifact("art", artKey(2))}
 				}), "1")
 			})},
-		{"X5-atomic-deleteHead", atomicCase("deleteHead.publish",
+		{"X5_AtomicDeleteHead", atomicCase("deleteHead.publish",
 			func(e *env) { e.chain("thread", "1", "2") },
 			func(e *env) error { return deleteHeadOp(e, "thread", "2")() })},
-		{"X5-atomic-deleteCheckpoints", atomicCase("deleteCheckpoints.publish",
+		{"X5_AtomicDeleteCheckpoints", atomicCase("deleteCheckpoints.publish",
 			func(e *env) { e.chain("thread", "1", "2", "3") },
 			func(e *env) error { return pruneOp(e, "thread", 1, e.writer("thread"))() })},
-		{"X6-append-order", func(e *env) {
+		{"X6_AppendCheckOrder", func(e *env) {
 			e.chain("thread", "1", "2")
 			w, other := e.writer("thread"), e.writer("other")
 			badFiles := []chain.Entry{file("/abs", fileKey(3))}
@@ -148,7 +149,7 @@ func extraCases() []kase {
 				return e.s.DeleteHead(bg, "thread", "1", other)
 			})
 		}},
-		{"X7-reason-conversation", func(e *env) {
+		{"X7_ReasonsAndConversation", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			for _, r := range []chain.Reason{"", "manual", "Automatic", "fork_root"} {
 				e.appendFails(fmt.Sprintf("reason %q", r), chain.CodeInvalidEntry,
@@ -183,7 +184,7 @@ func extraCases() []kase {
 				e.t.Errorf("LoadThread of an unknown thread = %s, want []", got)
 			}
 		}},
-		{"X10-many-checkpoints", func(e *env) {
+		{"X10_ManyCheckpointsExactCounts", func(e *env) {
 			// Enough appends for a store that batches reference-count
 			// updates to do so several times, mixed with every way of
 			// dropping references; the counts must always be the ones
@@ -226,7 +227,7 @@ func extraCases() []kase {
 			e.noErr("DeleteCheckpoints(b, keep 0)", err)
 			e.wantRefs("after pruning b to its head", e.recount("a", "b", "c")...)
 		}},
-		{"X8-limits", func(e *env) {
+		{"X8_IdentifierAndCreatedAtLimits", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			w := e.writer("thread")
 			long := func(n int) string { return strings.Repeat("é", n/2) + strings.Repeat("i", n%2) }

@@ -102,7 +102,7 @@ func (e *env) wantEmptyDestination() {
 
 func forkCases() []kase {
 	return []kase{
-		{"F1", func(e *env) {
+		{"F1_ForkCopiesSourceCheckpoint", func(e *env) {
 			src := e.source()
 			e.append(&chain.Checkpoint{ID: "source-head", ThreadID: srcThread, ParentID: srcRoot, CreatedAt: 11,
 				Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{msg("newer conversation")}}, srcRoot)
@@ -116,7 +116,7 @@ func forkCases() []kase {
 			// The fork does not release the destination lease.
 			e.fails("AcquireWriter(destination) after the fork", chain.CodeWriterConflict, acquireOp(e, dstThread))
 		}},
-		{"F2", func(e *env) {
+		{"F2_ForkCapabilityDetected", func(e *env) {
 			// The reference's plain store has no fork member because a fork
 			// must also write a transcript it does not own. Ours own their
 			// transcripts, so F2 becomes: a host holding only the required
@@ -133,51 +133,51 @@ func forkCases() []kase {
 			got, err := forker.Fork(bg, in)
 			e.forked(got, err, src, in)
 		}},
-		{"F3", func(e *env) {
+		{"F3_MissingSource", func(e *env) {
 			e.track(dstThread)
 			e.forkFails("fork without a source", chain.CodeForkSourceNotFound, e.defaultFork())
 		}},
-		{"F4", func(e *env) {
+		{"F4_WrongSourceThread", func(e *env) {
 			e.source()
 			in := e.defaultFork()
 			in.SourceThreadID = "another-source"
 			e.forkFails("sourceThreadId another-source", chain.CodeForkSourceThreadMismatch, in)
 		}},
-		{"F5", func(e *env) {
+		{"F5_DestinationIsSource", func(e *env) {
 			e.source()
 			e.saveThread(srcThread, msg("source transcript"))
 			in := forkInput(e.writer(srcThread))
 			in.DestinationThreadID = srcThread
 			e.forkFails("destination = source, with the source writer", chain.CodeForkSourceThreadMismatch, in)
 		}},
-		{"F6", func(e *env) {
+		{"F6_FabricatedWriter", func(e *env) {
 			e.source()
 			e.forkFails("fabricated writer, no lease", chain.CodeWriterLost,
 				forkInput(chain.Writer{ThreadID: dstThread, OwnerToken: "missing-owner", Fence: 1}))
 		}},
-		{"F7", func(e *env) {
+		{"F7_OtherThreadWriter", func(e *env) {
 			e.source()
 			e.forkFails("writer of another-thread", chain.CodeWriterLost, forkInput(e.writer("another-thread")))
 		}},
-		{"F8", func(e *env) {
+		{"F8_ReleasedWriter", func(e *env) {
 			e.source()
 			l := e.acquire(dstThread)
 			e.noErr("Release", l.Release(bg))
 			e.forkFails("released destination writer", chain.CodeWriterLost, forkInput(l.Writer))
 		}},
-		{"F9", func(e *env) {
+		{"F9_DestinationHasTranscript", func(e *env) {
 			e.source()
 			e.saveThread(dstThread, msg("existing"))
 			e.forkFails("destination transcript saved", chain.CodeForkDestinationNotEmpty, e.defaultFork())
 		}},
-		{"F10", func(e *env) {
+		{"F10_DestinationIDUsedElsewhere", func(e *env) {
 			e.source()
 			e.append(cp("orphaned-id", "orphan-thread", ""), "")
 			in := e.defaultFork()
 			in.DestinationCheckpointID = "orphaned-id"
 			e.forkFails("destinationCheckpointId used in orphan-thread", chain.CodeForkDestinationNotEmpty, in)
 		}},
-		{"M1", func(e *env) {
+		{"M1_TranscriptSavedDuringFork", func(e *env) {
 			e.needHook("OnPoint", e.sub.OnPoint != nil)
 			e.source()
 			saved := []json.RawMessage{msg("saved while the fork was in flight")}
@@ -191,7 +191,7 @@ func forkCases() []kase {
 			e.wantAbsent(forkID)
 			e.wantRefs("after the failed fork", ref(aKey, 1))
 		}},
-		{"M2", func(e *env) {
+		{"M2_OrphanInDestination", func(e *env) {
 			e.needHook("InsertRaw", e.sub.InsertRaw != nil)
 			e.source()
 			e.noErr("InsertRaw", e.sub.InsertRaw(&chain.Checkpoint{ID: "orphan", ThreadID: dstThread, CreatedAt: 1, Reason: chain.ReasonAutomatic}))
@@ -199,7 +199,7 @@ func forkCases() []kase {
 			e.forkFails("orphan checkpoint in the destination", chain.CodeForkDestinationNotEmpty, e.defaultFork())
 			e.wantHead(dstThread, "")
 		}},
-		{"M3", func(e *env) {
+		{"M3_DestinationHasHead", func(e *env) {
 			e.source()
 			e.append(cp("dest-root", dstThread, ""), "")
 			e.forkFails("destination with a head", chain.CodeForkDestinationNotEmpty, e.defaultFork())
@@ -208,20 +208,20 @@ func forkCases() []kase {
 		// M4: of the destination-owned states of the reference (transcript,
 		// run, generation run, interrupt, artifact record) the engine owns
 		// transcripts only (SPEC §10 Q8); checkpoints and heads are M2, M3.
-		{"M4", func(e *env) {
+		{"M4_EmptyTranscriptBlocksFork", func(e *env) {
 			e.source()
 			e.saveThread(dstThread)
 			e.forkFails("destination transcript []", chain.CodeForkDestinationNotEmpty, e.defaultFork())
 			e.wantHead(dstThread, "")
 		}},
-		{"M5", func(e *env) {
+		{"M5_FailedStagingChangesNothing", func(e *env) {
 			src := e.source()
 			e.append(with(cp("other", "other-thread", ""), func(c *chain.Checkpoint) {
 				c.Artifacts = []chain.Artifact{artifact("art", artKey(1))}
 			}), "")
 			publishFailure(e, src)
 		}},
-		{"M6", func(e *env) {
+		{"M6_ForkOfHistoricalCheckpoint", func(e *env) {
 			f, a := fileKey(0xf), artKey(0xa)
 			hist := &chain.Checkpoint{ID: "historical", ThreadID: srcThread, CreatedAt: 10, Reason: chain.ReasonNamed,
 				Label: "old", SourceRunID: "run-0",
@@ -238,7 +238,7 @@ func forkCases() []kase {
 			e.wantHead(srcThread, "newer")
 			e.wantRefs("after the fork", ref(a, 2), ref(f, 2))
 		}},
-		{"M7", func(e *env) {
+		{"M7_ForkErrorCodes", func(e *env) {
 			e.source()
 			def := e.defaultFork()
 			released := e.acquire("released")
@@ -278,7 +278,7 @@ func forkCases() []kase {
 			e.wantHead(dstThread, "")
 			e.wantHead("released", "")
 		}},
-		{"M8", func(e *env) {
+		{"M8_ForkResultNotAliased", func(e *env) {
 			src := e.source()
 			e.saveThread(srcThread, msg("source transcript"))
 			in := e.defaultFork()
@@ -293,7 +293,7 @@ func forkCases() []kase {
 			e.equal("stored fork root after mutating the transcript", e.get(forkID), want)
 			e.equal("source root", e.get(srcRoot), src)
 		}},
-		{"M9", func(e *env) {
+		{"M9_ConcurrentForksOneWins", func(e *env) {
 			src := e.source()
 			in := e.defaultFork()
 			var wg sync.WaitGroup
@@ -322,7 +322,7 @@ func forkCases() []kase {
 			e.forked(results[winner], nil, src, in)
 			e.wantRefs("after one fork", ref(aKey, 2))
 		}},
-		{"M10", func(e *env) {
+		{"M10_DestinationIDIsSourceID", func(e *env) {
 			e.source()
 			in := e.defaultFork()
 			in.DestinationCheckpointID = srcRoot
@@ -335,7 +335,7 @@ func forkCases() []kase {
 		// keys name no bytes anywhere and the fork still succeeds (it reads
 		// none), references change by exactly +1 per distinct key of the
 		// source checkpoint, and no other thread changes.
-		{"M11", func(e *env) {
+		{"M11_ForkReadsNoBlobs", func(e *env) {
 			k1, k2, a := fileKey(0x11), fileKey(0x22), artKey(0x33)
 			src := &chain.Checkpoint{ID: srcRoot, ThreadID: srcThread, CreatedAt: 10, Reason: chain.ReasonNamed,
 				Files:        []chain.Entry{file("x", k1), file("y", k1), file("z", k2), {Path: "l", Kind: chain.KindSymlink, Target: "x"}},
@@ -354,14 +354,14 @@ func forkCases() []kase {
 			after.Refs = bystander.Refs
 			e.equal("source and bystander threads", after, bystander)
 		}},
-		{"S3", func(e *env) {
+		{"S3_SourceKeyWithoutReferences", func(e *env) {
 			e.needHook("SetRefCount", e.sub.SetRefCount != nil)
 			e.source()
 			e.noErr("SetRefCount", e.sub.SetRefCount(aKey, 0))
 			e.forkFails("source key without a reference row", chain.CodeInvalidEntry, e.defaultFork())
 			e.wantEmptyDestination()
 		}},
-		{"S7", func(e *env) {
+		{"S7_StorageFailureMidForkRollsBack", func(e *env) {
 			publishFailure(e, e.source())
 			e.wantRefs("after the retry", ref(aKey, 2))
 		}},

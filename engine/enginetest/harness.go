@@ -1,8 +1,10 @@
-// Package enginetest is the conformance kit of sbxdb: the contract's cases of
-// SPEC §9 (C1–C18, F1–F10, I1–I7, U1–U31, M1–M11, S1–S7, D1–D7, Y1), each a
-// subtest named by its number, plus aliasing, concurrency and persistence
-// cases. Any engine.Store passes it or is not an sbxdb store; both the bbolt
-// engine and the in-memory reference store run it.
+// Package enginetest is the conformance kit of sbxdb: the contract's store
+// cases of SPEC §9 plus X cases beyond it (aliasing, concurrency,
+// persistence, atomicity, limits). Each case is a subtest named by its ID
+// and what it checks, C3_NullParentOnExistingHead, so that
+// -run 'Conformance/C3_' selects it. Any engine.Store passes the kit or is
+// not an sbxdb store; both the bbolt engine and the in-memory reference
+// store run it.
 package enginetest
 
 import (

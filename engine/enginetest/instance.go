@@ -8,8 +8,8 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 )
 
-// RunInstanceConformance runs the instance-store cases I1–I7 of SPEC §9.3
-// and X9-keys: any string is a key, the empty one included (SPEC §10 Q12).
+// RunInstanceConformance runs the instance-store cases of SPEC §9.3 (the I
+// cases) and X9: any string is a key, the empty one included (SPEC §10 Q12).
 // Every subtest calls newStore for a fresh store.
 func RunInstanceConformance(t *testing.T, newStore Factory) {
 	runCases(t, newStore, instanceCases())
@@ -45,19 +45,19 @@ func (e *env) wantRecord(key string, want *engine.InstanceRecord) {
 
 func instanceCases() []kase {
 	return []kase{
-		{"I1", func(e *env) { e.wantRecord("absent", nil) }},
-		{"I2", func(e *env) {
+		{"I1_GetAbsent", func(e *env) { e.wantRecord("absent", nil) }},
+		{"I2_UpsertWithOptionals", func(e *env) {
 			rec := baseRecord()
 			rec.LatestSnapshotID, rec.LatestRunID = "snap-1", "run-1"
 			e.upsert(rec)
 			e.wantRecord(rec.Key, &rec)
 		}},
-		{"I3", func(e *env) {
+		{"I3_UpsertWithoutOptionals", func(e *env) {
 			rec := baseRecord()
 			e.upsert(rec)
 			e.wantRecord(rec.Key, &rec)
 		}},
-		{"I4", func(e *env) {
+		{"I4_UpsertReplacesRecord", func(e *env) {
 			rec := baseRecord()
 			rec.LatestSnapshotID, rec.LatestRunID = "snap-1", "run-1"
 			e.upsert(rec)
@@ -66,7 +66,7 @@ func instanceCases() []kase {
 			e.upsert(next)
 			e.wantRecord(rec.Key, &next)
 		}},
-		{"I5", func(e *env) {
+		{"I5_KeysAreIndependent", func(e *env) {
 			a, b := baseRecord(), baseRecord()
 			a.Key, b.Key, b.ProviderSandboxID = "a", "b", "sb-b"
 			e.upsert(a)
@@ -77,18 +77,18 @@ func instanceCases() []kase {
 			e.wantRecord("a", nil)
 			e.wantRecord("b", &b)
 		}},
-		{"I6", func(e *env) {
+		{"I6_DeleteRemovesRecord", func(e *env) {
 			rec := baseRecord()
 			e.upsert(rec)
 			e.noErr("Delete", e.s.Instances().Delete(bg, rec.Key))
 			e.wantRecord(rec.Key, nil)
 		}},
-		{"I7", func(e *env) {
+		{"I7_DeleteAbsentIsNoOp", func(e *env) {
 			e.noErr("Delete(absent)", e.s.Instances().Delete(bg, "absent"))
 			e.noErr("Delete(absent) again", e.s.Instances().Delete(bg, "absent"))
 			e.wantRecord("absent", nil)
 		}},
-		{"X9-keys", func(e *env) {
+		{"X9_AnyStringIsAKey", func(e *env) {
 			keys := []string{"", "\x00", "\x00a", "a\x00", "a", "\xff", "\xed\xa0\x80", strings.Repeat("k", 5000)}
 			for i, k := range keys {
 				rec := baseRecord()

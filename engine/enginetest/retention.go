@@ -13,7 +13,7 @@ import (
 // decisions Q1–Q4) and Y1 (symlink entries, Q5).
 func retentionCases() []kase {
 	return []kase{
-		{"D1", func(e *env) {
+		{"D1_PruneKeepsNewest", func(e *env) {
 			e.chain("thread", "1", "2", "3", "4", "5")
 			e.prune("thread", 3, "1", "2")
 			e.wantList("thread", "3", "4", "5")
@@ -22,7 +22,7 @@ func retentionCases() []kase {
 			e.wantAbsent("2")
 			e.wantRefs("after keeping 3", ref(fileKey(3), 1), ref(fileKey(4), 1), ref(fileKey(5), 1))
 		}},
-		{"D2", func(e *env) {
+		{"D2_KeepAtLeastChainLength", func(e *env) {
 			e.chain("thread", "1", "2", "3")
 			for _, keep := range []int{3, 4, 100} {
 				before := e.state()
@@ -31,7 +31,7 @@ func retentionCases() []kase {
 			}
 			e.prune("empty-thread", 1)
 		}},
-		{"D3", func(e *env) {
+		{"D3_KeepZeroOrOneLeavesHead", func(e *env) {
 			for _, keep := range []int{0, 1} {
 				th := fmt.Sprintf("keep-%d", keep)
 				e.chain(th, "1"+th, "2"+th, "3"+th)
@@ -40,7 +40,7 @@ func retentionCases() []kase {
 				e.wantHead(th, "3"+th)
 			}
 		}},
-		{"D4", func(e *env) {
+		{"D4_PruneRejectsBadInput", func(e *env) {
 			e.chain("thread", "1", "2", "3")
 			w := e.writer("thread")
 			type call struct {
@@ -80,7 +80,7 @@ func retentionCases() []kase {
 			e.clock.Advance(leaseMs * time.Millisecond) // expiresAt == now: expired
 			e.fails("DeleteCheckpoints with an expired writer", chain.CodeWriterLost, pruneOp(e, "released", 1, l.Writer))
 		}},
-		{"D5", func(e *env) {
+		{"D5_PruneSharedKeys", func(e *env) {
 			k, s := fileKey(0xaa), fileKey(0xbb)
 			e.append(withFiles(cp("1", "thread", ""), file("x", k), file("y", k), file("z", s)), "")
 			e.append(withFiles(cp("2", "thread", "1"), file("z", s), file("two", fileKey(2))), "1")
@@ -89,7 +89,7 @@ func retentionCases() []kase {
 			e.prune("thread", 2, "1")
 			e.wantRefs("after deleting 1", ref(fileKey(2), 1), ref(fileKey(3), 1), ref(s, 1))
 		}},
-		{"D6", func(e *env) {
+		{"D6_DeleteHeadAfterPrune", func(e *env) {
 			e.chain("thread", "1", "2", "3", "4")
 			e.prune("thread", 2, "1", "2")
 			e.deleteHead("thread", "4")
@@ -100,7 +100,7 @@ func retentionCases() []kase {
 			e.wantRefs("after emptying the thread")
 			e.append(cp("5", "thread", ""), "") // the thread is empty, not dangling
 		}},
-		{"D7", func(e *env) {
+		{"D7_PruneOffChainCheckpoints", func(e *env) {
 			e.needHook("InsertRaw", e.sub.InsertRaw != nil)
 			e.chain("thread", "1", "2", "3")
 			e.chain("other", "o7", "o8")
@@ -123,7 +123,7 @@ func retentionCases() []kase {
 			e.wantHead("other", "o8")
 			e.wantRefs("after pruning", ref(fileKey(3), 1), ref(fileKey(7), 1), ref(fileKey(8), 1))
 		}},
-		{"Y1", func(e *env) {
+		{"Y1_SymlinkEntries", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			link := chain.Entry{Path: "link", Kind: chain.KindSymlink, Target: "run.sh"}
 			exe := chain.Entry{Path: "run.sh", Kind: chain.KindFile, BlobKey: fileKey(2), Size: 1, Executable: true}

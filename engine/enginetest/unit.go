@@ -14,7 +14,7 @@ import (
 // unitCases are SPEC §9.4, the reference's unit tests.
 func unitCases() []kase {
 	return []kase{
-		{"U1", func(e *env) {
+		{"U1_FirstLeaseAndConflict", func(e *env) {
 			l := e.acquire("thread")
 			if l.ThreadID != "thread" || l.OwnerToken == "" || l.Fence != 1 {
 				e.t.Errorf("first lease = {ThreadID %q, OwnerToken %q, Fence %d}, want {thread, non-empty, 1}", l.ThreadID, l.OwnerToken, l.Fence)
@@ -31,15 +31,15 @@ func unitCases() []kase {
 		// U2–U6: constructor validation. A zero duration means the default
 		// in Go, so the reference's 0 maps to sub-millisecond and negative
 		// durations, and NaN (which Go has not) to -1ns.
-		{"U2", optionCase(engine.Options{LeaseDuration: time.Nanosecond}, engine.Options{LeaseDuration: -time.Millisecond},
+		{"U2_LeaseDurationUnderOneMs", optionCase(engine.Options{LeaseDuration: time.Nanosecond}, engine.Options{LeaseDuration: -time.Millisecond},
 			engine.Options{LeaseDuration: 999 * time.Microsecond, RenewAfter: time.Millisecond})},
-		{"U3", optionCase(engine.Options{LeaseDuration: -1})},
-		{"U4", optionCase(engine.Options{RenewAfter: time.Nanosecond}, engine.Options{RenewAfter: -time.Millisecond})},
-		{"U5", optionCase(engine.Options{RenewAfter: -1})},
-		{"U6", optionCase(engine.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 100 * time.Millisecond},
+		{"U3_LeaseDurationNegative", optionCase(engine.Options{LeaseDuration: -1})},
+		{"U4_RenewAfterUnderOneMs", optionCase(engine.Options{RenewAfter: time.Nanosecond}, engine.Options{RenewAfter: -time.Millisecond})},
+		{"U5_RenewAfterNegative", optionCase(engine.Options{RenewAfter: -1})},
+		{"U6_RenewAfterNotBelowLease", optionCase(engine.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 100 * time.Millisecond},
 			engine.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 200 * time.Millisecond},
 			engine.Options{LeaseDuration: 30 * time.Second})},
-		{"U7", func(e *env) {
+		{"U7_OtherThreadWriterIsLost", func(e *env) {
 			e.append(cp("b1", "thread-b", ""), "")
 			wa := e.writer("thread-a")
 			e.appendFailsWith("thread-a writer appending to thread-b", chain.CodeWriterLost, cp("b2", "thread-b", "b1"), "b1", wa)
@@ -47,23 +47,23 @@ func unitCases() []kase {
 				return e.s.DeleteHead(bg, "thread-b", "b1", wa)
 			})
 		}},
-		{"U8", func(e *env) {
+		{"U8_ReferencesAndStaleHead", func(e *env) {
 			c := cp("1", "thread", "")
 			c.Artifacts = []chain.Artifact{artifact("art-1", artKey(1))}
 			e.append(c, "")
 			e.wantRefs("file and artifact", ref(artKey(1), 1), ref(fileKey(1), 1))
 			e.appendFails("append expecting a wrong head", chain.CodeStaleHead, cp("2", "thread", "other"), "other")
 		}},
-		{"U9", func(e *env) {
+		{"U9_ParentMismatch", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			e.appendFails("parent other, expected 1", chain.CodeParentMismatch, cp("2", "thread", "other"), "1")
 		}},
-		{"U10", func(e *env) {
+		{"U10_DuplicateIDAcrossThreads", func(e *env) {
 			e.append(cp("1", "thread-a", ""), "")
 			e.appendFails("same id, same thread", chain.CodeDuplicateID, cp("1", "thread-a", "1"), "1")
 			e.appendFails("same id, another thread", chain.CodeDuplicateID, cp("1", "thread-b", ""), "")
 		}},
-		{"U11", func(e *env) {
+		{"U11_EmptyIdentifiers", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			e.appendFails("empty checkpoint id", chain.CodeInvalidID, cp("", "thread", "1"), "1")
 			// Go's "" is null for the parent and expected head; the empty
@@ -73,7 +73,7 @@ func unitCases() []kase {
 			e.parseFails("JSON empty parentCheckpointId", chain.CodeInvalidID, in, map[string]string{"parentCheckpointId": `""`}, nil)
 			e.parseFails("JSON empty expectedHeadId", chain.CodeInvalidID, in, nil, map[string]string{"expectedHeadId": `""`})
 		}},
-		{"U12", func(e *env) {
+		{"U12_LoneSurrogates", func(e *env) {
 			e.appendFails(`lone-surrogate id`, chain.CodeInvalidID, cp(lone, "thread", ""), "")
 			e.appendFails(`lone-surrogate blob key`, chain.CodeInvalidEntry, with(cp("1", "thread", ""), func(c *chain.Checkpoint) {
 				c.Files[0].BlobKey = chain.FilePrefix + strings.Repeat("0", 61) + lone
@@ -91,7 +91,7 @@ func unitCases() []kase {
 				e.t.Errorf(`JSON id "\ud83d\ude00" decoded as %q, want "😀"`, pair.Checkpoint.ID)
 			}
 		}},
-		{"U13", func(e *env) {
+		{"U13_InvalidIdentifierArguments", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			w := e.writer("thread")
 			for what, op := range map[string]func() error{
@@ -115,10 +115,10 @@ func unitCases() []kase {
 			e.parseFails("JSON writer threadId 7", chain.CodeInvalidID, in, nil,
 				map[string]string{"writer": fmt.Sprintf(`{"threadId":7,"ownerToken":%q,"fence":%d}`, w.OwnerToken, w.Fence)})
 		}},
-		{"U14", func(e *env) { nonFinite(e, true, []string{"NaN"}, []int64{chain.MaxSafeInteger + 1}) }},
-		{"U15", func(e *env) { nonFinite(e, true, []string{"Infinity", "1e400"}, []int64{1 << 62}) }},
-		{"U16", func(e *env) { nonFinite(e, true, []string{"-Infinity", "-1e400"}, []int64{-1 << 62}) }},
-		{"U17", func(e *env) {
+		{"U14_CreatedAtNaNWithWriter", func(e *env) { nonFinite(e, true, []string{"NaN"}, []int64{chain.MaxSafeInteger + 1}) }},
+		{"U15_CreatedAtInfinityWithWriter", func(e *env) { nonFinite(e, true, []string{"Infinity", "1e400"}, []int64{1 << 62}) }},
+		{"U16_CreatedAtMinusInfinityWithWriter", func(e *env) { nonFinite(e, true, []string{"-Infinity", "-1e400"}, []int64{-1 << 62}) }},
+		{"U17_AbsentParentIsNull", func(e *env) {
 			in := e.parseOK(e.input(cp("1", "thread", ""), ""))
 			parsed, err := chain.ParseAppendInput(appendJSON(in, map[string]string{"parentCheckpointId": omit}, nil))
 			e.noErr("ParseAppendInput without parentCheckpointId", err)
@@ -127,7 +127,7 @@ func unitCases() []kase {
 				e.t.Errorf("Get(1).ParentID = %q, want \"\" (null)", got.ParentID)
 			}
 		}},
-		{"U18", func(e *env) {
+		{"U18_EntryFieldsMatchKind", func(e *env) {
 			e.appendFails("file without blobKey and size", chain.CodeInvalidEntry,
 				withFiles(cp("1", "thread", ""), chain.Entry{Path: "f", Kind: chain.KindFile}), "")
 			e.appendFails("dir with blobKey", chain.CodeInvalidEntry,
@@ -143,13 +143,13 @@ func unitCases() []kase {
 				e.parseFails("JSON files "+files, chain.CodeInvalidEntry, in, map[string]string{"files": files}, nil)
 			}
 		}},
-		{"U19", func(e *env) {
+		{"U19_FileSizeMissingOrNegative", func(e *env) {
 			in := onRootInput(e)
 			e.parseFails("JSON file without size", chain.CodeInvalidEntry, in,
 				map[string]string{"files": `[{"path":"f","kind":"file","blobKey":"` + fileKey(2) + `"}]`}, nil)
 			e.appendFails("Go size -1", chain.CodeInvalidEntry, with(in.Checkpoint, func(c *chain.Checkpoint) { c.Files[0].Size = -1 }), "1")
 		}},
-		{"U20", func(e *env) {
+		{"U20_FileSizeNotSafeInteger", func(e *env) {
 			in := onRootInput(e)
 			for _, size := range []string{"1.5", "-1", "9007199254740992", "1e400", `"1"`} {
 				e.parseFails("JSON size "+size, chain.CodeInvalidEntry, in,
@@ -158,10 +158,10 @@ func unitCases() []kase {
 			e.appendFails("Go size 2^53", chain.CodeInvalidEntry,
 				with(in.Checkpoint, func(c *chain.Checkpoint) { c.Files[0].Size = chain.MaxSafeInteger + 1 }), "1")
 		}},
-		{"U21", func(e *env) {
+		{"U21_MalformedPaths", func(e *env) {
 			badPaths(e, "bad\x00name", "nested/../bad", "nested//bad", "/absolute", "C:/absolute")
 		}},
-		{"U22", func(e *env) {
+		{"U22_MalformedBlobKeys", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			for _, key := range []string{
 				"bad", chain.FilePrefix + "not-hex", chain.FilePrefix + strings.Repeat("a", 63),
@@ -172,14 +172,14 @@ func unitCases() []kase {
 					withFiles(cp("2", "thread", "1"), chain.Entry{Path: "f", Kind: chain.KindFile, BlobKey: key, Size: 1}), "1")
 			}
 		}},
-		{"U23", func(e *env) {
+		{"U23_EscapingAndNonCanonicalPaths", func(e *env) {
 			badPaths(e, "/absolute.txt", `\absolute.txt`, "C:/absolute.txt", `C:\absolute.txt`, "C:", "../outside.txt",
 				"nested/../../outside.txt", "nested//file.txt", "./file.txt", "nested/", "", `nested\file.txt`,
 				"nested/.", "nested/..")
 			// Control: "C:foo" is not a drive path for the store.
 			e.append(withFiles(cp("3", "thread", "1"), file("C:foo", fileKey(3))), "1")
 		}},
-		{"U24", func(e *env) {
+		{"U24_DuplicatePathOrBeneathFile", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			k := fileKey(2)
 			for what, files := range map[string][]chain.Entry{
@@ -199,7 +199,7 @@ func unitCases() []kase {
 			e.append(withFiles(cp("2", "thread", "1"), chain.Entry{Path: "a", Kind: chain.KindDir}, file("a/b", k),
 				file("c/d", k), chain.Entry{Path: "c", Kind: chain.KindDir}), "1")
 		}},
-		{"U25", func(e *env) {
+		{"U25_InvalidArtifacts", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			good := artifact("art", artKey(1))
 			for what, edit := range map[string]func(a *chain.Artifact){
@@ -226,7 +226,7 @@ func unitCases() []kase {
 			}), "1")
 			e.wantRefs("two artifacts sharing a key", ref(artKey(1), 1), ref(fileKey(1), 1), ref(fileKey(2), 1))
 		}},
-		{"U26", func(e *env) {
+		{"U26_StoredCopyIndependentOfInput", func(e *env) {
 			in := cp("1", "thread", "")
 			in.Artifacts = []chain.Artifact{artifact("art", artKey(1))}
 			in.Label, in.SourceRunID, in.Reason = "label", "run", chain.ReasonNamed
@@ -237,7 +237,7 @@ func unitCases() []kase {
 			e.equal("Get after mutating the input", got, want)
 			e.equal("List vs [Get]", e.list("thread"), []*chain.Checkpoint{got})
 		}},
-		{"U27", func(e *env) {
+		{"U27_LeaseNoWaitAndReacquire", func(e *env) {
 			first := e.acquire("thread")
 			e.fails("second AcquireWriter (must not wait)", chain.CodeWriterConflict, acquireOp(e, "thread"))
 			other := e.acquire("other-thread")
@@ -251,7 +251,7 @@ func unitCases() []kase {
 				e.t.Errorf("re-acquired lease fence %d token %q, want fence 2 and a token other than %q", again.Fence, again.OwnerToken, first.OwnerToken)
 			}
 		}},
-		{"U28", func(e *env) {
+		{"U28_TakeoverFencesStaleWriter", func(e *env) {
 			first := e.acquire("thread")
 			e.appendWith(cp("1", "thread", ""), "", first.Writer)
 			e.clock.Set(1101)
@@ -277,7 +277,7 @@ func unitCases() []kase {
 				e.t.Errorf("takeover at expiry 1201: fence %d, want %d", l.Fence, second.Fence+1)
 			}
 		}},
-		{"U29", func(e *env) {
+		{"U29_DeleteHeadRequiresHead", func(e *env) {
 			e.chain("thread", "1", "2", "3")
 			e.fails("DeleteHead of non-head 1", chain.CodeNotHead, deleteHeadOp(e, "thread", "1"))
 			e.fails("DeleteHead of unknown id", chain.CodeNotHead, deleteHeadOp(e, "thread", "missing"))
@@ -287,14 +287,14 @@ func unitCases() []kase {
 			e.wantAbsent("3")
 			e.wantRefs("after DeleteHead(3)", ref(fileKey(1), 1), ref(fileKey(2), 1))
 		}},
-		{"U30", func(e *env) {
+		{"U30_DeleteRootEmptiesThread", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			e.deleteHead("thread", "1")
 			e.wantHead("thread", "")
 			e.wantList("thread")
 			e.wantRefs("after deleting the root")
 		}},
-		{"U31", func(e *env) { race(e, 2) }},
+		{"U31_RacingAppendsOneWins", func(e *env) { race(e, 2) }},
 	}
 }
 
