@@ -117,20 +117,6 @@ func ValidateContent(cp *Checkpoint) error {
 	return ValidateMessages(cp.Conversation)
 }
 
-// validateStored checks a decoded record as append checked it (see
-// GetCheckpoint).
-func validateStored(cp *Checkpoint) error {
-	if err := CheckIDs("checkpoint id", cp.ID, "checkpoint threadId", cp.ThreadID); err != nil {
-		return err
-	}
-	if cp.ParentID != "" {
-		if err := CheckID("parentCheckpointId", cp.ParentID); err != nil {
-			return err
-		}
-	}
-	return ValidateContent(cp)
-}
-
 // ValidatePath applies the manifest path rules of SPEC §1.2 in the
 // reference's order.
 func ValidatePath(p string) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sbxdb/sbxdb/chain"
+	metadb "github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -25,7 +26,7 @@ func instanceKey(key string) []byte {
 }
 
 func encodeInstance(r *InstanceRecord) []byte {
-	e := &chain.Encoder{}
+	e := &metadb.Encoder{}
 	for _, s := range []string{r.Key, r.Provider, r.ProviderSandboxID, r.LatestSnapshotID, r.ThreadID, r.LatestRunID} {
 		e.String(s)
 	}
@@ -34,7 +35,7 @@ func encodeInstance(r *InstanceRecord) []byte {
 }
 
 func decodeInstance(p []byte) (*InstanceRecord, error) {
-	d := chain.NewDecoder(p)
+	d := metadb.NewDecoder(p)
 	r := &InstanceRecord{}
 	r.Key, r.Provider, r.ProviderSandboxID = d.String(), d.String(), d.String()
 	r.LatestSnapshotID, r.ThreadID, r.LatestRunID = d.String(), d.String(), d.String()
@@ -53,7 +54,7 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 		if v == nil {
 			return nil
 		}
-		p, err := chain.Unseal(bucketInstances, k, v)
+		p, err := metadb.Unseal(bucketInstances, k, v)
 		if err != nil {
 			return err
 		}
@@ -71,7 +72,7 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 
 func (s instanceStore) Upsert(ctx context.Context, rec InstanceRecord) error {
 	k := instanceKey(rec.Key)
-	v := chain.Seal(bucketInstances, k, encodeInstance(&rec))
+	v := metadb.Seal(bucketInstances, k, encodeInstance(&rec))
 	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketInstances).Put(k, v) })
 }
 

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/lease"
+	metadb "github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -34,7 +34,7 @@ import (
 //	refs_pending  be64(createdAt xor 1<<63) checkpoint id → its threadId,
 //	              for each checkpoint whose references are not folded into
 //	              refs yet (foldIfDue); bucket sequence = their weight: 1
-//	              each, plus 1 per 256 manifest entries (chain.PendingWeight)
+//	              each, plus 1 per 256 manifest entries (meta.PendingWeight)
 //	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
 //	transcripts   threadId → message list (present, even empty, blocks a fork)
 //	writers       threadId → writer state: last fence, then the lease if any
@@ -45,7 +45,7 @@ import (
 //	cas_meta, cas_index, cas_packs
 //	              the blob store's index, laid out in cas/format.go
 //
-// Every value is sealed (chain.Seal): a record-version byte, the payload, and
+// Every value is sealed (meta.Seal): a record-version byte, the payload, and
 // an xxhash64 of bucket, key and payload, checked on every read. Identifiers
 // never contain NUL, so threadId 0x00 is an exact prefix in thread_index.
 var (
@@ -57,7 +57,7 @@ var (
 
 // FormatVersion is the bbolt layout this build reads and writes.
 //
-//	1  whole checkpoint records (chain.EncodeCheckpoint)
+//	1  whole checkpoint records (meta.EncodeCheckpoint)
 //	2  records and shared chunks (chain/record.go); refs_pending's
 //	   sequence counts its keys
 //	3  a manifest of at most 2 KiB inline in its record; refs_pending
@@ -68,15 +68,15 @@ var (
 const FormatVersion = 3
 
 func allBuckets() [][]byte {
-	return append([][]byte{bucketMeta, lease.BucketWriters, bucketInstances}, chain.Buckets...)
+	return append([][]byte{bucketMeta, metadb.BucketWriters, bucketInstances}, metadb.Buckets...)
 }
 
 // initLayout creates the buckets of a new store and stamps its format, or
 // checks the format of an existing one, migrating an older store when tx
 // is writable (beforeCommit is then asked, as every commit asks the FS).
 func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
+	mb := tx.Bucket(bucketMeta)
+	if mb == nil {
 		if !tx.Writable() {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}
@@ -86,9 +86,9 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 			}
 		}
 		v := binary.AppendUvarint(nil, FormatVersion)
-		return tx.Bucket(bucketMeta).Put(keyFormat, chain.Seal(bucketMeta, keyFormat, v))
+		return tx.Bucket(bucketMeta).Put(keyFormat, metadb.Seal(bucketMeta, keyFormat, v))
 	}
-	v, err := formatOf(meta)
+	v, err := formatOf(mb)
 	if err != nil {
 		return err
 	}
@@ -116,12 +116,12 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	return nil
 }
 
-func formatOf(meta *bolt.Bucket) (uint64, error) {
-	raw := meta.Get(keyFormat)
+func formatOf(mb *bolt.Bucket) (uint64, error) {
+	raw := mb.Get(keyFormat)
 	if raw == nil {
 		return 0, fmt.Errorf("%w: meta/format is missing", chain.ErrCorrupt)
 	}
-	p, err := chain.Unseal(bucketMeta, keyFormat, raw)
+	p, err := metadb.Unseal(bucketMeta, keyFormat, raw)
 	if err != nil {
 		return 0, err
 	}
@@ -143,15 +143,15 @@ func migrate(tx *bolt.Tx, from uint64) error {
 				return err
 			}
 		}
-		if err := chain.MigrateRecords(tx); err != nil {
+		if err := metadb.MigrateRecords(tx); err != nil {
 			return err
 		}
 	}
-	if err := chain.UpgradePending(tx); err != nil {
+	if err := metadb.UpgradePending(tx); err != nil {
 		return err
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)
-	return tx.Bucket(bucketMeta).Put(keyFormat, chain.Seal(bucketMeta, keyFormat, v))
+	return tx.Bucket(bucketMeta).Put(keyFormat, metadb.Seal(bucketMeta, keyFormat, v))
 }
 
 // Migrate upgrades the store in dir to FormatVersion, as a writable Open
@@ -175,11 +175,11 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 	}
 	var v uint64
 	err = bdb.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
+		mb := tx.Bucket(bucketMeta)
+		if mb == nil {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}
-		v, err = formatOf(meta)
+		v, err = formatOf(mb)
 		return err
 	})
 	bdb.Close()

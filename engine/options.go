@@ -28,7 +28,7 @@ type Options struct {
 	ReadOnly bool
 	// RefFoldAfter is how much may have its blob reference counts pending
 	// before a commit folds them into the counts (chain/refs.go), weighed
-	// as chain.CheckpointWeight does: 1 for each appended checkpoint, plus
+	// as meta.CheckpointWeight does: 1 for each appended checkpoint, plus
 	// 1 for each 256 entries of its manifest. Higher makes appends cheaper
 	// and reading counts (BlobReferences, Fork's check, DeleteHead's chunk
 	// check) costlier: a read decodes the pending checkpoints. Default

@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb/chain"
 )
 
 // Every value sbxdb stores in bbolt is sealed: a format byte, the payload,
@@ -55,7 +56,7 @@ func Unseal(bucket, key, value []byte) ([]byte, error) {
 }
 
 func corrupt(bucket, key []byte, why string) error {
-	return fmt.Errorf("%w: %s/%q: %s", ErrCorrupt, bucket, key, why)
+	return fmt.Errorf("%w: %s/%q: %s", chain.ErrCorrupt, bucket, key, why)
 }
 
 // Encoder appends the primitives of the binary record format. Every integer
@@ -192,46 +193,6 @@ func (d *Decoder) Raw() []byte {
 
 const flagExecutable = 1
 
-// RecordSize returns the length of EncodeCheckpoint(cp) without encoding
-// it; the stored value is 9 bytes longer (Seal). Append refuses a
-// checkpoint whose record would exceed MaxRecordBytes.
-func RecordSize(cp *Checkpoint) int {
-	n := 0
-	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
-		n += prefixed(len(s))
-	}
-	n += varintSize(cp.CreatedAt)
-	n += uvarintSize(uint64(len(cp.Files)))
-	for i := range cp.Files {
-		f := &cp.Files[i]
-		n += 2 + prefixed(len(f.Path)) // kind, flags, path
-		switch f.Kind {
-		case KindFile:
-			n += 32 + uvarintSize(uint64(f.Size))
-		case KindSymlink:
-			n += prefixed(len(f.Target))
-		}
-	}
-	n += uvarintSize(uint64(len(cp.Artifacts)))
-	for i := range cp.Artifacts {
-		a := &cp.Artifacts[i]
-		n += prefixed(len(a.ArtifactID)) + prefixed(len(a.Name)) + prefixed(len(a.MimeType)) +
-			32 + uvarintSize(uint64(a.Size)) + varintSize(a.CreatedAt)
-	}
-	return n + TranscriptSize(cp.Conversation)
-}
-
-// TranscriptSize returns the length of EncodeMessages(msgs) without
-// encoding them. SaveThread refuses a transcript whose payload would exceed
-// MaxRecordBytes.
-func TranscriptSize(msgs []json.RawMessage) int {
-	n := uvarintSize(uint64(len(msgs)))
-	for _, m := range msgs {
-		n += prefixed(len(m))
-	}
-	return n
-}
-
 // prefixed is the encoded size of l bytes with their length prefix.
 func prefixed(l int) int { return uvarintSize(uint64(l)) + l }
 
@@ -243,14 +204,11 @@ func uvarintSize(v uint64) int {
 	return n
 }
 
-// varintSize is the size of binary.AppendVarint's zig-zag encoding.
-func varintSize(v int64) int { return uvarintSize(uint64(v<<1) ^ uint64(v>>63)) }
-
 // EncodeCheckpoint returns the binary payload of a valid checkpoint.
-func EncodeCheckpoint(cp *Checkpoint) []byte {
+func EncodeCheckpoint(cp *chain.Checkpoint) []byte {
 	// Sized exactly: a record may be hundreds of megabytes (MaxRecordBytes),
 	// and growing the buffer by appending would copy it repeatedly.
-	e := &Encoder{b: make([]byte, 0, RecordSize(cp))}
+	e := &Encoder{b: make([]byte, 0, chain.RecordSize(cp))}
 	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
 		e.String(s)
 	}
@@ -263,17 +221,17 @@ func EncodeCheckpoint(cp *Checkpoint) []byte {
 			flags |= flagExecutable
 		}
 		switch f.Kind {
-		case KindFile:
+		case chain.KindFile:
 			e.Byte('f')
 			e.Byte(flags)
 			e.String(f.Path)
-			e.digest(f.BlobKey, FilePrefix)
+			e.digest(f.BlobKey, chain.FilePrefix)
 			e.Uvarint(uint64(f.Size))
-		case KindDir:
+		case chain.KindDir:
 			e.Byte('d')
 			e.Byte(flags)
 			e.String(f.Path)
-		case KindSymlink:
+		case chain.KindSymlink:
 			e.Byte('l')
 			e.Byte(flags)
 			e.String(f.Path)
@@ -315,19 +273,19 @@ func (d *Decoder) digest(prefix string) string {
 }
 
 // DecodeCheckpoint decodes a payload written by EncodeCheckpoint.
-func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
+func DecodeCheckpoint(p []byte) (*chain.Checkpoint, error) {
 	d := NewDecoder(p)
-	cp := &Checkpoint{}
+	cp := &chain.Checkpoint{}
 	cp.ID, cp.ThreadID, cp.ParentID = d.String(), d.String(), d.String()
-	cp.Reason = Reason(d.String())
+	cp.Reason = chain.Reason(d.String())
 	cp.Label, cp.SourceRunID = d.String(), d.String()
 	cp.CreatedAt = d.Varint()
-	cp.Files = make([]Entry, d.Count(3))
+	cp.Files = make([]chain.Entry, d.Count(3))
 	for i := range cp.Files {
 		f := &cp.Files[i]
 		*f = d.entry()
-		if f.Kind == KindFile { // format 1 keeps a file's digest and size inline
-			f.BlobKey = d.digest(FilePrefix)
+		if f.Kind == chain.KindFile { // format 1 keeps a file's digest and size inline
+			f.BlobKey = d.digest(chain.FilePrefix)
 			f.Size = int64(d.Uvarint())
 		}
 	}
@@ -343,17 +301,17 @@ func DecodeCheckpoint(p []byte) (*Checkpoint, error) {
 // symlink's target: what both record formats write in that order. A
 // file's digest and size are the caller's to read (inline in format 1, in
 // content chunks since format 2, or inline in the record in format 3).
-func (d *Decoder) entry() (f Entry) {
+func (d *Decoder) entry() (f chain.Entry) {
 	kind, flags := d.Byte(), d.Byte()
 	f.Path = d.String()
 	f.Executable = flags&flagExecutable != 0
 	switch kind {
 	case 'f':
-		f.Kind = KindFile
+		f.Kind = chain.KindFile
 	case 'd':
-		f.Kind = KindDir
+		f.Kind = chain.KindDir
 	case 'l':
-		f.Kind = KindSymlink
+		f.Kind = chain.KindSymlink
 		f.Target = d.String()
 	default:
 		d.fail("entry kind")
@@ -366,7 +324,7 @@ func (d *Decoder) skip(what string) { d.take(d.Uvarint(), what) }
 
 // EncodeMessages returns the payload of a message list (a transcript).
 func EncodeMessages(msgs []json.RawMessage) []byte {
-	e := &Encoder{b: make([]byte, 0, TranscriptSize(msgs))}
+	e := &Encoder{b: make([]byte, 0, chain.TranscriptSize(msgs))}
 	e.Uvarint(uint64(len(msgs)))
 	for _, m := range msgs {
 		e.Raw(m)

@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -77,7 +78,7 @@ func CheckpointExists(tx *bolt.Tx, id string) bool {
 }
 
 // GetCheckpoint returns the checkpoint id, or nil when it is not stored.
-func GetCheckpoint(tx *bolt.Tx, id string) (*Checkpoint, error) {
+func GetCheckpoint(tx *bolt.Tx, id string) (*chain.Checkpoint, error) {
 	r, err := loadRecord(tx, id)
 	if r == nil || err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok boo
 	}
 	d := NewDecoder(p)
 	got, threadID, parentID := d.String(), d.String(), d.String()
-	if d.err != nil || got != id || CheckID("threadId", threadID) != nil || (parentID != "" && CheckID("parentCheckpointId", parentID) != nil) {
+	if d.err != nil || got != id || chain.CheckID("threadId", threadID) != nil || (parentID != "" && chain.CheckID("parentCheckpointId", parentID) != nil) {
 		return "", "", false, corrupt(BucketCheckpoints, []byte(id), "bad record header")
 	}
 	return threadID, parentID, true, nil
@@ -116,7 +117,7 @@ func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok boo
 // PutCheckpoint stores cp, indexes it under its thread and adds one
 // reference to each of its distinct blob keys. The caller has checked that
 // the id is free.
-func PutCheckpoint(tx *bolt.Tx, cp *Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
+func PutCheckpoint(tx *bolt.Tx, cp *chain.Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
 
 // PutPrepared is PutCheckpoint for a checkpoint prepared earlier. Its
 // references are added as pending (refs.go), folded later with others.
@@ -130,7 +131,7 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 // PutRecord stores cp's record and index key only, leaving reference counts
 // alone (PutCheckpoint is PutRecord plus references). Tests use it to
 // fabricate states the contract cannot reach.
-func PutRecord(tx *bolt.Tx, cp *Checkpoint) error { return putRecord(tx, Prepare(cp)) }
+func PutRecord(tx *bolt.Tx, cp *chain.Checkpoint) error { return putRecord(tx, Prepare(cp)) }
 
 func putRecord(tx *bolt.Tx, p *Prepared) error {
 	chunks := newChunkCursor(tx)
@@ -242,8 +243,8 @@ func ForEachInThread(tx *bolt.Tx, threadID string, fn func(id string) error) err
 }
 
 // ListThread returns the thread's checkpoints in List order.
-func ListThread(tx *bolt.Tx, threadID string) ([]*Checkpoint, error) {
-	out := []*Checkpoint{}
+func ListThread(tx *bolt.Tx, threadID string) ([]*chain.Checkpoint, error) {
+	out := []*chain.Checkpoint{}
 	err := ForEachInThread(tx, threadID, func(id string) error {
 		cp, err := GetCheckpoint(tx, id)
 		if err == nil && cp == nil {
@@ -330,4 +331,18 @@ func SaveTranscript(tx *bolt.Tx, threadID string, msgs []json.RawMessage) error 
 // EncodeMessages (so callers can encode outside the write transaction).
 func SaveTranscriptPayload(tx *bolt.Tx, threadID string, payload []byte) error {
 	return put(tx, BucketTranscripts, []byte(threadID), payload)
+}
+
+// validateStored checks a decoded record as append checked it (see
+// GetCheckpoint).
+func validateStored(cp *chain.Checkpoint) error {
+	if err := chain.CheckIDs("checkpoint id", cp.ID, "checkpoint threadId", cp.ThreadID); err != nil {
+		return err
+	}
+	if cp.ParentID != "" {
+		if err := chain.CheckID("parentCheckpointId", cp.ParentID); err != nil {
+			return err
+		}
+	}
+	return chain.ValidateContent(cp)
 }

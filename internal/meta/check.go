@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -16,7 +17,7 @@ import (
 // ForEachCheckpoint calls fn with every stored checkpoint in id order. A
 // record that cannot be decoded is passed as cp == nil with its error, and
 // the walk goes on; an error returned by fn stops it.
-func ForEachCheckpoint(tx *bolt.Tx, fn func(id string, cp *Checkpoint, err error) error) error {
+func ForEachCheckpoint(tx *bolt.Tx, fn func(id string, cp *chain.Checkpoint, err error) error) error {
 	return bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
 		cp, err := GetCheckpoint(tx, string(k))
 		return fn(string(k), cp, err)

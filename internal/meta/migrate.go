@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	bolt "go.etcd.io/bbolt"

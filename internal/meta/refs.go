@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -337,7 +338,7 @@ func (rc *RefCounter) Referenced(key string) (bool, error) {
 // All returns every key with a count above 0, in UTF-8 byte order. It
 // merges the folded counts (a cursor scan, already in key order) with the
 // sorted pending ones, so its cost is one pass over each.
-func (rc *RefCounter) All() ([]BlobRef, error) {
+func (rc *RefCounter) All() ([]chain.BlobRef, error) {
 	if err := rc.loadPending(); err != nil {
 		return nil, err
 	}
@@ -353,7 +354,7 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 	// can hold: a key and its count take at least 85 bytes (found by
 	// FuzzDatabasePage: a damaged sequence made this allocate gigabytes).
 	hint := min(b.Sequence(), 1<<26, uint64(rc.tx.Size())/85)
-	refs := make([]BlobRef, 0, hint+uint64(len(pending)))
+	refs := make([]chain.BlobRef, 0, hint+uint64(len(pending)))
 	// The folded keys are copied into one arena string rather than one
 	// allocation each (a million of them is most of the scan's cost); a
 	// folded entry's Key is set from its span once the arena is final.
@@ -368,7 +369,7 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 			return nil, err
 		}
 		for ; j < len(pending) && pending[j] < string(k); j++ {
-			refs = append(refs, BlobRef{Key: pending[j], References: rc.pending[pending[j]]})
+			refs = append(refs, chain.BlobRef{Key: pending[j], References: rc.pending[pending[j]]})
 		}
 		if j < len(pending) && pending[j] == string(k) {
 			n += rc.pending[pending[j]]
@@ -376,10 +377,10 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 		}
 		spans = append(spans, len(refs), arena.Len())
 		arena.Write(k)
-		refs = append(refs, BlobRef{References: n})
+		refs = append(refs, chain.BlobRef{References: n})
 	}
 	for ; j < len(pending); j++ {
-		refs = append(refs, BlobRef{Key: pending[j], References: rc.pending[pending[j]]})
+		refs = append(refs, chain.BlobRef{Key: pending[j], References: rc.pending[pending[j]]})
 	}
 	keys := arena.String()
 	for i := 0; i < len(spans); i += 2 {
@@ -394,7 +395,7 @@ func (rc *RefCounter) All() ([]BlobRef, error) {
 
 // References returns every blob key with a count above 0, in UTF-8 byte
 // order.
-func References(tx *bolt.Tx) ([]BlobRef, error) { return NewRefCounter(tx).All() }
+func References(tx *bolt.Tx) ([]chain.BlobRef, error) { return NewRefCounter(tx).All() }
 
 // RefCount returns the number of checkpoints using key. To read several
 // keys, use one RefCounter.
@@ -711,7 +712,7 @@ func (pc *PendingCache) recount() {
 	}
 	pc.counts = make(map[string]int64, len(tallies))
 	for d, t := range tallies {
-		pc.counts[FilePrefix+hex.EncodeToString(d[:])] = t.n
+		pc.counts[chain.FilePrefix+hex.EncodeToString(d[:])] = t.n
 	}
 	for _, p := range pc.pending {
 		for _, k := range p.artifacts {
