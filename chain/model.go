@@ -1,11 +1,10 @@
 // Package chain is the checkpoint model of sbxdb: the Checkpoint, Entry and
 // Artifact types, their validation in the contract's check order, the
-// contract's typed errors and codes, UTF-8 byte ordering, the binary record
-// encoding, and the bbolt operations on the chain buckets (checkpoints, the
-// per-thread index, heads, blob reference counts, transcripts) that run inside
-// a caller's transaction.
+// contract's typed errors and codes, UTF-8 byte ordering, the strict JSON
+// input path, the blob key prefixes and the size limits.
 //
-// chain knows nothing of leases, blob bytes or the engine that composes it.
+// chain is a leaf: it knows nothing of storage, leases, blob bytes or the
+// engine that composes them. How a checkpoint is stored is internal/meta's.
 package chain
 
 import (

@@ -142,8 +142,8 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	var recount map[string]int64
 	var recovered string
 	err := db.view(func(tx *bolt.Tx) error {
-		if raw := tx.Bucket(bucketMeta).Get(keyRecovered); raw != nil {
-			p, err := metadb.Unseal(bucketMeta, keyRecovered, raw)
+		if raw := tx.Bucket(metadb.BucketMeta).Get(metadb.KeyRecovered); raw != nil {
+			p, err := metadb.Unseal(metadb.BucketMeta, metadb.KeyRecovered, raw)
 			if err != nil {
 				return err
 			}
@@ -251,7 +251,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	if opts.Repair && recovered != "" {
 		// Reported once in full; the store itself checked out.
-		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRecovered) })
+		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(metadb.BucketMeta).Delete(metadb.KeyRecovered) })
 		if err != nil {
 			return r, fmt.Errorf("clearing the meta-page note: %w", err)
 		}
@@ -344,8 +344,8 @@ func (db *DB) indexMayBeOlder() bool {
 	}
 	noted := true
 	db.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		noted = b != nil && b.Get(keyRecovered) != nil
+		b := tx.Bucket(metadb.BucketMeta)
+		noted = b != nil && b.Get(metadb.KeyRecovered) != nil
 		return nil
 	})
 	return noted

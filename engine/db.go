@@ -159,7 +159,7 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 				return nil
 			}
 			note := []byte(o.Now().UTC().Format(time.RFC3339) + ": " + metaNote)
-			return tx.Bucket(bucketMeta).Put(keyRecovered, metadb.Seal(bucketMeta, keyRecovered, note))
+			return tx.Bucket(metadb.BucketMeta).Put(metadb.KeyRecovered, metadb.Seal(metadb.BucketMeta, metadb.KeyRecovered, note))
 		})
 	}
 	if err != nil {

@@ -1,18 +1,21 @@
-// Package lease implements the fenced writer leases of sbxdb: at most one
-// live writer per thread, identified by a random owner token and a fence that
-// grows by one with every acquisition and is never reset.
+// Package lease is the fenced writer lease as its holder sees it: the
+// handle a writer holds (Lease), renewed and released through its store's
+// Backend, the writer state a store keeps per thread (State), and the
+// options and messages of acquiring one.
 //
+// A thread has at most one live writer, identified by a random owner token
+// and a fence that grows by one with every acquisition and is never reset.
 // A lease records its holder, the process that took it (proc.Identity), so
-// that a lease left behind by a killed writer need not block its thread until
-// it expires: Acquire with TakeOverDead takes over a live lease whose holder
-// is provably gone, and Break removes any lease. Either way the fence grows,
-// so the old holder, should it still run, is refused on its next write.
+// that a lease left behind by a killed writer need not block its thread
+// until it expires: acquiring with AcquireOptions.TakeOverDead takes over a
+// live lease whose holder is provably gone, and breaking a lease removes
+// any. Either way the fence grows, so the old holder, should it still run,
+// is refused on its next write.
 //
-// The bbolt operations (Acquire, Check, Renew, Release, Break) run inside a
-// caller's transaction and take the current time and the acquiring process
-// as arguments, so expiry follows an injected clock and tests can forge
-// holders. Lease is the handle a caller holds; it renews and releases through
-// a Backend, which the engine implements with its own transactions.
+// The transactions that acquire, check, renew, release and break leases
+// are internal/meta's (meta.AcquireLease and the rest); the engine runs
+// them and implements Backend with them. engine/memstore keeps its leases
+// in memory.
 package lease
 
 import (
@@ -47,14 +50,15 @@ type State struct {
 // Live reports whether the state holds a lease that has not expired at now.
 func (s State) Live(now int64) bool { return s.Held && s.ExpiresAt > now }
 
-// AcquireOptions says which live lease Acquire may take over. The zero
+// AcquireOptions says which live lease an acquire may take over. The zero
 // value takes over none: a live lease is WRITER_CONFLICT.
 type AcquireOptions struct {
 	// TakeOverDead takes over a live lease whose holder is a process on
 	// this host that is provably gone (proc.Check answers proc.Gone): a
 	// writer killed before it could release. A holder that runs, one on
 	// another host, and one not recorded are never taken over; their
-	// lease must expire, or be broken (Break).
+	// lease must expire, or be broken (meta.BreakLease, which the
+	// engine's Unlock runs).
 	TakeOverDead bool
 }
 

@@ -41,7 +41,7 @@ func openRawBolt(tb testing.TB) *bolt.DB {
 	return db
 }
 
-// rawIndexKey is the engine's thread-index key (chain/tx.go indexKey):
+// rawIndexKey is the engine's thread-index key (internal/meta/threads.go indexKey):
 // threadId 0x00 be64(createdAt xor 1<<63) checkpoint id.
 func rawIndexKey(cp *chain.Checkpoint) []byte {
 	k := make([]byte, 0, len(cp.ThreadID)+9+len(cp.ID))
@@ -300,7 +300,7 @@ func CheckRawBaseline(t testing.TB) {
 	}
 	err = eng.View(func(etx *bolt.Tx) error {
 		return raw.View(func(rtx *bolt.Tx) error {
-			// Reference counts: the engine folds them lazily (chain/refs.go),
+			// Reference counts: the engine folds them lazily (internal/meta/refs.go),
 			// so compare the counts, not the bucket's bytes.
 			got, err := meta.References(etx)
 			if err != nil {

@@ -9,11 +9,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// BucketWriters maps threadId → the thread's sealed writer state (lease.State).
-// One record per thread holds both the live lease and the fence counter, so
-// the counter survives release and takeover.
-var BucketWriters = []byte("writers")
-
 // The stored form of a thread's writer state (lease.State):
 //
 //	last fence                          uvarint

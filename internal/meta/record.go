@@ -54,7 +54,7 @@ import (
 //
 //	id, threadId, parentId, reason, label, sourceRunId  strings
 //	createdAt    varint
-//	fullSize     uvarint: RecordSize, what the checkpoint takes stored whole
+//	fullSize     uvarint: chain.RecordSize, what the checkpoint takes stored whole
 //	entries      uvarint: number of manifest entries
 //	groups       count uvarint, then per group its shape chunk id and its
 //	             index chunk id, 8 bytes big-endian each
@@ -256,6 +256,32 @@ func appendEntry(s, c []byte, f *chain.Entry) ([]byte, []byte) {
 	return s, c
 }
 
+// flagExecutable is the bit of an entry's flags byte that marks an
+// executable file, in every record format.
+const flagExecutable = 1
+
+// entry reads a manifest entry's kind byte, flags and path, and a
+// symlink's target: what both record formats write in that order. A
+// file's digest and size are the caller's to read (inline in format 1, in
+// content chunks since format 2, or inline in the record in format 3).
+func (d *Decoder) entry() (f chain.Entry) {
+	kind, flags := d.Byte(), d.Byte()
+	f.Path = d.String()
+	f.Executable = flags&flagExecutable != 0
+	switch kind {
+	case 'f':
+		f.Kind = chain.KindFile
+	case 'd':
+		f.Kind = chain.KindDir
+	case 'l':
+		f.Kind = chain.KindSymlink
+		f.Target = d.String()
+	default:
+		d.fail("entry kind")
+	}
+	return f
+}
+
 // splitManifest encodes the shape and content of files, each in one buffer
 // of the size manifestSize gave, and cuts them into groups and chunks
 // (slices of those buffers): a manifest may hold a million entries. It
@@ -360,7 +386,7 @@ func decodeRecord(p []byte) (*storedRecord, error) {
 		return nil, err
 	}
 	// What the record claims bounds what reading it may produce (a valid
-	// record produces exactly fullSize bytes, within MaxRecordBytes): a
+	// record produces exactly fullSize bytes, within chain.MaxRecordBytes): a
 	// forged one naming one large chunk many times must fail, not make the
 	// reader allocate its size each time (found by review).
 	switch {
@@ -474,7 +500,7 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*chain.Checkpoint, error)
 	// An entry takes at least 3 bytes of shape: a forged count cannot
 	// size the slice beyond what the chunks hold. It is checked at the end.
 	cp.Files = make([]chain.Entry, 0, min(r.entries, uint64(size/3)))
-	// produced counts what the reassembly has made, in RecordSize's
+	// produced counts what the reassembly has made, in chain.RecordSize's
 	// measure; it may not pass fullSize (see decodeRecord).
 	produced := uint64(0)
 	overBudget := func(n int) bool {
@@ -505,7 +531,7 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*chain.Checkpoint, error)
 					return nil, bad("content chunks: " + cd.err.Error())
 				}
 			}
-			n := 2 + prefixed(len(f.Path)) // as RecordSize counts it
+			n := 2 + prefixed(len(f.Path)) // as chain.RecordSize counts it
 			switch f.Kind {
 			case chain.KindFile:
 				n += 32 + uvarintSize(uint64(f.Size))
