@@ -34,11 +34,14 @@ const (
 	KindSymlink Kind = "symlink"
 )
 
-// Blob key namespaces. A key is a prefix followed by 64 lowercase hex digits
-// of the SHA-256 of the uncompressed bytes.
+// Blob key namespaces (SPEC §6.1). A key is its namespace's prefix followed
+// by 64 lowercase hex digits of the SHA-256 of the uncompressed bytes; a
+// sweep lists and may delete every key under a namespace's root (SPEC §5.2).
 const (
-	FilePrefix     = "sandbox-files/sha256/"
-	ArtifactPrefix = "sandbox-artifacts/sha256/"
+	FileRoot       = "sandbox-files/"
+	ArtifactRoot   = "sandbox-artifacts/"
+	FilePrefix     = FileRoot + "sha256/"
+	ArtifactPrefix = ArtifactRoot + "sha256/"
 )
 
 // Checkpoint is one saved state of a thread's workspace and conversation.

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
@@ -227,7 +226,7 @@ func onePending(t *testing.T, edit func(pb *bolt.Bucket) error) (*engine.DB, cha
 		t.Fatal(err)
 	}
 	data := []byte("a file")
-	k := cas.FilesPrefix + fmt.Sprintf("%x", sha256.Sum256(data))
+	k := chain.FilePrefix + fmt.Sprintf("%x", sha256.Sum256(data))
 	if err := db.Blobs().Put(ctx, k, data); err != nil {
 		t.Fatal(err)
 	}

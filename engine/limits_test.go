@@ -36,7 +36,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -157,7 +156,7 @@ func limBlobs(t *testing.T, db *engine.DB, n int) []string {
 	for i := range n {
 		data := fmt.Appendf(nil, "blob %d", i)
 		sum := sha256.Sum256(data)
-		k := cas.FilesPrefix + hex.EncodeToString(sum[:])
+		k := chain.FilePrefix + hex.EncodeToString(sum[:])
 		limOK(t, "Put", db.Blobs().Put(ctx, k, data))
 		keys = append(keys, k)
 	}

@@ -414,9 +414,9 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 		case strings.HasPrefix(name, "blobs/large/"):
 			larges = append(larges, name)
 			h := name[strings.LastIndexByte(name, '/')+1:]
-			key := cas.FilesPrefix + h
+			key := chain.FilePrefix + h
 			if strings.HasPrefix(name, "blobs/large/artifacts/") {
-				key = cas.ArtifactsPrefix + h
+				key = chain.ArtifactPrefix + h
 			}
 			fx.fileOf[key] = name
 			fx.large[key] = true
