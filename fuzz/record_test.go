@@ -40,7 +40,7 @@ func recValid(cp *chain.Checkpoint) error {
 	return chain.ValidateAppend(chain.AppendInput{Checkpoint: cp, ExpectedHeadID: cp.ParentID, Writer: chain.Writer{ThreadID: cp.ThreadID}})
 }
 
-// recIndexKey is the thread_index key of a checkpoint (docs/ARCHITECTURE.md):
+// recIndexKey is the thread_index key of a checkpoint (internal/meta/schema.go):
 // threadId 0x00 be64(createdAt xor 2^63) id.
 func recIndexKey(thread string, createdAt int64, id string) []byte {
 	k := append([]byte(thread), 0)

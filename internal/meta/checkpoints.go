@@ -51,13 +51,10 @@ func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok boo
 	return threadID, parentID, true, nil
 }
 
-// PutCheckpoint stores cp, indexes it under its thread and adds one
-// reference to each of its distinct blob keys. The caller has checked that
-// the id is free.
-func PutCheckpoint(tx *bolt.Tx, cp *chain.Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
-
-// PutPrepared is PutCheckpoint for a checkpoint prepared earlier. Its
-// references are added as pending (refs_pending.go), folded later with others.
+// PutPrepared stores a checkpoint prepared earlier (Prepare), indexes it
+// under its thread and adds one reference to each of its distinct blob
+// keys: its references are added as pending (refs_pending.go), folded later
+// with others. The caller has checked that the id is free.
 func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 	if err := putRecord(tx, p); err != nil {
 		return err
@@ -65,8 +62,11 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 	return addPending(tx, p.ID, p.cp.ThreadID, p.cp.CreatedAt, uint64(len(p.cp.Files)))
 }
 
+// putCheckpoint prepares and stores cp (PutPrepared).
+func putCheckpoint(tx *bolt.Tx, cp *chain.Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
+
 // PutRecord stores cp's record and index key only, leaving reference counts
-// alone (PutCheckpoint is PutRecord plus references). Tests use it to
+// alone (PutPrepared is PutRecord plus references). Tests use it to
 // fabricate states the contract cannot reach.
 func PutRecord(tx *bolt.Tx, cp *chain.Checkpoint) error { return putRecord(tx, Prepare(cp)) }
 

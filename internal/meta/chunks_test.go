@@ -60,12 +60,12 @@ func TestChunkCollision(t *testing.T) {
 				return err
 			}
 		}
-		if err := PutCheckpoint(tx, cp); err != nil {
+		if err := putCheckpoint(tx, cp); err != nil {
 			return err
 		}
 		second := cp.Clone()
 		second.ID = "c2"
-		return PutCheckpoint(tx, second)
+		return putCheckpoint(tx, second)
 	})
 	if err != nil {
 		t.Fatal(err)

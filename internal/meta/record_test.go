@@ -240,7 +240,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 					cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(4))))
 				}
 				stored[id] = cp
-				if err := PutCheckpoint(tx, cp); err != nil {
+				if err := putCheckpoint(tx, cp); err != nil {
 					return err
 				}
 				if PendingWeight(tx) >= 4 {
@@ -353,7 +353,7 @@ func TestInlineManifestThreshold(t *testing.T) {
 		if inline != (total <= inlineManifestMax) {
 			t.Errorf("%d-byte manifest: %d chunks (inline %v)", total, len(p.chunks), inline)
 		}
-		err := db.Update(func(tx *bolt.Tx) error { return PutCheckpoint(tx, cp) })
+		err := db.Update(func(tx *bolt.Tx) error { return putCheckpoint(tx, cp) })
 		if err == nil {
 			err = db.View(func(tx *bolt.Tx) error {
 				got, err := GetCheckpoint(tx, cp.ID)
@@ -448,7 +448,7 @@ func TestInlineBoundaryKinds(t *testing.T) {
 					cp.Files = append(cp.Files, e)
 				}
 				err := db.Update(func(tx *bolt.Tx) error {
-					if err := PutCheckpoint(tx, cp); err != nil {
+					if err := putCheckpoint(tx, cp); err != nil {
 						return err
 					}
 					if i%5 == 0 {

@@ -101,7 +101,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				}
 				stored[id] = cp
 				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
-				if err := PutCheckpoint(tx, cp); err != nil {
+				if err := putCheckpoint(tx, cp); err != nil {
 					return err
 				}
 				if PendingWeight(tx) >= foldAfter {
@@ -174,7 +174,7 @@ func TestPendingWeight(t *testing.T) {
 			for j := range n {
 				cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", j), Kind: chain.KindFile, BlobKey: fileKey(j), Size: 1})
 			}
-			if err := PutCheckpoint(tx, cp); err != nil {
+			if err := putCheckpoint(tx, cp); err != nil {
 				return err
 			}
 		}
@@ -285,7 +285,7 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 						cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(3))))
 					}
 					stored[id] = cp
-					if err := PutCheckpoint(tx, cp); err != nil {
+					if err := putCheckpoint(tx, cp); err != nil {
 						return err
 					}
 					if PendingWeight(tx) >= 7 || rng.IntN(20) == 0 {

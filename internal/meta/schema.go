@@ -6,7 +6,7 @@
 // package chain (checkpoints, heads, transcripts, blob reference counts) and
 // the writer state of package lease, and knows nothing of blob bytes, which
 // the blob store (package cas) keeps beside it. The layout is drawn once,
-// above the bucket names in this file.
+// in schema.go, above the bucket names.
 package meta
 
 // The layout of sbx.db, format version 3 (engine.FormatVersion says what
@@ -41,9 +41,10 @@ package meta
 //	│                                 checkpoints are one range scan in List
 //	│                                 order (createdAt, then id bytes)
 //	├── heads
-//	│   └── <threadId> → <checkpoint id>   the thread's head
-//	├── refs                          sequence: its number of keys (a capacity
-//	│   │                             hint, 0 in stores older than it)
+//	│   └── <threadId> → <checkpoint id>
+//	│                                 the thread's head
+//	├── refs                          sequence: its number of keys, a capacity
+//	│   │                             hint (0 in stores written before it was kept)
 //	│   └── <blob key> → uvarint      folded reference count (> 0):
 //	│                                 count(k) = refs[k] + the pending
 //	│                                 checkpoints using k (refs.go)
@@ -56,16 +57,19 @@ package meta
 //	│                                 formats 1 and 2 keyed it by id, with an
 //	│                                 empty value
 //	├── transcripts
-//	│   └── <threadId> → message list present, even empty, it blocks a fork
+//	│   └── <threadId> → message list
+//	│                                 present, even empty, it blocks a fork
 //	│                                 (transcripts.go)
 //	├── writers
-//	│   └── <threadId> → writer state last fence, then the lease if any (owner
+//	│   └── <threadId> → writer state
+//	│                                 last fence, then the lease if any (owner
 //	│                                 token, fence, expiry) and its holder when
 //	│                                 recorded (leases.go)
 //	├── instances
-//	│   └── sha256(<key>) → instance record   holding the full key, so that the
-//	│                                 empty key and keys past bbolt's 32 KiB
-//	│                                 limit are stored too (engine/instances.go)
+//	│   └── sha256(<key>) → instance record
+//	│                                 holding the full key, so that the empty
+//	│                                 key and keys past bbolt's 32 KiB limit are
+//	│                                 stored too (engine/instances.go)
 //	└── cas_meta, cas_index, cas_packs
 //	                                  the blob store's index, in the same file;
 //	                                  drawn and declared in cas/format.go
