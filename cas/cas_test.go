@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -130,7 +131,7 @@ func TestPutRefusesBadKeys(t *testing.T) {
 	ctx := context.Background()
 	good := keyOf(Files, []byte("a"))
 	for _, key := range []string{"", "sandbox-files/sha256/", "sandbox-files/sha256/" + string(bytes.Repeat([]byte("A"), 64)),
-		"other/sha256/" + good[len(FilesPrefix):], good + "0", "sandbox-files/sha1/" + good[len(FilesPrefix):]} {
+		"other/sha256/" + good[len(chain.FilePrefix):], good + "0", "sandbox-files/sha1/" + good[len(chain.FilePrefix):]} {
 		if err := f.s.Put(ctx, key, []byte("a")); !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("Put(%q) = %v, want ErrInvalidKey", key, err)
 		}
@@ -197,7 +198,7 @@ func TestListAndDelete(t *testing.T) {
 	f.s.Put(ctx, bigKey, big)
 	fileKeys = append(fileKeys, bigKey)
 	slices.Sort(fileKeys)
-	list, err := f.s.List(ctx, FilesPrefix)
+	list, err := f.s.List(ctx, chain.FilePrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

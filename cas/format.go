@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb/chain"
 )
 
 // The blob layout, format version 2. This comment and docs/ARCHITECTURE.md
@@ -118,21 +119,19 @@ var (
 // a file and as an artifact are two blobs.
 type Namespace byte
 
-// The namespaces and their key prefixes.
+// The namespaces; their key prefixes are chain.FilePrefix and
+// chain.ArtifactPrefix.
 const (
 	Files     Namespace = 0
 	Artifacts Namespace = 1
-
-	FilesPrefix     = "sandbox-files/sha256/"
-	ArtifactsPrefix = "sandbox-artifacts/sha256/"
 )
 
 // Prefix returns the key prefix of ns.
 func (ns Namespace) Prefix() string {
 	if ns == Artifacts {
-		return ArtifactsPrefix
+		return chain.ArtifactPrefix
 	}
-	return FilesPrefix
+	return chain.FilePrefix
 }
 
 func (ns Namespace) dir() string {
@@ -154,10 +153,10 @@ func ParseKey(key string) (Namespace, [32]byte, error) {
 	var ns Namespace
 	var h string
 	switch {
-	case len(key) == len(FilesPrefix)+64 && key[:len(FilesPrefix)] == FilesPrefix:
-		ns, h = Files, key[len(FilesPrefix):]
-	case len(key) == len(ArtifactsPrefix)+64 && key[:len(ArtifactsPrefix)] == ArtifactsPrefix:
-		ns, h = Artifacts, key[len(ArtifactsPrefix):]
+	case len(key) == len(chain.FilePrefix)+64 && key[:len(chain.FilePrefix)] == chain.FilePrefix:
+		ns, h = Files, key[len(chain.FilePrefix):]
+	case len(key) == len(chain.ArtifactPrefix)+64 && key[:len(chain.ArtifactPrefix)] == chain.ArtifactPrefix:
+		ns, h = Artifacts, key[len(chain.ArtifactPrefix):]
 	default:
 		return 0, sum, &Error{Key: key, Err: ErrInvalidKey, Detail: "want sandbox-files/sha256/<64 hex> or sandbox-artifacts/sha256/<64 hex>"}
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sbxdb/sbxdb/chain"
 )
 
 // TestReadEachLooksUpInParallel: enough keys for lookupAll to split them
@@ -82,11 +84,11 @@ func TestReadEachLooksUpInParallel(t *testing.T) {
 // keyBefore returns the files key whose digest is one less than key's.
 func keyBefore(t *testing.T, key string) string {
 	t.Helper()
-	d, ok := new(big.Int).SetString(strings.TrimPrefix(key, FilesPrefix), 16)
+	d, ok := new(big.Int).SetString(strings.TrimPrefix(key, chain.FilePrefix), 16)
 	if !ok {
 		t.Fatalf("bad key %s", key)
 	}
-	return fmt.Sprintf("%s%064x", FilesPrefix, d.Sub(d, big.NewInt(1)))
+	return fmt.Sprintf("%s%064x", chain.FilePrefix, d.Sub(d, big.NewInt(1)))
 }
 
 // countingWriter counts the Write calls it gets; it fails with err, if

@@ -1,11 +1,10 @@
 // Package chain is the checkpoint model of sbxdb: the Checkpoint, Entry and
 // Artifact types, their validation in the contract's check order, the
-// contract's typed errors and codes, UTF-8 byte ordering, the binary record
-// encoding, and the bbolt operations on the chain buckets (checkpoints, the
-// per-thread index, heads, blob reference counts, transcripts) that run inside
-// a caller's transaction.
+// contract's typed errors and codes, UTF-8 byte ordering, the strict JSON
+// input path, the blob key prefixes and the size limits.
 //
-// chain knows nothing of leases, blob bytes or the engine that composes it.
+// chain is a leaf: it knows nothing of storage, leases, blob bytes or the
+// engine that composes them. How a checkpoint is stored is internal/meta's.
 package chain
 
 import (
@@ -35,11 +34,14 @@ const (
 	KindSymlink Kind = "symlink"
 )
 
-// Blob key namespaces. A key is a prefix followed by 64 lowercase hex digits
-// of the SHA-256 of the uncompressed bytes.
+// Blob key namespaces (SPEC §6.1). A key is its namespace's prefix followed
+// by 64 lowercase hex digits of the SHA-256 of the uncompressed bytes; a
+// sweep lists and may delete every key under a namespace's root (SPEC §5.2).
 const (
-	FilePrefix     = "sandbox-files/sha256/"
-	ArtifactPrefix = "sandbox-artifacts/sha256/"
+	FileRoot       = "sandbox-files/"
+	ArtifactRoot   = "sandbox-artifacts/"
+	FilePrefix     = FileRoot + "sha256/"
+	ArtifactPrefix = ArtifactRoot + "sha256/"
 )
 
 // Checkpoint is one saved state of a thread's workspace and conversation.

@@ -9,20 +9,20 @@ import (
 // MaxIDBytes is the longest identifier accepted, in UTF-8 bytes (SPEC §10 Q12).
 const MaxIDBytes = 4096
 
+// Why MaxRecordBytes: a record is one bbolt value, and bbolt refuses values
+// past bolt.MaxValueSize (2 GiB − 2) with a plain error that carries no
+// code, after the caller has paid four times the record in memory to encode
+// it (measured: 8 GB and 12 s for a 2 GiB conversation). Why 256 MiB:
+// writing a record allocates 4 to 6.5 times its size (input copy, encoding,
+// seal, bbolt's page buffer) and a fork up to 17 times, so the limit keeps
+// one write within a few GB; a million-entry manifest is about 56 MB and a
+// 100 MB conversation 100 MB, both well inside.
+
 // MaxRecordBytes is the largest checkpoint record, and the largest
 // transcript, sbxdb stores: RecordSize(cp) and TranscriptSize(msgs) bytes.
 // Append, Fork and SaveThread refuse anything larger before writing, with a
 // *LimitError (SANDBOX_SNAPSHOT_INVALID_ENTRY; errors.Is ErrTooLarge).
-//
-// Why a limit: a record is one bbolt value, and bbolt refuses values past
-// bolt.MaxValueSize (2 GiB − 2) with a plain error that carries no code,
-// after the caller has paid four times the record in memory to encode it
-// (measured: 8 GB and 12 s for a 2 GiB conversation). Why 256 MiB: writing
-// a record allocates 4 to 6.5 times its size (input copy, encoding, seal,
-// bbolt's page buffer) and a fork up to 17 times, so the limit keeps one
-// write within a few GB; a million-entry manifest is about 56 MB and a
-// 100 MB conversation 100 MB, both well inside. Stored records are checked
-// against it on every read too: never lower it.
+// Stored records are checked against it on every read too: never lower it.
 const MaxRecordBytes = 256 << 20
 
 // MaxSafeInteger is 2^53−1, the largest integer a JavaScript number holds
@@ -117,20 +117,6 @@ func ValidateContent(cp *Checkpoint) error {
 	return ValidateMessages(cp.Conversation)
 }
 
-// validateStored checks a decoded record as append checked it (see
-// GetCheckpoint).
-func validateStored(cp *Checkpoint) error {
-	if err := CheckIDs("checkpoint id", cp.ID, "checkpoint threadId", cp.ThreadID); err != nil {
-		return err
-	}
-	if cp.ParentID != "" {
-		if err := CheckID("parentCheckpointId", cp.ParentID); err != nil {
-			return err
-		}
-	}
-	return ValidateContent(cp)
-}
-
 // ValidatePath applies the manifest path rules of SPEC §1.2 in the
 // reference's order.
 func ValidatePath(p string) error {
@@ -174,9 +160,9 @@ func isDrivePrefix(p string) bool {
 	return len(p) == 2 || p[2] == '/' || p[2] == '\\'
 }
 
-// CheckBlobKey reports whether key is prefix followed by 64 lowercase hex
+// checkBlobKey reports whether key is prefix followed by 64 lowercase hex
 // digits.
-func CheckBlobKey(key, prefix string) bool {
+func checkBlobKey(key, prefix string) bool {
 	if len(key) != len(prefix)+64 || !strings.HasPrefix(key, prefix) {
 		return false
 	}
@@ -200,10 +186,11 @@ var lowerHex = func() (t [256]bool) {
 
 // ValidateFiles checks a manifest in list order (SPEC §1.2): each path, no
 // duplicate path, nothing beneath a file or symlink in either order, and the
-// fields each kind allows. Cost is linear in the total path length. A
-// manifest in path byte order (what capture writes) takes a path without
-// maps; both report the same first error.
+// fields each kind allows.
 func ValidateFiles(files []Entry) error {
+	// Cost is linear in the total path length. A manifest in path byte
+	// order (what capture writes) takes a path without maps; both report
+	// the same first error.
 	for i := 1; i < len(files); i++ {
 		if files[i].Path < files[i-1].Path {
 			return validateFilesAnyOrder(files)
@@ -299,7 +286,7 @@ func validateFilesAnyOrder(files []Entry) error {
 func validateEntryFields(e *Entry) error {
 	switch e.Kind {
 	case KindFile:
-		if !CheckBlobKey(e.BlobKey, FilePrefix) { // ASCII when it passes
+		if !checkBlobKey(e.BlobKey, FilePrefix) { // ASCII when it passes
 			return Errorf(ErrInvalidEntry, "checkpoint entry %q has invalid blobKey %q", e.Path, e.BlobKey)
 		}
 		if e.Size < 0 || e.Size > MaxSafeInteger {
@@ -329,7 +316,7 @@ func validateEntryFields(e *Entry) error {
 func ValidateArtifact(a *Artifact) error {
 	ok := a.ArtifactID != "" && utf8.ValidString(a.ArtifactID) &&
 		a.Name != "" && a.MimeType != "" &&
-		CheckBlobKey(a.BlobKey, ArtifactPrefix) &&
+		checkBlobKey(a.BlobKey, ArtifactPrefix) &&
 		a.Size >= 0 && a.Size <= MaxSafeInteger &&
 		a.CreatedAt >= -MaxSafeInteger && a.CreatedAt <= MaxSafeInteger
 	if !ok {

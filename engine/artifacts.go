@@ -24,7 +24,7 @@ type ArtifactInput struct {
 // bytes are streamed: memory does not grow with their size.
 func (db *DB) PutArtifact(ctx context.Context, in ArtifactInput) (chain.Artifact, error) {
 	a := chain.Artifact{ArtifactID: in.ArtifactID, Name: in.Name, MimeType: in.MimeType, CreatedAt: in.CreatedAt,
-		BlobKey: cas.ArtifactsPrefix + "0000000000000000000000000000000000000000000000000000000000000000"}
+		BlobKey: chain.ArtifactPrefix + "0000000000000000000000000000000000000000000000000000000000000000"}
 	if a.CreatedAt == 0 {
 		a.CreatedAt = db.opts.nowMs()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	metadb "github.com/sbxdb/sbxdb/internal/meta"
 )
 
 // The stat cache lets a capture skip reading files that did not change: for
@@ -124,7 +125,7 @@ func loadStatCache(path string, secrets [32]byte) *statCache {
 	if binary.LittleEndian.Uint64(b[len(b)-8:]) != xxhash.Sum64(body) {
 		return &statCache{}
 	}
-	d := chain.NewDecoder(body[len(statCacheMagic):])
+	d := metadb.NewDecoder(body[len(statCacheMagic):])
 	c := &statCache{taken: d.Varint()}
 	copy(c.salt[:], d.Fixed(16))
 	copy(c.verifier[:], d.Fixed(32))
@@ -153,7 +154,7 @@ func loadStatCache(path string, secrets [32]byte) *statCache {
 // save writes the cache atomically (rename); errors are ignored because a
 // missing cache only costs time.
 func (c *statCache) save(path string) {
-	e := &chain.Encoder{}
+	e := &metadb.Encoder{}
 	e.Varint(c.taken)
 	e.Fixed(c.salt[:])
 	e.Fixed(c.verifier[:])

@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -168,8 +168,8 @@ func TestCheckChunks(t *testing.T) {
 func TestCheckPendingWeight(t *testing.T) {
 	ctx := context.Background()
 	db, _ := onePending(t, func(pb *bolt.Bucket) error {
-		k := chain.PendingKey(1, "c1")
-		if err := pb.Put(k, chain.Seal(chain.BucketPendingRefs, k, []byte("other"))); err != nil {
+		k := meta.PendingKey(1, "c1")
+		if err := pb.Put(k, meta.Seal(meta.BucketPendingRefs, k, []byte("other"))); err != nil {
 			return err
 		}
 		return pb.SetSequence(7) // 1, but under any fold threshold: a write would fold past one
@@ -226,7 +226,7 @@ func onePending(t *testing.T, edit func(pb *bolt.Bucket) error) (*engine.DB, cha
 		t.Fatal(err)
 	}
 	data := []byte("a file")
-	k := cas.FilesPrefix + fmt.Sprintf("%x", sha256.Sum256(data))
+	k := chain.FilePrefix + fmt.Sprintf("%x", sha256.Sum256(data))
 	if err := db.Blobs().Put(ctx, k, data); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func onePending(t *testing.T, edit func(pb *bolt.Bucket) error) (*engine.DB, cha
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = b.Update(func(tx *bolt.Tx) error { return edit(tx.Bucket(chain.BucketPendingRefs)) })
+	err = b.Update(func(tx *bolt.Tx) error { return edit(tx.Bucket(meta.BucketPendingRefs)) })
 	b.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -259,11 +259,11 @@ func onePending(t *testing.T, edit func(pb *bolt.Bucket) error) (*engine.DB, cha
 func TestCheckPendingKeyTime(t *testing.T) {
 	ctx := context.Background()
 	db, w := onePending(t, func(pb *bolt.Bucket) error {
-		if err := pb.Delete(chain.PendingKey(1, "c1")); err != nil {
+		if err := pb.Delete(meta.PendingKey(1, "c1")); err != nil {
 			return err
 		}
-		k := chain.PendingKey(0, "c1")
-		return pb.Put(k, chain.Seal(chain.BucketPendingRefs, k, []byte("t")))
+		k := meta.PendingKey(0, "c1")
+		return pb.Put(k, meta.Seal(meta.BucketPendingRefs, k, []byte("t")))
 	})
 	damagedThenRepaired(t, db)
 	if err := db.DeleteHead(ctx, "t", "c1", w); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -563,7 +564,7 @@ func corruptCases() []corruptCase {
 			return harm{records: []string{"cp1", "cp2"}, subject: []string{"t1"}, chunk: true}
 		}},
 		{name: "checkpoints leaf page header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			pageSize, root := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, root := boltPages(t, dir, meta.BucketCheckpoints)
 			if root == 0 {
 				t.Fatal("the checkpoints bucket is inline: make the records bigger")
 			}
@@ -571,7 +572,7 @@ func corruptCases() []corruptCase {
 			return harm{openRefused: true}
 		}},
 		{name: "checkpoints leaf element flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			pageSize, root := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, root := boltPages(t, dir, meta.BucketCheckpoints)
 			// The first element's key size (leaf element: flags, pos,
 			// ksize, vsize): the key would overlap the value.
 			flipAt(t, filepath.Join(dir, engine.DBFile), int64(root)*int64(pageSize)+16+8+1)
@@ -581,7 +582,7 @@ func corruptCases() []corruptCase {
 			// A structure bbolt and the page walk accept: the last record
 			// of the leaf is silently gone from its bucket. The thread
 			// index and the head still name it, and say so.
-			pageSize, root := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, root := boltPages(t, dir, meta.BucketCheckpoints)
 			path := filepath.Join(dir, engine.DBFile)
 			b, _ := os.ReadFile(path)
 			p := b[int64(root)*int64(pageSize):]
@@ -593,7 +594,7 @@ func corruptCases() []corruptCase {
 			return harm{lost: []string{"cp2"}, listCorrupt: "cp2", subject: []string{"cp2", "t1"}}
 		}},
 		{name: "older meta page damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			pageSize, _ := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
 			t0, t1 := metaTxids(t, dir, pageSize)
 			older := int64(0)
 			if t1 < t0 {
@@ -605,7 +606,7 @@ func corruptCases() []corruptCase {
 		{name: "newer meta page damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			// bbolt takes the other meta page: the store as it was one
 			// transaction earlier (the fixture's last is a lease release).
-			pageSize, _ := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
 			t0, t1 := metaTxids(t, dir, pageSize)
 			newer := int64(0)
 			if t1 > t0 {
@@ -615,7 +616,7 @@ func corruptCases() []corruptCase {
 			return harm{metaPage: true}
 		}},
 		{name: "both meta pages damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {
-			pageSize, _ := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
 			flipAt(t, filepath.Join(dir, engine.DBFile), 16+16)
 			flipAt(t, filepath.Join(dir, engine.DBFile), int64(pageSize)+16+16)
 			return harm{openRefused: true}
@@ -623,7 +624,7 @@ func corruptCases() []corruptCase {
 		{name: "database file truncated to half", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			// Half of the pages in use: bbolt grows the file ahead, and
 			// cutting only its unused tail is no damage.
-			pageSize, _ := boltPages(t, dir, chain.BucketCheckpoints)
+			pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
 			truncateFile(t, filepath.Join(dir, engine.DBFile), int64(pagesInUse(t, dir, pageSize)*uint64(pageSize)/2))
 			return harm{openRefused: true}
 		}},
@@ -945,7 +946,7 @@ func TestCorruptNewestMetaLosesLastTransaction(t *testing.T) {
 		}
 	}
 	db.Close()
-	pageSize, _ := boltPages(t, dir, chain.BucketCheckpoints)
+	pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
 	t0, t1 := metaTxids(t, dir, pageSize)
 	newer := int64(0)
 	if t1 > t0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -227,7 +228,7 @@ func TestNewerFormatIsRefused(t *testing.T) {
 	}
 	b.Update(func(tx *bolt.Tx) error {
 		k := []byte("format")
-		return tx.Bucket([]byte("meta")).Put(k, chain.Seal([]byte("meta"), k, []byte{engine.FormatVersion + 1}))
+		return tx.Bucket([]byte("meta")).Put(k, meta.Seal([]byte("meta"), k, []byte{engine.FormatVersion + 1}))
 	})
 	b.Close()
 	_, err = engine.Open(dir, nil)

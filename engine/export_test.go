@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sbxdb/sbxdb/chain"
+	metadb "github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
@@ -13,7 +14,7 @@ import (
 
 // InsertRaw stores cp's record and index without checks or references.
 func (db *DB) InsertRaw(cp *chain.Checkpoint) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.PutRecord(tx, cp) })
+	return db.bolt.Update(func(tx *bolt.Tx) error { return metadb.PutRecord(tx, cp) })
 }
 
 // AcquireWriterAs is AcquireWriter recording holder, not this process, as
@@ -26,22 +27,22 @@ func (db *DB) AcquireWriterAs(ctx context.Context, threadID string, holder proc.
 // first, so the forced value is the whole count).
 func (db *DB) SetRefCount(key string, n int64) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
-		if err := chain.FoldRefs(tx); err != nil {
+		if err := metadb.FoldRefs(tx); err != nil {
 			return err
 		}
-		old, err := chain.RefCount(tx, key)
+		old, err := metadb.RefCount(tx, key)
 		if err != nil {
 			return err
 		}
-		return chain.AddRef(tx, key, n-old)
+		return metadb.AddRef(tx, key, n-old)
 	})
 }
 
 // Pending returns the pending set's weight and size.
 func (db *DB) Pending() (weight uint64, n int, err error) {
 	err = db.bolt.View(func(tx *bolt.Tx) error {
-		weight = chain.PendingWeight(tx)
-		n = tx.Bucket(chain.BucketPendingRefs).Stats().KeyN
+		weight = metadb.PendingWeight(tx)
+		n = tx.Bucket(metadb.BucketPendingRefs).Stats().KeyN
 		return nil
 	})
 	return weight, n, err
@@ -70,7 +71,7 @@ func QueueLen(db *DB) int { return len(db.c.queue) }
 
 // SetHead forces a thread's head, checks bypassed.
 func (db *DB) SetHead(threadID, id string) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return chain.SetHead(tx, threadID, id) })
+	return db.bolt.Update(func(tx *bolt.Tx) error { return metadb.SetHead(tx, threadID, id) })
 }
 
 // DamageChunks folds pending references, then stores a chunk no checkpoint
@@ -78,15 +79,15 @@ func (db *DB) SetHead(threadID, id string) error {
 // problems Check must find.
 func (db *DB) DamageChunks() error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
-		if err := chain.FoldRefs(tx); err != nil {
+		if err := metadb.FoldRefs(tx); err != nil {
 			return err
 		}
 		k := []byte("\xff\xff\xff\xff\xff\xff\xff\xfe")
-		if err := tx.Bucket(chain.BucketChunks).Put(k, chain.Seal(chain.BucketChunks, k, []byte("orphan"))); err != nil {
+		if err := tx.Bucket(metadb.BucketChunks).Put(k, metadb.Seal(metadb.BucketChunks, k, []byte("orphan"))); err != nil {
 			return err
 		}
-		first, _ := tx.Bucket(chain.BucketChunkRefs).Cursor().First()
-		return tx.Bucket(chain.BucketChunkRefs).Delete(first)
+		first, _ := tx.Bucket(metadb.BucketChunkRefs).Cursor().First()
+		return tx.Bucket(metadb.BucketChunkRefs).Delete(first)
 	})
 }
 

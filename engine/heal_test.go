@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/cas"
-	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 )
 
 // healFiles is a workspace with small files (one block), packed frames of
@@ -68,7 +68,7 @@ func packNames(t *testing.T, dir string) []string {
 // bbolt opens it at the transaction before.
 func flipNewestMeta(t *testing.T, dir string) {
 	t.Helper()
-	pageSize, _ := boltPages(t, dir, chain.BucketCheckpoints)
+	pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
 	t0, t1 := metaTxids(t, dir, pageSize)
 	newer := int64(0)
 	if t1 > t0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sbxdb/sbxdb/chain"
+	metadb "github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -25,7 +26,7 @@ func instanceKey(key string) []byte {
 }
 
 func encodeInstance(r *InstanceRecord) []byte {
-	e := &chain.Encoder{}
+	e := &metadb.Encoder{}
 	for _, s := range []string{r.Key, r.Provider, r.ProviderSandboxID, r.LatestSnapshotID, r.ThreadID, r.LatestRunID} {
 		e.String(s)
 	}
@@ -34,7 +35,7 @@ func encodeInstance(r *InstanceRecord) []byte {
 }
 
 func decodeInstance(p []byte) (*InstanceRecord, error) {
-	d := chain.NewDecoder(p)
+	d := metadb.NewDecoder(p)
 	r := &InstanceRecord{}
 	r.Key, r.Provider, r.ProviderSandboxID = d.String(), d.String(), d.String()
 	r.LatestSnapshotID, r.ThreadID, r.LatestRunID = d.String(), d.String(), d.String()
@@ -49,17 +50,17 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 	var rec *InstanceRecord
 	err := s.db.view(func(tx *bolt.Tx) error {
 		k := instanceKey(key)
-		v := tx.Bucket(bucketInstances).Get(k)
+		v := tx.Bucket(metadb.BucketInstances).Get(k)
 		if v == nil {
 			return nil
 		}
-		p, err := chain.Unseal(bucketInstances, k, v)
+		p, err := metadb.Unseal(metadb.BucketInstances, k, v)
 		if err != nil {
 			return err
 		}
 		if rec, err = decodeInstance(p); err != nil {
 			rec = nil
-			return fmt.Errorf("%w: %s/%x: malformed instance record", chain.ErrCorrupt, bucketInstances, k)
+			return fmt.Errorf("%w: %s/%x: malformed instance record", chain.ErrCorrupt, metadb.BucketInstances, k)
 		}
 		if rec.Key != key {
 			rec = nil // another key with the same hash: not this record
@@ -71,10 +72,10 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 
 func (s instanceStore) Upsert(ctx context.Context, rec InstanceRecord) error {
 	k := instanceKey(rec.Key)
-	v := chain.Seal(bucketInstances, k, encodeInstance(&rec))
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketInstances).Put(k, v) })
+	v := metadb.Seal(metadb.BucketInstances, k, encodeInstance(&rec))
+	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(metadb.BucketInstances).Put(k, v) })
 }
 
 func (s instanceStore) Delete(ctx context.Context, key string) error {
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketInstances).Delete(instanceKey(key)) })
+	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(metadb.BucketInstances).Delete(instanceKey(key)) })
 }

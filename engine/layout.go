@@ -8,57 +8,15 @@ import (
 	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/lease"
+	metadb "github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
-// The bbolt layout, format version 3. This comment and docs/ARCHITECTURE.md
-// are the one place it is written down; chain and lease declare their own
-// bucket names but not the layout as a whole.
+// FormatVersion is the bbolt layout this build reads and writes (drawn in
+// internal/meta/schema.go).
 //
-//	meta          "format" → uvarint format version (FormatVersion)
-//	              "recovered" → text: when and why the file last opened on
-//	              its older meta page (verifyPages); Check warns of it until
-//	              a repair clears it
-//	checkpoints   checkpoint id → checkpoint record: header, artifacts and
-//	              the ids of its chunks, or a small manifest inline
-//	              (chain/record.go)
-//	chunks        be64 chunk id → chunk: part of a manifest or one message,
-//	              shared by the checkpoints that use it (chain/chunks.go)
-//	chunk_refs    be64 chunk id → uvarint folded count of the checkpoints
-//	              using it; the pending checkpoints of refs_pending add theirs
-//	thread_index  threadId 0x00 be64(createdAt xor 1<<63) checkpoint id → ∅
-//	              (List is one range scan in createdAt, id-bytes order)
-//	heads         threadId → head checkpoint id
-//	refs          blob key → uvarint folded reference count, always > 0
-//	refs_pending  be64(createdAt xor 1<<63) checkpoint id → its threadId,
-//	              for each checkpoint whose references are not folded into
-//	              refs yet (foldIfDue); bucket sequence = their weight: 1
-//	              each, plus 1 per 256 manifest entries (chain.PendingWeight)
-//	              (count(k) = refs[k] + pending checkpoints using k: chain/refs.go)
-//	transcripts   threadId → message list (present, even empty, blocks a fork)
-//	writers       threadId → writer state: last fence, then the lease if any
-//	              (owner token, fence, expiry) and its holder when recorded
-//	              (host, boot, pid, start: lease/lease.go)
-//	instances     sha256(key) → instance record holding the full key (admits
-//	              the empty key and keys past bbolt's 32 KiB limit)
-//	cas_meta, cas_index, cas_packs
-//	              the blob store's index, laid out in cas/format.go
-//
-// Every value is sealed (chain.Seal): a record-version byte, the payload, and
-// an xxhash64 of bucket, key and payload, checked on every read. Identifiers
-// never contain NUL, so threadId 0x00 is an exact prefix in thread_index.
-var (
-	bucketMeta      = []byte("meta")
-	bucketInstances = []byte("instances")
-	keyFormat       = []byte("format")
-	keyRecovered    = []byte("recovered")
-)
-
-// FormatVersion is the bbolt layout this build reads and writes.
-//
-//	1  whole checkpoint records (chain.EncodeCheckpoint)
-//	2  records and shared chunks (chain/record.go); refs_pending's
+//	1  whole checkpoint records (meta.EncodeCheckpoint)
+//	2  records and shared chunks (internal/meta/record.go); refs_pending's
 //	   sequence counts its keys
 //	3  a manifest of at most 2 KiB inline in its record; refs_pending
 //	   keyed by createdAt and id, naming threads, its sequence a weight.
@@ -67,28 +25,24 @@ var (
 // A writable Open migrates an older store in one transaction (migrate).
 const FormatVersion = 3
 
-func allBuckets() [][]byte {
-	return append([][]byte{bucketMeta, lease.BucketWriters, bucketInstances}, chain.Buckets...)
-}
-
 // initLayout creates the buckets of a new store and stamps its format, or
 // checks the format of an existing one, migrating an older store when tx
 // is writable (beforeCommit is then asked, as every commit asks the FS).
 func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
+	mb := tx.Bucket(metadb.BucketMeta)
+	if mb == nil {
 		if !tx.Writable() {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}
-		for _, name := range allBuckets() {
+		for _, name := range metadb.Buckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
 		v := binary.AppendUvarint(nil, FormatVersion)
-		return tx.Bucket(bucketMeta).Put(keyFormat, chain.Seal(bucketMeta, keyFormat, v))
+		return tx.Bucket(metadb.BucketMeta).Put(metadb.KeyFormat, metadb.Seal(metadb.BucketMeta, metadb.KeyFormat, v))
 	}
-	v, err := formatOf(meta)
+	v, err := formatOf(mb)
 	if err != nil {
 		return err
 	}
@@ -108,7 +62,7 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	case v != FormatVersion:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
 	}
-	for _, name := range allBuckets() {
+	for _, name := range metadb.Buckets {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("%w: bucket %s is missing", chain.ErrCorrupt, name)
 		}
@@ -116,12 +70,12 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	return nil
 }
 
-func formatOf(meta *bolt.Bucket) (uint64, error) {
-	raw := meta.Get(keyFormat)
+func formatOf(mb *bolt.Bucket) (uint64, error) {
+	raw := mb.Get(metadb.KeyFormat)
 	if raw == nil {
 		return 0, fmt.Errorf("%w: meta/format is missing", chain.ErrCorrupt)
 	}
-	p, err := chain.Unseal(bucketMeta, keyFormat, raw)
+	p, err := metadb.Unseal(metadb.BucketMeta, metadb.KeyFormat, raw)
 	if err != nil {
 		return 0, err
 	}
@@ -138,20 +92,20 @@ func formatOf(meta *bolt.Bucket) (uint64, error) {
 // so a crash leaves the store as it was, whole.
 func migrate(tx *bolt.Tx, from uint64) error {
 	if from == 1 {
-		for _, name := range allBuckets() {
+		for _, name := range metadb.Buckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		if err := chain.MigrateRecords(tx); err != nil {
+		if err := metadb.MigrateRecords(tx); err != nil {
 			return err
 		}
 	}
-	if err := chain.UpgradePending(tx); err != nil {
+	if err := metadb.UpgradePending(tx); err != nil {
 		return err
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)
-	return tx.Bucket(bucketMeta).Put(keyFormat, chain.Seal(bucketMeta, keyFormat, v))
+	return tx.Bucket(metadb.BucketMeta).Put(metadb.KeyFormat, metadb.Seal(metadb.BucketMeta, metadb.KeyFormat, v))
 }
 
 // Migrate upgrades the store in dir to FormatVersion, as a writable Open
@@ -175,11 +129,11 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 	}
 	var v uint64
 	err = bdb.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
+		mb := tx.Bucket(metadb.BucketMeta)
+		if mb == nil {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}
-		v, err = formatOf(meta)
+		v, err = formatOf(mb)
 		return err
 	})
 	bdb.Close()

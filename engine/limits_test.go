@@ -36,9 +36,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 )
 
 // limLong reports SBXDB_LONG=1.
@@ -156,7 +156,7 @@ func limBlobs(t *testing.T, db *engine.DB, n int) []string {
 	for i := range n {
 		data := fmt.Appendf(nil, "blob %d", i)
 		sum := sha256.Sum256(data)
-		k := cas.FilesPrefix + hex.EncodeToString(sum[:])
+		k := chain.FilePrefix + hex.EncodeToString(sum[:])
 		limOK(t, "Put", db.Blobs().Put(ctx, k, data))
 		keys = append(keys, k)
 	}
@@ -217,7 +217,7 @@ func TestLimitMillionEntryManifest(t *testing.T) {
 		cp.Files[i] = chain.Entry{Path: fmt.Sprintf("d%04d/f%07d.txt", i/1000, i), Kind: chain.KindFile, BlobKey: keys[i%len(keys)], Size: int64(i)}
 	}
 	rec := chain.RecordSize(cp)
-	if enc := len(chain.EncodeCheckpoint(cp)); enc != rec {
+	if enc := len(meta.EncodeCheckpoint(cp)); enc != rec {
 		t.Fatalf("RecordSize = %d, EncodeCheckpoint wrote %d bytes", rec, enc)
 	}
 	t.Logf("%d entries: record %.1f MB", n, mb(uint64(rec)))
@@ -588,10 +588,10 @@ func TestLimitRecordSize(t *testing.T) {
 			BlobKey: chain.ArtifactPrefix + strings.Repeat("0", 64), Size: 1 << 40, CreatedAt: -1}},
 		Conversation: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`"` + strings.Repeat("m", 20000) + `"`)},
 	}
-	if got, want := chain.RecordSize(mixed), len(chain.EncodeCheckpoint(mixed)); got != want {
+	if got, want := chain.RecordSize(mixed), len(meta.EncodeCheckpoint(mixed)); got != want {
 		t.Errorf("RecordSize = %d, EncodeCheckpoint wrote %d bytes", got, want)
 	}
-	if got, want := chain.TranscriptSize(mixed.Conversation), len(chain.EncodeMessages(mixed.Conversation)); got != want {
+	if got, want := chain.TranscriptSize(mixed.Conversation), len(meta.EncodeMessages(mixed.Conversation)); got != want {
 		t.Errorf("TranscriptSize = %d, EncodeMessages wrote %d bytes", got, want)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/vfs"
@@ -341,7 +342,7 @@ func danglingPending(t *testing.T, foldAfter int) {
 	}
 	err = b.Update(func(tx *bolt.Tx) error {
 		k := []byte("ghost")
-		return tx.Bucket(chain.BucketPendingRefs).Put(k, chain.Seal(chain.BucketPendingRefs, k, nil))
+		return tx.Bucket(meta.BucketPendingRefs).Put(k, meta.Seal(meta.BucketPendingRefs, k, nil))
 	})
 	b.Close()
 	if err != nil {

@@ -31,9 +31,9 @@ type Options struct {
 	// handles may share a store, but not with a writer.
 	ReadOnly bool
 	// RefFoldAfter is how much may have its blob reference counts pending
-	// before a commit folds them into the counts (chain/refs.go), weighed
-	// as chain.CheckpointWeight does: 1 for each appended checkpoint, plus
-	// 1 for each 256 entries of its manifest. Higher makes appends cheaper
+	// before a commit folds them into the counts (internal/meta/refs.go),
+	// weighed as meta.CheckpointWeight does: 1 for each appended checkpoint,
+	// plus 1 for each 256 entries of its manifest. Higher makes appends cheaper
 	// and reading counts (BlobReferences, Fork's check, DeleteHead's chunk
 	// check) costlier: a read decodes the pending checkpoints. Default
 	// 4,096: as many small checkpoints, or 51 of 20,000 files, about a

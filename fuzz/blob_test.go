@@ -28,6 +28,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -413,9 +414,9 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 		case strings.HasPrefix(name, "blobs/large/"):
 			larges = append(larges, name)
 			h := name[strings.LastIndexByte(name, '/')+1:]
-			key := cas.FilesPrefix + h
+			key := chain.FilePrefix + h
 			if strings.HasPrefix(name, "blobs/large/artifacts/") {
-				key = cas.ArtifactsPrefix + h
+				key = chain.ArtifactPrefix + h
 			}
 			fx.fileOf[key] = name
 			fx.large[key] = true
@@ -447,16 +448,16 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 			fx.packKeyOf[fmt.Sprintf("blobs/packs/%016x.pack", binary.BigEndian.Uint64(k))] = bytes.Clone(k)
 			return nil
 		})
-		tx.Bucket(chain.BucketCheckpoints).ForEach(func(k, v []byte) error {
+		tx.Bucket(meta.BucketCheckpoints).ForEach(func(k, v []byte) error {
 			fx.records[string(k)] = bytes.Clone(v)
 			return nil
 		})
-		tx.Bucket(chain.BucketPendingRefs).ForEach(func(k, _ []byte) error {
-			fx.pending[string(k[8:])] = int64(binary.BigEndian.Uint64(k) ^ 1<<63) // chain.PendingKey's layout
+		tx.Bucket(meta.BucketPendingRefs).ForEach(func(k, _ []byte) error {
+			fx.pending[string(k[8:])] = int64(binary.BigEndian.Uint64(k) ^ 1<<63) // meta.PendingKey's layout
 			return nil
 		})
-		if err := tx.Bucket(chain.BucketRefs).ForEach(func(k, v []byte) error {
-			p, err := chain.Unseal(chain.BucketRefs, k, v)
+		if err := tx.Bucket(meta.BucketRefs).ForEach(func(k, v []byte) error {
+			p, err := meta.Unseal(meta.BucketRefs, k, v)
 			if err != nil {
 				return err
 			}
@@ -466,8 +467,8 @@ func blobReadTemplate(dir string, fx *blobFixture) error {
 		}); err != nil {
 			return err
 		}
-		return tx.Bucket(chain.BucketHeads).ForEach(func(k, v []byte) error {
-			p, err := chain.Unseal(chain.BucketHeads, k, v)
+		return tx.Bucket(meta.BucketHeads).ForEach(func(k, v []byte) error {
+			p, err := meta.Unseal(meta.BucketHeads, k, v)
 			fx.heads[string(k)] = string(p)
 			return err
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -39,7 +40,7 @@ func recValid(cp *chain.Checkpoint) error {
 	return chain.ValidateAppend(chain.AppendInput{Checkpoint: cp, ExpectedHeadID: cp.ParentID, Writer: chain.Writer{ThreadID: cp.ThreadID}})
 }
 
-// recIndexKey is the thread_index key of a checkpoint (docs/ARCHITECTURE.md):
+// recIndexKey is the thread_index key of a checkpoint (internal/meta/schema.go):
 // threadId 0x00 be64(createdAt xor 2^63) id.
 func recIndexKey(thread string, createdAt int64, id string) []byte {
 	k := append([]byte(thread), 0)
@@ -67,14 +68,14 @@ func recMaxAlloc(n int) uint64 { return 40*uint64(n) + 64<<10 }
 func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 	var cp *chain.Checkpoint
 	var err error
-	if n := blobAllocs(func() { cp, err = chain.DecodeCheckpoint(data) }); n > recMaxAlloc(len(data)) {
+	if n := blobAllocs(func() { cp, err = meta.DecodeCheckpoint(data) }); n > recMaxAlloc(len(data)) {
 		t.Errorf("DecodeCheckpoint of %d bytes allocated %d bytes", len(data), n)
 	}
 	if err == nil {
 		// Re-encoding is canonical (minimal varints), so never longer, and
 		// decodes to the same checkpoint.
-		enc := chain.EncodeCheckpoint(cp)
-		cp2, err := chain.DecodeCheckpoint(enc)
+		enc := meta.EncodeCheckpoint(cp)
+		cp2, err := meta.DecodeCheckpoint(enc)
 		switch {
 		case err != nil:
 			t.Errorf("re-encoded checkpoint does not decode: %v", err)
@@ -90,18 +91,18 @@ func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 	// each 8 bytes as the largest chunk.
 	budget := recMaxAlloc(len(data) + len(data)/8*recLargestChunk(chunks))
 	var rec *chain.Checkpoint
-	if n := blobAllocs(func() { rec, err = chain.DecodeRecord(data, chunks) }); n > budget {
+	if n := blobAllocs(func() { rec, err = meta.DecodeRecord(data, chunks) }); n > budget {
 		t.Errorf("DecodeRecord of %d bytes allocated %d bytes", len(data), n)
 	}
 	if err == nil {
 		// The keys reference counting reads are the checkpoint's keys.
-		keys, err := chain.DecodeRecordBlobKeys(data, chunks)
+		keys, err := meta.DecodeRecordBlobKeys(data, chunks)
 		if err != nil || !slices.Equal(keys, rec.BlobKeys()) {
 			t.Errorf("DecodeRecordBlobKeys = %v, %v; DecodeRecord gave %v", keys, err, rec.BlobKeys())
 		}
 		// Re-encoding decodes to the same checkpoint (over its own chunks).
-		enc, own := chain.EncodeRecord(rec)
-		rec2, err := chain.DecodeRecord(enc, own)
+		enc, own := meta.EncodeRecord(rec)
+		rec2, err := meta.DecodeRecord(enc, own)
 		switch {
 		case err != nil:
 			t.Errorf("re-encoded record does not decode: %v", err)
@@ -109,13 +110,13 @@ func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 			t.Errorf("decode(encode(decode(b))) differs:\n%+v\n%+v", rec, rec2)
 		}
 	}
-	if n := blobAllocs(func() { chain.DecodeMessages(data) }); n > recMaxAlloc(len(data)) {
+	if n := blobAllocs(func() { meta.DecodeMessages(data) }); n > recMaxAlloc(len(data)) {
 		t.Errorf("DecodeMessages of %d bytes allocated %d bytes", len(data), n)
 	}
 
 	// A length prefix: the bytes it names, or an error when it claims more
 	// than there are (2^60 included) — never an allocation.
-	d := chain.NewDecoder(data)
+	d := meta.NewDecoder(data)
 	var s string
 	if n := blobAllocs(func() { s = d.String() }); n > recMaxAlloc(len(data)) {
 		t.Errorf("Decoder.String of %d bytes allocated %d bytes", len(data), n)
@@ -129,14 +130,14 @@ func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 	case s != string(data[w:w+int(l)]):
 		t.Errorf("Decoder.String = %q, want %q", s, data[w:w+int(l)])
 	}
-	d = chain.NewDecoder(data)
+	d = meta.NewDecoder(data)
 	c := d.Count(1)
 	if w > 0 && l <= uint64(len(data)-w) && c != int(l) || c > len(data) {
 		t.Errorf("Decoder.Count(1) = %d for a count of %d with %d bytes left", c, l, len(data)-max(w, 0))
 	}
 
 	// Unseal: the payload between the version byte and the checksum.
-	p, err := chain.Unseal(chain.BucketCheckpoints, []byte("k"), data)
+	p, err := meta.Unseal(meta.BucketCheckpoints, []byte("k"), data)
 	if err == nil && !bytes.Equal(p, data[1:len(data)-8]) {
 		t.Errorf("Unseal returned %q, not the payload", p)
 	}
@@ -148,14 +149,14 @@ func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 // FuzzRecord hands the record decoders, and then a real store, arbitrary
 // bytes as a stored checkpoint record.
 //
-// (a) chain.DecodeCheckpoint, chain.DecodeMessages, the Decoder's length
-// prefixes and chain.Unseal never panic, never allocate more than 40 times
+// (a) meta.DecodeCheckpoint, meta.DecodeMessages, the Decoder's length
+// prefixes and meta.Unseal never panic, never allocate more than 40 times
 // their input (plus 64 KiB), refuse any length or count beyond the bytes
 // left; a decoded record re-encodes canonically to the same checkpoint.
 //
 // (b) data is stored as the value of a checkpoint id (mode bit 0 clear:
 // data is the whole stored value; set: data is the payload, sealed with
-// chain.Seal so that the decoder runs on it), with a thread_index key so
+// meta.Seal so that the decoder runs on it), with a thread_index key so
 // that List finds it, optionally (bit 1) as a pending reference count and
 // (bit 2) as its thread's head. The id and thread are taken from the
 // payload when it starts like a record, else fixed. Then, through
@@ -169,22 +170,22 @@ func recDecode(t *testing.T, data []byte, chunks map[uint64][]byte) {
 func FuzzRecord(f *testing.F) {
 	fx := blobTemplate(f)
 	record := func(cp *chain.Checkpoint) []byte {
-		rec, _ := chain.EncodeRecord(cp)
+		rec, _ := meta.EncodeRecord(cp)
 		return rec
 	}
 	for _, id := range fx.cpIDs {
 		f.Add(uint8(1), record(fx.cps[id]))
-		f.Add(uint8(1), chain.EncodeCheckpoint(fx.cps[id])) // format 1
+		f.Add(uint8(1), meta.EncodeCheckpoint(fx.cps[id])) // format 1
 	}
 	f.Add(uint8(0), fx.records["c1"])
 	f.Add(uint8(7), record(fx.cps["c3"]))
 	bad := fx.cps["c1"].Clone()
 	bad.ID, bad.ParentID = "z1", ""
 	bad.Files = append(bad.Files, chain.Entry{Path: "../x", Kind: chain.KindFile, BlobKey: fx.small[0], Size: 6})
-	badRec, _ := chain.EncodeRecord(bad) // its chunks are not stored
+	badRec, _ := meta.EncodeRecord(bad) // its chunks are not stored
 	f.Add(uint8(1), badRec)
 	// Entry and message counts of 2^60.
-	var e chain.Encoder
+	var e meta.Encoder
 	for _, s := range []string{"z2", "th-z", "", "automatic", "", ""} {
 		e.String(s)
 	}
@@ -203,8 +204,8 @@ func FuzzRecord(f *testing.F) {
 	// chunk ids can name (a deleted checkpoint's are gone).
 	chunks := map[uint64][]byte{}
 	blobRawUpdate(f, store, func(tx *bolt.Tx) error {
-		return tx.Bucket(chain.BucketChunks).ForEach(func(k, v []byte) error {
-			p, err := chain.Unseal(chain.BucketChunks, k, v)
+		return tx.Bucket(meta.BucketChunks).ForEach(func(k, v []byte) error {
+			p, err := meta.Unseal(meta.BucketChunks, k, v)
 			chunks[binary.BigEndian.Uint64(k)] = bytes.Clone(p)
 			return err
 		})
@@ -229,54 +230,54 @@ func recStore(t *testing.T, fx *blobFixture, chunks map[uint64][]byte, store str
 	}
 	id, thread, createdAt := "fz", "fz-t", int64(0)
 	if payload != nil {
-		if s := chain.NewDecoder(payload).String(); s != "" && len(s) <= bolt.MaxKeySize/2 {
+		if s := meta.NewDecoder(payload).String(); s != "" && len(s) <= bolt.MaxKeySize/2 {
 			id = s
 		}
 	}
-	decoded, decErr := chain.DecodeRecord(payload, chunks)
+	decoded, decErr := meta.DecodeRecord(payload, chunks)
 	if decErr == nil && decoded.ThreadID != "" && len(decoded.ThreadID) <= bolt.MaxKeySize/2 {
 		thread, createdAt = decoded.ThreadID, decoded.CreatedAt
 	}
 	value := data
 	if sealed {
-		value = chain.Seal(chain.BucketCheckpoints, []byte(id), data)
+		value = meta.Seal(meta.BucketCheckpoints, []byte(id), data)
 	}
 	// What GetCheckpoint can return: the record, if its seal holds, it
 	// decodes, and it names its own id.
 	var stored *chain.Checkpoint
-	if _, err := chain.Unseal(chain.BucketCheckpoints, []byte(id), value); err == nil && decErr == nil && decoded.ID == id {
+	if _, err := meta.Unseal(meta.BucketCheckpoints, []byte(id), value); err == nil && decErr == nil && decoded.ID == id {
 		stored = decoded
 	}
 	good := stored != nil && recValid(stored) == nil
 	// What counting a pending record reads: its blob keys alone.
 	var pendingKeys []string
-	if _, err := chain.Unseal(chain.BucketCheckpoints, []byte(id), value); err == nil && payload != nil && chain.NewDecoder(payload).String() == id {
-		pendingKeys, _ = chain.DecodeRecordBlobKeys(payload, chunks)
+	if _, err := meta.Unseal(meta.BucketCheckpoints, []byte(id), value); err == nil && payload != nil && meta.NewDecoder(payload).String() == id {
+		pendingKeys, _ = meta.DecodeRecordBlobKeys(payload, chunks)
 	}
 
 	blobReset(t, fx, store, fx.db, "")
 	blobRawUpdate(t, store, func(tx *bolt.Tx) error {
-		if err := tx.Bucket(chain.BucketCheckpoints).Put([]byte(id), value); err != nil {
+		if err := tx.Bucket(meta.BucketCheckpoints).Put([]byte(id), value); err != nil {
 			return err
 		}
 		ik := recIndexKey(thread, createdAt, id)
-		if err := tx.Bucket(chain.BucketThreadIndex).Put(ik, chain.Seal(chain.BucketThreadIndex, ik, nil)); err != nil {
+		if err := tx.Bucket(meta.BucketThreadIndex).Put(ik, meta.Seal(meta.BucketThreadIndex, ik, nil)); err != nil {
 			return err
 		}
 		if mode&2 != 0 {
-			b := tx.Bucket(chain.BucketPendingRefs)
-			pk := chain.PendingKey(createdAt, id)
+			b := tx.Bucket(meta.BucketPendingRefs)
+			pk := meta.PendingKey(createdAt, id)
 			if b.Get(pk) == nil {
 				if err := b.SetSequence(b.Sequence() + 1); err != nil {
 					return err
 				}
 			}
-			if err := b.Put(pk, chain.Seal(chain.BucketPendingRefs, pk, []byte(thread))); err != nil {
+			if err := b.Put(pk, meta.Seal(meta.BucketPendingRefs, pk, []byte(thread))); err != nil {
 				return err
 			}
 		}
 		if mode&4 != 0 {
-			return tx.Bucket(chain.BucketHeads).Put([]byte(thread), chain.Seal(chain.BucketHeads, []byte(thread), []byte(id)))
+			return tx.Bucket(meta.BucketHeads).Put([]byte(thread), meta.Seal(meta.BucketHeads, []byte(thread), []byte(id)))
 		}
 		return nil
 	})

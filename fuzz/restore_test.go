@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/workspace"
 	bolt "go.etcd.io/bbolt"
 )
@@ -492,7 +493,7 @@ func rstRestorableLexically(fx *blobFixture, files []chain.Entry, allowEscape bo
 // FuzzRestore restores manifests built from fuzz input (rstParse: files,
 // executables, directories, symlinks; blobs stored, missing, or of another
 // size; any path bytes) into <root>/sub/out, with the checkpoint stored
-// both through db.Append (validated) and raw with chain.PutRecord (so that
+// both through db.Append (validated) and raw with meta.PutRecord (so that
 // restore's own defences face what validation would refuse). Flag bit 0
 // sets AllowEscapingSymlinks; bits 1 and 2 create the target and its
 // parent beforehand; bit 3 sorts the manifest by path (capture's order).
@@ -546,7 +547,7 @@ func rstExec(t *testing.T, fx *blobFixture, store string, rst *rstArea, files []
 	allow := flags&1 != 0
 	blobReset(t, fx, store, fx.db, "")
 	raw := &chain.Checkpoint{ID: "rst-raw", ThreadID: "rst-raw-t", CreatedAt: 1, Reason: chain.ReasonAutomatic, Files: files}
-	blobRawUpdate(t, store, func(tx *bolt.Tx) error { return chain.PutRecord(tx, raw) })
+	blobRawUpdate(t, store, func(tx *bolt.Tx) error { return meta.PutRecord(tx, raw) })
 
 	db, err := blobOpen(t, store)
 	if err != nil {

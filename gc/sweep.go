@@ -50,8 +50,8 @@ const DeleteGroup = 1024
 // (they differ at byte 8, 'a' < 'f', and neither is a prefix of the other),
 // which the mark phase relies on to produce keys in byte order.
 const (
-	filesRoot     = "sandbox-files/"
-	artifactsRoot = "sandbox-artifacts/"
+	filesRoot     = chain.FileRoot
+	artifactsRoot = chain.ArtifactRoot
 )
 
 // ErrInvalidOptions is wrapped by the error Sweep returns for a SweepInput it

@@ -22,8 +22,8 @@ var (
 	errBoom = errors.New("boom")
 )
 
-func fileKey(n int) string { return fmt.Sprintf("%s%064x", cas.FilesPrefix, n) }
-func artKey(n int) string  { return fmt.Sprintf("%s%064x", cas.ArtifactsPrefix, n) }
+func fileKey(n int) string { return fmt.Sprintf("%s%064x", chain.FilePrefix, n) }
+func artKey(n int) string  { return fmt.Sprintf("%s%064x", chain.ArtifactPrefix, n) }
 
 // callLog records the calls the fakes see, in order, so tests can check
 // what Sweep did and when.

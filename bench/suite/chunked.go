@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -150,11 +151,11 @@ func chunkedThreadOnce(b *testing.B, cps []*chain.Checkpoint) {
 		getNs = append(getNs, float64(time.Since(t0)))
 		t0 = time.Now()
 		if err := raw.View(func(tx *bolt.Tx) error {
-			p, err := chain.Unseal(chain.BucketCheckpoints, []byte(head), tx.Bucket(chain.BucketCheckpoints).Get([]byte(head)))
+			p, err := meta.Unseal(meta.BucketCheckpoints, []byte(head), tx.Bucket(meta.BucketCheckpoints).Get([]byte(head)))
 			if err != nil {
 				return err
 			}
-			cp, err := chain.DecodeCheckpoint(p)
+			cp, err := meta.DecodeCheckpoint(p)
 			if err != nil {
 				return err
 			}

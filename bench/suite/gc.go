@@ -15,6 +15,7 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/meta"
 )
 
 // GCCheckpoints is the number of checkpoints of every GC store: its
@@ -72,7 +73,7 @@ func BuildGCStore(dir string, scale GCScale, unreferenced int, pending, withWork
 	}
 	now := func() time.Time { return gcT0 }
 	// Fold after 64 checkpoints, so that the last 36 of 100 are pending.
-	foldAfter := 64 * int(chain.CheckpointWeight(uint64(scale.PerCheckpoint())))
+	foldAfter := 64 * int(meta.CheckpointWeight(uint64(scale.PerCheckpoint())))
 	if !pending {
 		foldAfter = 1
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -27,7 +28,7 @@ func openRawBolt(tb testing.TB) *bolt.DB {
 	}
 	tb.Cleanup(func() { db.Close() })
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{chain.BucketCheckpoints, chain.BucketChunks, chain.BucketThreadIndex, chain.BucketHeads, chain.BucketRefs} {
+		for _, name := range [][]byte{meta.BucketCheckpoints, meta.BucketChunks, meta.BucketThreadIndex, meta.BucketHeads, meta.BucketRefs} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -40,7 +41,7 @@ func openRawBolt(tb testing.TB) *bolt.DB {
 	return db
 }
 
-// rawIndexKey is the engine's thread-index key (chain/tx.go indexKey):
+// rawIndexKey is the engine's thread-index key (internal/meta/threads.go indexKey):
 // threadId 0x00 be64(createdAt xor 1<<63) checkpoint id.
 func rawIndexKey(cp *chain.Checkpoint) []byte {
 	k := make([]byte, 0, len(cp.ThreadID)+9+len(cp.ID))
@@ -55,12 +56,12 @@ func rawIndexKey(cp *chain.Checkpoint) []byte {
 // record, its sealed index key and the sealed head. CheckRawBaseline checks
 // the bytes equal the engine's.
 func rawPut(tx *bolt.Tx, cp *chain.Checkpoint) error {
-	record, chunks := chain.EncodeRecord(cp)
-	b := tx.Bucket(chain.BucketChunks)
+	record, chunks := meta.EncodeRecord(cp)
+	b := tx.Bucket(meta.BucketChunks)
 	for h, data := range chunks {
 		k := binary.BigEndian.AppendUint64(nil, h)
 		if b.Get(k) == nil {
-			if err := b.Put(k, chain.Seal(chain.BucketChunks, k, data)); err != nil {
+			if err := b.Put(k, meta.Seal(meta.BucketChunks, k, data)); err != nil {
 				return err
 			}
 		}
@@ -72,20 +73,20 @@ func rawPut(tx *bolt.Tx, cp *chain.Checkpoint) error {
 // baseline): one sealed record with its full manifest and conversation,
 // its index key and the head.
 func rawPutWhole(tx *bolt.Tx, cp *chain.Checkpoint) error {
-	return rawPutRecord(tx, cp, chain.EncodeCheckpoint(cp))
+	return rawPutRecord(tx, cp, meta.EncodeCheckpoint(cp))
 }
 
 func rawPutRecord(tx *bolt.Tx, cp *chain.Checkpoint, record []byte) error {
 	id := []byte(cp.ID)
-	if err := tx.Bucket(chain.BucketCheckpoints).Put(id, chain.Seal(chain.BucketCheckpoints, id, record)); err != nil {
+	if err := tx.Bucket(meta.BucketCheckpoints).Put(id, meta.Seal(meta.BucketCheckpoints, id, record)); err != nil {
 		return err
 	}
 	ik := rawIndexKey(cp)
-	if err := tx.Bucket(chain.BucketThreadIndex).Put(ik, chain.Seal(chain.BucketThreadIndex, ik, nil)); err != nil {
+	if err := tx.Bucket(meta.BucketThreadIndex).Put(ik, meta.Seal(meta.BucketThreadIndex, ik, nil)); err != nil {
 		return err
 	}
 	thread := []byte(cp.ThreadID)
-	return tx.Bucket(chain.BucketHeads).Put(thread, chain.Seal(chain.BucketHeads, thread, id))
+	return tx.Bucket(meta.BucketHeads).Put(thread, meta.Seal(meta.BucketHeads, thread, id))
 }
 
 // rawAppend writes g's next checkpoint into db in one Update (fsync on).
@@ -137,18 +138,18 @@ func RawBoltConcurrent(b *testing.B, n int) {
 // engine did before it folded counts lazily (read, unseal, decode,
 // re-seal, put).
 func rawAddRefs(tx *bolt.Tx, cp *chain.Checkpoint) error {
-	refs := tx.Bucket(chain.BucketRefs)
+	refs := tx.Bucket(meta.BucketRefs)
 	for _, k := range cp.BlobKeys() {
 		key := []byte(k)
 		var n uint64
 		if v := refs.Get(key); v != nil {
-			p, err := chain.Unseal(chain.BucketRefs, key, v)
+			p, err := meta.Unseal(meta.BucketRefs, key, v)
 			if err != nil {
 				return err
 			}
 			n, _ = binary.Uvarint(p)
 		}
-		if err := refs.Put(key, chain.Seal(chain.BucketRefs, key, binary.AppendUvarint(nil, n+1))); err != nil {
+		if err := refs.Put(key, meta.Seal(meta.BucketRefs, key, binary.AppendUvarint(nil, n+1))); err != nil {
 			return err
 		}
 	}
@@ -299,15 +300,15 @@ func CheckRawBaseline(t testing.TB) {
 	}
 	err = eng.View(func(etx *bolt.Tx) error {
 		return raw.View(func(rtx *bolt.Tx) error {
-			// Reference counts: the engine folds them lazily (chain/refs.go),
+			// Reference counts: the engine folds them lazily (internal/meta/refs.go),
 			// so compare the counts, not the bucket's bytes.
-			got, err := chain.References(etx)
+			got, err := meta.References(etx)
 			if err != nil {
 				return err
 			}
 			want := []chain.BlobRef{}
-			err = rtx.Bucket(chain.BucketRefs).ForEach(func(k, v []byte) error {
-				p, err := chain.Unseal(chain.BucketRefs, k, v)
+			err = rtx.Bucket(meta.BucketRefs).ForEach(func(k, v []byte) error {
+				p, err := meta.Unseal(meta.BucketRefs, k, v)
 				if err != nil {
 					return err
 				}
@@ -321,7 +322,7 @@ func CheckRawBaseline(t testing.TB) {
 			if !reflect.DeepEqual(got, want) {
 				return fmt.Errorf("reference counts: engine %v, baseline %v", got, want)
 			}
-			for _, name := range [][]byte{chain.BucketCheckpoints, chain.BucketChunks, chain.BucketThreadIndex, chain.BucketHeads} {
+			for _, name := range [][]byte{meta.BucketCheckpoints, meta.BucketChunks, meta.BucketThreadIndex, meta.BucketHeads} {
 				eb, rb := etx.Bucket(name), rtx.Bucket(name)
 				if eb == nil || rb == nil {
 					return fmt.Errorf("bucket %s missing", name)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	bolt "go.etcd.io/bbolt"
 )
@@ -136,7 +137,7 @@ func dmgBolt(t *testing.T, store string) (pageSize int64, root uint64, txid [2]u
 func TestCorruptCheckCommand(t *testing.T) {
 	src, keys := dmgStore(t)
 	large := func(store, key string) string {
-		h := strings.TrimPrefix(key, cas.FilesPrefix)
+		h := strings.TrimPrefix(key, chain.FilePrefix)
 		return filepath.Join(store, "blobs", "large", "files", h[:2], h)
 	}
 	dbFile := func(store string) string { return filepath.Join(store, engine.DBFile) }

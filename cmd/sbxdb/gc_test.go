@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -170,7 +170,7 @@ func TestCheckRepairExitStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw.Update(func(tx *bolt.Tx) error { return chain.AddRef(tx, fileKey("same\n"), 2) })
+	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(tx, fileKey("same\n"), 2) })
 	raw.Close()
 	code, out, _ := cli("check", "--db", store)
 	if code != 1 || !strings.Contains(out, "refcount") {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
@@ -104,9 +105,9 @@ func forgeLease(t *testing.T, store, thread string, holder proc.Identity, now ti
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var g lease.Grant
+	var g meta.Grant
 	err = db.Update(func(tx *bolt.Tx) (err error) {
-		g, err = lease.Acquire(tx, thread, holder, now.UnixMilli(), time.Hour.Milliseconds(), lease.AcquireOptions{})
+		g, err = meta.AcquireLease(tx, thread, holder, now.UnixMilli(), time.Hour.Milliseconds(), lease.AcquireOptions{})
 		return err
 	})
 	if err != nil {

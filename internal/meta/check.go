@@ -1,7 +1,6 @@
-package chain
+package meta
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -10,48 +9,29 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Integrity checks over the chain buckets, for sbxdb check. They read
+// Integrity checks over the checkpoint buckets, for sbxdb check. They read
 // everything, so they are for tools, never for a hot path.
 
-// ForEachCheckpoint calls fn with every stored checkpoint in id order. A
-// record that cannot be decoded is passed as cp == nil with its error, and
-// the walk goes on; an error returned by fn stops it.
-func ForEachCheckpoint(tx *bolt.Tx, fn func(id string, cp *Checkpoint, err error) error) error {
-	return bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
-		cp, err := GetCheckpoint(tx, string(k))
-		return fn(string(k), cp, err)
-	})
-}
-
-// ForEachIndexed calls fn with the thread, createdAt and id of every key of
-// the thread index, verifying each key's seal; a damaged key is an error.
-func ForEachIndexed(tx *bolt.Tx, fn func(threadID string, createdAt int64, id string) error) error {
-	c := bucket(tx, BucketThreadIndex).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if _, err := Unseal(BucketThreadIndex, k, v); err != nil {
-			return err
-		}
-		i := bytes.IndexByte(k, 0)
-		if i <= 0 || len(k) < i+1+8+1 {
-			return corrupt(BucketThreadIndex, k, "malformed index key")
-		}
-		createdAt := int64(binary.BigEndian.Uint64(k[i+1:i+9]) ^ 1<<63)
-		if err := fn(string(k[:i]), createdAt, string(k[i+9:])); err != nil {
-			return err
-		}
+// CheckPending compares the pending set's weight and its entries' threads
+// with what the records give, and describes each difference. They decide
+// only when folds run, never a count; WeighPending sets them right.
+func CheckPending(tx *bolt.Tx) ([]string, error) {
+	w, threads, err := weighPending(tx)
+	if err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-// ForEachHead calls fn with every thread's head.
-func ForEachHead(tx *bolt.Tx, fn func(threadID, id string) error) error {
-	return bucket(tx, BucketHeads).ForEach(func(k, v []byte) error {
-		p, err := Unseal(BucketHeads, k, v)
-		if err != nil {
-			return err
+	var out []string
+	if have := PendingWeight(tx); have != w {
+		out = append(out, fmt.Sprintf("pending set weighs %d, its checkpoints %d", have, w))
+	}
+	err = bucket(tx, BucketPendingRefs).ForEach(func(k, v []byte) error {
+		thread, err := Unseal(BucketPendingRefs, k, v)
+		if want, ok := threads[string(k)]; ok && (err != nil || string(thread) != want) {
+			out = append(out, fmt.Sprintf("pending entry %q names thread %q, its checkpoint %q", k, thread, want))
 		}
-		return fn(string(k), string(p))
+		return nil
 	})
+	return out, err
 }
 
 // RebuildRefs replaces every stored reference count (folded and pending)
@@ -188,7 +168,7 @@ func RebuildChunkRefs(tx *bolt.Tx, uses map[uint64]int64) error {
 
 // MetadataUsage sums the checkpoint metadata: the number of records and
 // chunks, the bytes the checkpoints would take stored whole (logical, as
-// format 1 stored them: RecordSize plus a seal each), and the bytes the
+// format 1 stored them: chain.RecordSize plus a seal each), and the bytes the
 // records and chunks take as stored (physical, seals included).
 func MetadataUsage(tx *bolt.Tx) (records, chunks int, logical, physical int64, err error) {
 	err = bucket(tx, BucketCheckpoints).ForEach(func(k, v []byte) error {

@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -21,10 +22,10 @@ func TestChunkCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic,
+	cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic,
 		Conversation: []json.RawMessage{json.RawMessage(`"hello"`), json.RawMessage(`"world"`)}}
 	for i := range 300 {
-		cp.Files = append(cp.Files, Entry{Path: fmt.Sprintf("d%02d/f%03d", i/20, i), Kind: KindFile, BlobKey: fileKey(i % 9), Size: int64(i)})
+		cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("d%02d/f%03d", i/20, i), Kind: chain.KindFile, BlobKey: fileKey(i % 9), Size: int64(i)})
 	}
 	p := Prepare(cp)
 	// One chunk of each kind: a content chunk, an index chunk, a shape
@@ -59,12 +60,12 @@ func TestChunkCollision(t *testing.T) {
 				return err
 			}
 		}
-		if err := PutCheckpoint(tx, cp); err != nil {
+		if err := putCheckpoint(tx, cp); err != nil {
 			return err
 		}
 		second := cp.Clone()
 		second.ID = "c2"
-		return PutCheckpoint(tx, second)
+		return putCheckpoint(tx, second)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -47,11 +48,11 @@ func boundaryPaths(n int) []string {
 // padding returns a directory entry whose path sorts before boundaryPaths'
 // and does not end a group, long enough that a manifest holding it is cut
 // into chunks rather than stored inline in its record.
-func padding() Entry {
+func padding() chain.Entry {
 	for i := 0; ; i++ {
 		p := fmt.Sprintf("a%d/%s", i, strings.Repeat("x", inlineManifestMax))
 		if xxhash.Sum64String(p)&shapeMask != 0 {
-			return Entry{Path: p, Kind: KindDir}
+			return chain.Entry{Path: p, Kind: chain.KindDir}
 		}
 	}
 }
@@ -69,11 +70,11 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 		t.Run(fmt.Sprint("swap=", swap), func(t *testing.T) {
 			db := recordDB(t)
 			paths := boundaryPaths(2)
-			cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
-			cp.Files = []Entry{
+			cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{}}
+			cp.Files = []chain.Entry{
 				padding(),
-				{Path: paths[0], Kind: KindFile, BlobKey: fileKey(1), Size: 1},
-				{Path: paths[1], Kind: KindFile, BlobKey: fileKey(2), Size: 2},
+				{Path: paths[0], Kind: chain.KindFile, BlobKey: fileKey(1), Size: 1},
+				{Path: paths[1], Kind: chain.KindFile, BlobKey: fileKey(2), Size: 2},
 			}
 			p := Prepare(cp)
 			// chunks: shape1, C1, I1, shape2, C2, I2
@@ -139,7 +140,7 @@ func TestRepeatedChunkOverItsClaim(t *testing.T) {
 		msg[i] = 'a'
 	}
 	const n = 1000
-	cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic}
+	cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic}
 	for range n {
 		cp.Conversation = append(cp.Conversation, json.RawMessage(msg))
 	}
@@ -162,8 +163,8 @@ func TestRepeatedChunkOverItsClaim(t *testing.T) {
 	})
 	runtime.ReadMemStats(&after)
 	t.Logf("record %d bytes + one 1 MiB chunk; GetCheckpoint err=%v; allocated %d MiB (RecordSize %d > MaxRecordBytes %d: %v)",
-		recLen, err, (after.TotalAlloc-before.TotalAlloc)>>20, RecordSize(cp), MaxRecordBytes, RecordSize(cp) > MaxRecordBytes)
-	if after.TotalAlloc-before.TotalAlloc > MaxRecordBytes {
+		recLen, err, (after.TotalAlloc-before.TotalAlloc)>>20, chain.RecordSize(cp), chain.MaxRecordBytes, chain.RecordSize(cp) > chain.MaxRecordBytes)
+	if after.TotalAlloc-before.TotalAlloc > chain.MaxRecordBytes {
 		t.Errorf("a %d-byte record made a read allocate %d MiB", recLen, (after.TotalAlloc-before.TotalAlloc)>>20)
 	}
 }
@@ -174,10 +175,10 @@ func TestRepeatedChunkOverItsClaim(t *testing.T) {
 func TestCollisionInPrepareOrder(t *testing.T) {
 	paths := boundaryPaths(40)
 	for fill := 0; fill < 38; fill++ {
-		cp := &Checkpoint{ID: "c1", ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
-		cp.Files = []Entry{padding()}
+		cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{}}
+		cp.Files = []chain.Entry{padding()}
 		for i := 0; i < 2+fill; i++ {
-			cp.Files = append(cp.Files, Entry{Path: paths[i], Kind: KindFile, BlobKey: fileKey(100 + i), Size: int64(i)})
+			cp.Files = append(cp.Files, chain.Entry{Path: paths[i], Kind: chain.KindFile, BlobKey: fileKey(100 + i), Size: int64(i)})
 		}
 		p := Prepare(cp)
 		// group g is chunks 3g, 3g+1 (content), 3g+2 (index)
@@ -213,7 +214,7 @@ func TestCollisionInPrepareOrder(t *testing.T) {
 func TestRandomRecordsRoundTrip(t *testing.T) {
 	db := recordDB(t)
 	rng := newRng(11)
-	stored := map[string]*Checkpoint{}
+	stored := map[string]*chain.Checkpoint{}
 	for step := range 600 {
 		err := db.Update(func(tx *bolt.Tx) error {
 			switch rng.IntN(4) {
@@ -222,24 +223,24 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 				if stored[id] != nil {
 					return nil
 				}
-				cp := &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{}}
+				cp := &chain.Checkpoint{ID: id, ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{}}
 				n := rng.IntN(400)
 				for j := range n {
 					p := fmt.Sprintf("d%d/f%04d", j/50, j)
 					switch rng.IntN(10) {
 					case 0:
-						cp.Files = append(cp.Files, Entry{Path: p, Kind: KindDir})
+						cp.Files = append(cp.Files, chain.Entry{Path: p, Kind: chain.KindDir})
 					case 1:
-						cp.Files = append(cp.Files, Entry{Path: p, Kind: KindSymlink, Target: "x"})
+						cp.Files = append(cp.Files, chain.Entry{Path: p, Kind: chain.KindSymlink, Target: "x"})
 					default:
-						cp.Files = append(cp.Files, Entry{Path: p, Kind: KindFile, BlobKey: fileKey(rng.IntN(40)), Size: int64(rng.IntN(3)), Executable: rng.IntN(5) == 0})
+						cp.Files = append(cp.Files, chain.Entry{Path: p, Kind: chain.KindFile, BlobKey: fileKey(rng.IntN(40)), Size: int64(rng.IntN(3)), Executable: rng.IntN(5) == 0})
 					}
 				}
 				for range rng.IntN(5) {
 					cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(4))))
 				}
 				stored[id] = cp
-				if err := PutCheckpoint(tx, cp); err != nil {
+				if err := putCheckpoint(tx, cp); err != nil {
 					return err
 				}
 				if PendingWeight(tx) >= 4 {
@@ -317,7 +318,7 @@ func TestRepeatedChunkUnderAForgedClaim(t *testing.T) {
 		return err
 	})
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrCorrupt) {
+	if !errors.Is(err, chain.ErrCorrupt) {
 		t.Errorf("GetCheckpoint of a record over its claim: %v, want ErrCorrupt", err)
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
@@ -331,14 +332,14 @@ func TestRepeatedChunkUnderAForgedClaim(t *testing.T) {
 func TestInlineManifestThreshold(t *testing.T) {
 	// n files "f0000".. of size 1: shape 2+1+5 = 8 bytes, content 33 each;
 	// a directory entry pads the shape to the byte.
-	manifest := func(total int) *Checkpoint {
-		cp := &Checkpoint{ID: fmt.Sprint("c", total), ThreadID: "t", Reason: ReasonAutomatic, Conversation: []json.RawMessage{json.RawMessage(`"hi"`)}}
+	manifest := func(total int) *chain.Checkpoint {
+		cp := &chain.Checkpoint{ID: fmt.Sprint("c", total), ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{json.RawMessage(`"hi"`)}}
 		n := (total - 8) / 41
 		for j := range n {
-			cp.Files = append(cp.Files, Entry{Path: fmt.Sprintf("f%04d", j), Kind: KindFile, BlobKey: fileKey(j), Size: 1})
+			cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%04d", j), Kind: chain.KindFile, BlobKey: fileKey(j), Size: 1})
 		}
 		pad := total - 41*n - 3 // a dir's shape: kind, flags, length byte, path
-		cp.Files = append(cp.Files, Entry{Path: "z" + strings.Repeat("d", pad-1), Kind: KindDir})
+		cp.Files = append(cp.Files, chain.Entry{Path: "z" + strings.Repeat("d", pad-1), Kind: chain.KindDir})
 		if sn, cn := manifestSize(cp.Files); sn+cn != total {
 			t.Fatalf("manifest of %d bytes, want %d", sn+cn, total)
 		}
@@ -352,7 +353,7 @@ func TestInlineManifestThreshold(t *testing.T) {
 		if inline != (total <= inlineManifestMax) {
 			t.Errorf("%d-byte manifest: %d chunks (inline %v)", total, len(p.chunks), inline)
 		}
-		err := db.Update(func(tx *bolt.Tx) error { return PutCheckpoint(tx, cp) })
+		err := db.Update(func(tx *bolt.Tx) error { return putCheckpoint(tx, cp) })
 		if err == nil {
 			err = db.View(func(tx *bolt.Tx) error {
 				got, err := GetCheckpoint(tx, cp.ID)
@@ -382,14 +383,14 @@ func TestInlineManifestDamaged(t *testing.T) {
 	contentOf := func(n int) []byte {
 		var c []byte
 		for i := range n {
-			c = appendDigest(c, fileKey(i), FilePrefix)
+			c = appendDigest(c, fileKey(i), chain.FilePrefix)
 			c = append(c, 1)
 		}
 		return c
 	}
 	record := func(entries int, shape, content []byte) []byte {
 		e := &Encoder{}
-		for _, s := range []string{"c", "t", "", string(ReasonAutomatic), "", ""} {
+		for _, s := range []string{"c", "t", "", string(chain.ReasonAutomatic), "", ""} {
 			e.String(s)
 		}
 		e.Varint(1)
@@ -431,23 +432,23 @@ func TestInlineBoundaryKinds(t *testing.T) {
 		stride = 7
 	}
 	i := 0
-	for _, kind := range []Kind{KindDir, KindSymlink, KindFile} {
+	for _, kind := range []chain.Kind{chain.KindDir, chain.KindSymlink, chain.KindFile} {
 		for n := 0; n < 140; n += stride {
 			for _, plen := range []int{5, 13, 60} {
 				i++
-				cp := &Checkpoint{ID: fmt.Sprint("c", i), ThreadID: "t", Reason: ReasonAutomatic}
+				cp := &chain.Checkpoint{ID: fmt.Sprint("c", i), ThreadID: "t", Reason: chain.ReasonAutomatic}
 				for j := range n {
-					e := Entry{Path: fmt.Sprintf("%0*d", plen, j), Kind: kind}
+					e := chain.Entry{Path: fmt.Sprintf("%0*d", plen, j), Kind: kind}
 					switch kind {
-					case KindSymlink:
+					case chain.KindSymlink:
 						e.Target = strings.Repeat("x", 1+j%7)
-					case KindFile:
+					case chain.KindFile:
 						e.BlobKey, e.Size = fileKey(j%5), int64(j)
 					}
 					cp.Files = append(cp.Files, e)
 				}
 				err := db.Update(func(tx *bolt.Tx) error {
-					if err := PutCheckpoint(tx, cp); err != nil {
+					if err := putCheckpoint(tx, cp); err != nil {
 						return err
 					}
 					if i%5 == 0 {

@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"bytes"
@@ -11,12 +11,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
 // recount computes every key's count from the stored checkpoints, the way
 // `sbxdb check` will: distinct keys per checkpoint.
-func recount(tx *bolt.Tx) []BlobRef {
+func recount(tx *bolt.Tx) []chain.BlobRef {
 	counts := map[string]int64{}
 	tx.Bucket(BucketCheckpoints).ForEach(func(k, _ []byte) error {
 		cp, _ := GetCheckpoint(tx, string(k))
@@ -25,11 +26,11 @@ func recount(tx *bolt.Tx) []BlobRef {
 		}
 		return nil
 	})
-	refs := []BlobRef{}
+	refs := []chain.BlobRef{}
 	for k, n := range counts {
-		refs = append(refs, BlobRef{k, n})
+		refs = append(refs, chain.BlobRef{Key: k, References: n})
 	}
-	slices.SortFunc(refs, func(a, b BlobRef) int { return cmpStr(a.Key, b.Key) })
+	slices.SortFunc(refs, func(a, b chain.BlobRef) int { return cmpStr(a.Key, b.Key) })
 	return refs
 }
 
@@ -49,7 +50,7 @@ var poolKeys = func() (keys []string) {
 		keys = append(keys, fileKey(i))
 	}
 	for i := range 3 {
-		keys = append(keys, fmt.Sprintf("%s%064x", ArtifactPrefix, i))
+		keys = append(keys, fmt.Sprintf("%s%064x", chain.ArtifactPrefix, i))
 	}
 	return keys
 }()
@@ -71,7 +72,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 		return nil
 	})
 	rng := rand.New(rand.NewPCG(7, 7))
-	stored := map[string]*Checkpoint{}
+	stored := map[string]*chain.Checkpoint{}
 	folds := 0
 	var history []string
 	var cache PendingCache // lives across transactions, as in a sweep
@@ -86,21 +87,21 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 					return err
 				}
 			case cp == nil:
-				cp = &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
+				cp = &chain.Checkpoint{ID: id, ThreadID: "t", Reason: chain.ReasonAutomatic}
 				// Up to 90 files: about a third inline (under 2 KiB), the
 				// rest in several content chunks sharing keys.
 				for j := range rng.IntN(90) {
-					cp.Files = append(cp.Files, Entry{Path: fmt.Sprint("f", j), Kind: KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: 1})
+					cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprint("f", j), Kind: chain.KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: 1})
 				}
 				if rng.IntN(3) == 0 {
-					cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
+					cp.Artifacts = []chain.Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
 				}
 				for range rng.IntN(4) { // shared and repeated message chunks
 					cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(3))))
 				}
 				stored[id] = cp
 				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
-				if err := PutCheckpoint(tx, cp); err != nil {
+				if err := putCheckpoint(tx, cp); err != nil {
 					return err
 				}
 				if PendingWeight(tx) >= foldAfter {
@@ -169,11 +170,11 @@ func TestPendingWeight(t *testing.T) {
 	want := uint64(0)
 	err := db.Update(func(tx *bolt.Tx) error {
 		for id, n := range sizes {
-			cp := &Checkpoint{ID: id, ThreadID: "t", Reason: ReasonAutomatic}
+			cp := &chain.Checkpoint{ID: id, ThreadID: "t", Reason: chain.ReasonAutomatic}
 			for j := range n {
-				cp.Files = append(cp.Files, Entry{Path: fmt.Sprintf("f%05d", j), Kind: KindFile, BlobKey: fileKey(j), Size: 1})
+				cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", j), Kind: chain.KindFile, BlobKey: fileKey(j), Size: 1})
 			}
-			if err := PutCheckpoint(tx, cp); err != nil {
+			if err := putCheckpoint(tx, cp); err != nil {
 				return err
 			}
 		}
@@ -193,7 +194,7 @@ func TestPendingWeight(t *testing.T) {
 			return fmt.Errorf("after deleting big: weight %d, want %d", PendingWeight(tx), want)
 		}
 		// Format 2 keyed the set by id, with empty values, and counted it.
-		if err := PutRecord(tx, &Checkpoint{ID: "other", ThreadID: "t2", Reason: ReasonAutomatic}); err != nil {
+		if err := PutRecord(tx, &chain.Checkpoint{ID: "other", ThreadID: "t2", Reason: chain.ReasonAutomatic}); err != nil {
 			return err
 		}
 		if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
@@ -253,7 +254,7 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 	for seed := range seeds {
 		db := recordDB(t)
 		rng := rand.New(rand.NewPCG(seed, 99))
-		stored := map[string]*Checkpoint{}
+		stored := map[string]*chain.Checkpoint{}
 		for step := range steps {
 			err := db.Update(func(tx *bolt.Tx) error {
 				if op := rng.IntN(10); op < 3 && len(stored) > 0 {
@@ -262,29 +263,29 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 					}
 				} else {
 					id := fmt.Sprintf("s%dc%d", seed, step)
-					cp := &Checkpoint{ID: id, ThreadID: fmt.Sprint("t", rng.IntN(3)), Reason: ReasonAutomatic}
+					cp := &chain.Checkpoint{ID: id, ThreadID: fmt.Sprint("t", rng.IntN(3)), Reason: chain.ReasonAutomatic}
 					n := rng.IntN(80)
 					if rng.IntN(60) == 0 {
 						n = 1030 + rng.IntN(1100)
 					}
 					for j := range n {
-						e := Entry{Path: fmt.Sprintf("f%05d", j), Kind: KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: int64(rng.IntN(3))}
+						e := chain.Entry{Path: fmt.Sprintf("f%05d", j), Kind: chain.KindFile, BlobKey: poolKeys[rng.IntN(8)], Size: int64(rng.IntN(3))}
 						switch rng.IntN(6) {
 						case 0:
-							e = Entry{Path: e.Path, Kind: KindDir}
+							e = chain.Entry{Path: e.Path, Kind: chain.KindDir}
 						case 1:
-							e = Entry{Path: e.Path, Kind: KindSymlink, Target: fmt.Sprint("tgt", rng.IntN(2))}
+							e = chain.Entry{Path: e.Path, Kind: chain.KindSymlink, Target: fmt.Sprint("tgt", rng.IntN(2))}
 						}
 						cp.Files = append(cp.Files, e)
 					}
 					if rng.IntN(3) == 0 {
-						cp.Artifacts = []Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
+						cp.Artifacts = []chain.Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: poolKeys[8+rng.IntN(3)]}}
 					}
 					for range rng.IntN(4) {
 						cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(3))))
 					}
 					stored[id] = cp
-					if err := PutCheckpoint(tx, cp); err != nil {
+					if err := putCheckpoint(tx, cp); err != nil {
 						return err
 					}
 					if PendingWeight(tx) >= 7 || rng.IntN(20) == 0 {
@@ -355,7 +356,7 @@ func checkCounts(tx *bolt.Tx) error {
 }
 
 // deleteSome deletes about one in n of the stored checkpoints, at once.
-func deleteSome(tx *bolt.Tx, rng *rand.Rand, stored map[string]*Checkpoint, n int) error {
+func deleteSome(tx *bolt.Tx, rng *rand.Rand, stored map[string]*chain.Checkpoint, n int) error {
 	var ids []string
 	for id := range stored {
 		if rng.IntN(n) == 0 {

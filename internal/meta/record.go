@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -53,7 +54,7 @@ import (
 //
 //	id, threadId, parentId, reason, label, sourceRunId  strings
 //	createdAt    varint
-//	fullSize     uvarint: RecordSize, what the checkpoint takes stored whole
+//	fullSize     uvarint: chain.RecordSize, what the checkpoint takes stored whole
 //	entries      uvarint: number of manifest entries
 //	groups       count uvarint, then per group its shape chunk id and its
 //	             index chunk id, 8 bytes big-endian each
@@ -111,7 +112,7 @@ type Prepared struct {
 	order    []int32 // chunks by hash: the order to store them in
 	index    []byte  // thread-index key
 	indexVal []byte  // sealed
-	cp       *Checkpoint
+	cp       *chain.Checkpoint
 }
 
 type preparedChunk struct {
@@ -131,7 +132,7 @@ type manifestGroup struct {
 }
 
 // Prepare encodes a valid checkpoint for PutPrepared.
-func Prepare(cp *Checkpoint) *Prepared {
+func Prepare(cp *chain.Checkpoint) *Prepared {
 	p := &Prepared{ID: cp.ID, cp: cp}
 	p.index = indexKey(cp.ThreadID, cp.CreatedAt, cp.ID)
 	p.indexVal = Seal(BucketThreadIndex, p.index, nil)
@@ -163,7 +164,7 @@ func Prepare(cp *Checkpoint) *Prepared {
 		e.String(s)
 	}
 	e.Varint(cp.CreatedAt)
-	e.Uvarint(uint64(RecordSize(cp)))
+	e.Uvarint(uint64(chain.RecordSize(cp)))
 	e.Uvarint(uint64(len(cp.Files)))
 	p.chunks = make([]preparedChunk, 0, 2*len(groups)+nContent+len(cp.Conversation))
 	ids := make([]byte, 0, 8*nContent) // every index chunk's data, one buffer
@@ -216,14 +217,14 @@ func (p *Prepared) add(data []byte, in int32, slot int, index bool) {
 
 // manifestSize returns the encoded sizes of the shape and the content of
 // files.
-func manifestSize(files []Entry) (sn, cn int) {
+func manifestSize(files []chain.Entry) (sn, cn int) {
 	for i := range files {
 		f := &files[i]
 		sn += 2 + prefixed(len(f.Path))
 		switch f.Kind {
-		case KindFile:
+		case chain.KindFile:
 			cn += 32 + uvarintSize(uint64(f.Size))
-		case KindSymlink:
+		case chain.KindSymlink:
 			sn += prefixed(len(f.Target))
 		}
 	}
@@ -231,35 +232,61 @@ func manifestSize(files []Entry) (sn, cn int) {
 }
 
 // appendEntry appends f's shape to s and, for a file, its content to c.
-func appendEntry(s, c []byte, f *Entry) ([]byte, []byte) {
+func appendEntry(s, c []byte, f *chain.Entry) ([]byte, []byte) {
 	var flags byte
 	if f.Executable {
 		flags |= flagExecutable
 	}
 	switch f.Kind {
-	case KindFile:
+	case chain.KindFile:
 		s = append(s, 'f', flags)
-		c = appendDigest(c, f.BlobKey, FilePrefix)
+		c = appendDigest(c, f.BlobKey, chain.FilePrefix)
 		c = binary.AppendUvarint(c, uint64(f.Size))
-	case KindDir:
+	case chain.KindDir:
 		s = append(s, 'd', flags)
-	case KindSymlink:
+	case chain.KindSymlink:
 		s = append(s, 'l', flags)
 	}
 	s = binary.AppendUvarint(s, uint64(len(f.Path)))
 	s = append(s, f.Path...)
-	if f.Kind == KindSymlink {
+	if f.Kind == chain.KindSymlink {
 		s = binary.AppendUvarint(s, uint64(len(f.Target)))
 		s = append(s, f.Target...)
 	}
 	return s, c
 }
 
+// flagExecutable is the bit of an entry's flags byte that marks an
+// executable file, in every record format.
+const flagExecutable = 1
+
+// entry reads a manifest entry's kind byte, flags and path, and a
+// symlink's target: what both record formats write in that order. A
+// file's digest and size are the caller's to read (inline in format 1, in
+// content chunks since format 2, or inline in the record in format 3).
+func (d *Decoder) entry() (f chain.Entry) {
+	kind, flags := d.Byte(), d.Byte()
+	f.Path = d.String()
+	f.Executable = flags&flagExecutable != 0
+	switch kind {
+	case 'f':
+		f.Kind = chain.KindFile
+	case 'd':
+		f.Kind = chain.KindDir
+	case 'l':
+		f.Kind = chain.KindSymlink
+		f.Target = d.String()
+	default:
+		d.fail("entry kind")
+	}
+	return f
+}
+
 // splitManifest encodes the shape and content of files, each in one buffer
 // of the size manifestSize gave, and cuts them into groups and chunks
 // (slices of those buffers): a manifest may hold a million entries. It
 // returns the groups and their number of content chunks.
-func splitManifest(files []Entry, sn, cn int) (groups []manifestGroup, nContent int) {
+func splitManifest(files []chain.Entry, sn, cn int) (groups []manifestGroup, nContent int) {
 	s, c := make([]byte, 0, sn), make([]byte, 0, cn)
 	sStart, cStart := 0, 0
 	n := 0       // files in the content chunk being cut
@@ -269,7 +296,7 @@ func splitManifest(files []Entry, sn, cn int) (groups []manifestGroup, nContent 
 		f := &files[i]
 		h := xxhash.Sum64String(f.Path)
 		s, c = appendEntry(s, c, f)
-		if f.Kind == KindFile {
+		if f.Kind == chain.KindFile {
 			n++
 		}
 		entries++
@@ -286,25 +313,25 @@ func splitManifest(files []Entry, sn, cn int) (groups []manifestGroup, nContent 
 	return groups, nContent
 }
 
-func encodeArtifacts(e *Encoder, arts []Artifact) {
+func encodeArtifacts(e *Encoder, arts []chain.Artifact) {
 	e.Uvarint(uint64(len(arts)))
 	for i := range arts {
 		a := &arts[i]
 		e.String(a.ArtifactID)
 		e.String(a.Name)
 		e.String(a.MimeType)
-		e.digest(a.BlobKey, ArtifactPrefix)
+		e.digest(a.BlobKey, chain.ArtifactPrefix)
 		e.Uvarint(uint64(a.Size))
 		e.Varint(a.CreatedAt)
 	}
 }
 
-func decodeArtifacts(d *Decoder) []Artifact {
-	arts := make([]Artifact, d.Count(36))
+func decodeArtifacts(d *Decoder) []chain.Artifact {
+	arts := make([]chain.Artifact, d.Count(36))
 	for i := range arts {
 		a := &arts[i]
 		a.ArtifactID, a.Name, a.MimeType = d.String(), d.String(), d.String()
-		a.BlobKey = d.digest(ArtifactPrefix)
+		a.BlobKey = d.digest(chain.ArtifactPrefix)
 		a.Size = int64(d.Uvarint())
 		a.CreatedAt = d.Varint()
 	}
@@ -328,7 +355,7 @@ type storedRecord struct {
 	inline                     bool   // the manifest is in the record:
 	shape, content             []byte // its bytes (groups is empty)
 	messages                   idList
-	artifacts                  []Artifact
+	artifacts                  []chain.Artifact
 }
 
 // idList is a run of 8-byte big-endian chunk ids.
@@ -359,11 +386,11 @@ func decodeRecord(p []byte) (*storedRecord, error) {
 		return nil, err
 	}
 	// What the record claims bounds what reading it may produce (a valid
-	// record produces exactly fullSize bytes, within MaxRecordBytes): a
+	// record produces exactly fullSize bytes, within chain.MaxRecordBytes): a
 	// forged one naming one large chunk many times must fail, not make the
 	// reader allocate its size each time (found by review).
 	switch {
-	case r.fullSize > MaxRecordBytes:
+	case r.fullSize > chain.MaxRecordBytes:
 		return nil, fmt.Errorf("claims %d bytes, more than the limit", r.fullSize)
 	case r.entries > r.fullSize/3: // an entry is at least 3 bytes
 		return nil, fmt.Errorf("claims %d entries in %d bytes", r.entries, r.fullSize)
@@ -447,10 +474,10 @@ type chunkSource interface {
 }
 
 // checkpoint reassembles the whole checkpoint from its chunks.
-func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
-	cp := &Checkpoint{
+func (r *storedRecord) checkpoint(chunks chunkSource) (*chain.Checkpoint, error) {
+	cp := &chain.Checkpoint{
 		ID: r.id, ThreadID: r.threadID, ParentID: r.parentID, CreatedAt: r.createdAt,
-		Reason: Reason(r.reason), Label: r.label, SourceRunID: r.sourceRunID,
+		Reason: chain.Reason(r.reason), Label: r.label, SourceRunID: r.sourceRunID,
 		Artifacts: r.artifacts,
 	}
 	bad := func(why string) error { return corrupt(BucketCheckpoints, []byte(r.id), why) }
@@ -472,8 +499,8 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 	}
 	// An entry takes at least 3 bytes of shape: a forged count cannot
 	// size the slice beyond what the chunks hold. It is checked at the end.
-	cp.Files = make([]Entry, 0, min(r.entries, uint64(size/3)))
-	// produced counts what the reassembly has made, in RecordSize's
+	cp.Files = make([]chain.Entry, 0, min(r.entries, uint64(size/3)))
+	// produced counts what the reassembly has made, in chain.RecordSize's
 	// measure; it may not pass fullSize (see decodeRecord).
 	produced := uint64(0)
 	overBudget := func(n int) bool {
@@ -490,7 +517,7 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 				return nil, bad("more entries than its count")
 			}
 			f := d.entry()
-			if f.Kind == KindFile {
+			if f.Kind == chain.KindFile {
 				for len(cd.b) == 0 && cd.err == nil && ci < content.len() {
 					data, err := chunks.read(content.at(ci), r.id)
 					if err != nil {
@@ -498,17 +525,17 @@ func (r *storedRecord) checkpoint(chunks chunkSource) (*Checkpoint, error) {
 					}
 					cd, ci = Decoder{b: data}, ci+1
 				}
-				f.BlobKey = cd.digest(FilePrefix)
+				f.BlobKey = cd.digest(chain.FilePrefix)
 				f.Size = int64(cd.Uvarint())
 				if cd.err != nil {
 					return nil, bad("content chunks: " + cd.err.Error())
 				}
 			}
-			n := 2 + prefixed(len(f.Path)) // as RecordSize counts it
+			n := 2 + prefixed(len(f.Path)) // as chain.RecordSize counts it
 			switch f.Kind {
-			case KindFile:
+			case chain.KindFile:
 				n += 32 + uvarintSize(uint64(f.Size))
-			case KindSymlink:
+			case chain.KindSymlink:
 				n += prefixed(len(f.Target))
 			}
 			if overBudget(n) {
@@ -567,7 +594,7 @@ func (r *storedRecord) blobKeys(chunks chunkSource) ([]string, error) {
 	}
 	keys := make([]string, 0, len(seen)+len(r.artifacts))
 	for k := range seen {
-		keys = append(keys, FilePrefix+hex.EncodeToString(k.sum[:]))
+		keys = append(keys, chain.FilePrefix+hex.EncodeToString(k.sum[:]))
 	}
 	for _, a := range r.artifacts {
 		keys = append(keys, a.BlobKey)
@@ -603,7 +630,7 @@ func (r *storedRecord) forEachContent(chunks chunkSource, fn func(data []byte) e
 // EncodeRecord returns the record payload of a valid checkpoint
 // as an append stores it when no chunk id collides, and its chunks by id.
 // For tests that forge stored records.
-func EncodeRecord(cp *Checkpoint) (record []byte, chunks map[uint64][]byte) {
+func EncodeRecord(cp *chain.Checkpoint) (record []byte, chunks map[uint64][]byte) {
 	p := Prepare(cp)
 	chunks = make(map[uint64][]byte, len(p.chunks))
 	for _, c := range p.chunks {
@@ -615,7 +642,7 @@ func EncodeRecord(cp *Checkpoint) (record []byte, chunks map[uint64][]byte) {
 // DecodeRecord decodes a record payload (format 2 or 3) and reassembles its
 // checkpoint from chunks; it runs the code a store's reads run, without
 // the final validation. For tests.
-func DecodeRecord(p []byte, chunks map[uint64][]byte) (*Checkpoint, error) {
+func DecodeRecord(p []byte, chunks map[uint64][]byte) (*chain.Checkpoint, error) {
 	r, err := decodeRecord(p)
 	if err != nil {
 		return nil, err

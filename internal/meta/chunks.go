@@ -1,4 +1,4 @@
-package chain
+package meta
 
 import (
 	"bytes"
@@ -23,14 +23,6 @@ import (
 // and removes, in the same transaction, every chunk whose count reached 0.
 // So a chunk is stored exactly when some checkpoint uses it, which Check
 // verifies.
-
-var (
-	// BucketChunks maps be64 chunk id → sealed chunk bytes.
-	BucketChunks = []byte("chunks")
-	// BucketChunkRefs maps be64 chunk id → sealed uvarint folded count
-	// (> 0).
-	BucketChunkRefs = []byte("chunk_refs")
-)
 
 func chunkKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
@@ -168,88 +160,6 @@ func chunkUses(tx *bolt.Tx, over []byte, strict bool) (map[uint64]int64, error) 
 		return nil
 	})
 	return uses, err
-}
-
-// DeleteCheckpoints removes the stored checkpoints ids: their records,
-// index keys and references, and every chunk no checkpoint uses any more.
-// An id that is not stored is ErrCorrupt: callers delete what they found.
-func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
-	var freed []uint64 // chunks that may have lost their last user
-	for _, id := range ids {
-		r, err := loadRecord(tx, id)
-		if err == nil && r == nil {
-			err = corrupt(BucketCheckpoints, []byte(id), "is not stored")
-		}
-		if err != nil {
-			return err
-		}
-		// Read all that is needed before deleting: r aliases the record.
-		chunks, err := r.chunkIDs(newChunkCursor(tx))
-		if err != nil {
-			return err
-		}
-		pending := isPending(tx, r)
-		var keys []string
-		if !pending {
-			if keys, err = r.blobKeys(newChunkCursor(tx)); err != nil {
-				return err
-			}
-		}
-		index := indexKey(r.threadID, r.createdAt, id)
-		if err := bucket(tx, BucketCheckpoints).Delete([]byte(id)); err != nil {
-			return err
-		}
-		if err := bucket(tx, BucketThreadIndex).Delete(index); err != nil {
-			return err
-		}
-		if pending {
-			// Its references were never folded in: nothing to subtract.
-			if _, err := dropPending(tx, r); err != nil {
-				return err
-			}
-		} else {
-			for _, k := range keys {
-				if err := AddRef(tx, k, -1); err != nil {
-					return err
-				}
-			}
-			for _, c := range chunks {
-				if err := addChunkRef(tx, c, -1); err != nil {
-					return err
-				}
-			}
-		}
-		freed = append(freed, chunks...)
-	}
-	// Only a chunk whose folded count is gone may have lost its last user;
-	// the pending checkpoints (at most RefFoldAfter of them) are read only
-	// when there is such a chunk.
-	slices.Sort(freed)
-	var unfolded []uint64
-	for _, c := range slices.Compact(freed) {
-		n, err := chunkFolded(tx, c)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			unfolded = append(unfolded, c)
-		}
-	}
-	if len(unfolded) == 0 {
-		return nil
-	}
-	used, err := pendingUse(tx, unfolded)
-	if err != nil {
-		return err
-	}
-	for _, c := range unfolded {
-		if !used[c] {
-			if err := bucket(tx, BucketChunks).Delete(chunkKey(c)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // pendingUse reports which of chunks (sorted) a pending checkpoint uses.

@@ -1,0 +1,61 @@
+package chain
+
+import "encoding/json"
+
+// RecordSize returns what checkpoint cp takes stored whole, in bytes: its
+// record as store format 1 kept it (meta.EncodeCheckpoint), without encoding
+// it. Strings and messages are length-prefixed with a uvarint, integers are
+// varints, an entry takes a kind and a flags byte and a blob key its 32-byte
+// digest. Append refuses a checkpoint whose record would exceed
+// MaxRecordBytes.
+func RecordSize(cp *Checkpoint) int {
+	n := 0
+	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
+		n += prefixed(len(s))
+	}
+	n += varintSize(cp.CreatedAt)
+	n += uvarintSize(uint64(len(cp.Files)))
+	for i := range cp.Files {
+		f := &cp.Files[i]
+		n += 2 + prefixed(len(f.Path)) // kind, flags, path
+		switch f.Kind {
+		case KindFile:
+			n += 32 + uvarintSize(uint64(f.Size))
+		case KindSymlink:
+			n += prefixed(len(f.Target))
+		}
+	}
+	n += uvarintSize(uint64(len(cp.Artifacts)))
+	for i := range cp.Artifacts {
+		a := &cp.Artifacts[i]
+		n += prefixed(len(a.ArtifactID)) + prefixed(len(a.Name)) + prefixed(len(a.MimeType)) +
+			32 + uvarintSize(uint64(a.Size)) + varintSize(a.CreatedAt)
+	}
+	return n + TranscriptSize(cp.Conversation)
+}
+
+// TranscriptSize returns the length of msgs stored as a transcript payload
+// (meta.EncodeMessages: a count, then each message length-prefixed),
+// without encoding them. SaveThread refuses a transcript whose payload would exceed
+// MaxRecordBytes.
+func TranscriptSize(msgs []json.RawMessage) int {
+	n := uvarintSize(uint64(len(msgs)))
+	for _, m := range msgs {
+		n += prefixed(len(m))
+	}
+	return n
+}
+
+// prefixed is the encoded size of l bytes with their length prefix.
+func prefixed(l int) int { return uvarintSize(uint64(l)) + l }
+
+func uvarintSize(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// varintSize is the size of binary.AppendVarint's zig-zag encoding.
+func varintSize(v int64) int { return uvarintSize(uint64(v<<1) ^ uint64(v>>63)) }
