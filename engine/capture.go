@@ -17,7 +17,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
@@ -740,6 +740,6 @@ func reportProgress(fn func(Progress), p *progressCounters) (stop func()) {
 // checkWriter fails unless w holds the live lease of its thread.
 func (db *DB) checkWriter(w lease.Writer) error {
 	return db.view(func(tx *bolt.Tx) error {
-		return metadb.CheckLease(tx, w.ThreadID, w, db.opts.nowMs())
+		return meta.CheckLease(tx, w.ThreadID, w, db.opts.nowMs())
 	})
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 )
 
 // The stat cache lets a capture skip reading files that did not change: for
@@ -125,7 +125,7 @@ func loadStatCache(path string, secrets [32]byte) *statCache {
 	if binary.LittleEndian.Uint64(b[len(b)-8:]) != xxhash.Sum64(body) {
 		return &statCache{}
 	}
-	d := metadb.NewDecoder(body[len(statCacheMagic):])
+	d := meta.NewDecoder(body[len(statCacheMagic):])
 	c := &statCache{taken: d.Varint()}
 	copy(c.salt[:], d.Fixed(16))
 	copy(c.verifier[:], d.Fixed(32))
@@ -154,7 +154,7 @@ func loadStatCache(path string, secrets [32]byte) *statCache {
 // save writes the cache atomically (rename); errors are ignored because a
 // missing cache only costs time.
 func (c *statCache) save(path string) {
-	e := &metadb.Encoder{}
+	e := &meta.Encoder{}
 	e.Varint(c.taken)
 	e.Fixed(c.salt[:])
 	e.Fixed(c.verifier[:])

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -142,8 +142,8 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	var recount map[string]int64
 	var recovered string
 	err := db.view(func(tx *bolt.Tx) error {
-		if raw := tx.Bucket(metadb.BucketMeta).Get(metadb.KeyRecovered); raw != nil {
-			p, err := metadb.Unseal(metadb.BucketMeta, metadb.KeyRecovered, raw)
+		if raw := tx.Bucket(meta.BucketMeta).Get(meta.KeyRecovered); raw != nil {
+			p, err := meta.Unseal(meta.BucketMeta, meta.KeyRecovered, raw)
 			if err != nil {
 				return err
 			}
@@ -224,14 +224,14 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 			if err != nil {
 				return err
 			}
-			uses, err := metadb.ChunkUses(tx, true)
+			uses, err := meta.ChunkUses(tx, true)
 			if err != nil {
 				return err
 			}
-			if err := metadb.RebuildRefs(tx, counts); err != nil {
+			if err := meta.RebuildRefs(tx, counts); err != nil {
 				return err
 			}
-			return metadb.RebuildChunkRefs(tx, uses)
+			return meta.RebuildChunkRefs(tx, uses)
 		})
 		if err != nil {
 			return r, fmt.Errorf("repairing reference counts: %w", err)
@@ -239,7 +239,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		r.Repaired = wrong
 	} else if opts.Repair && len(findingsOf(r, FindingPending)) > 0 {
 		// The rebuild above empties the pending set; alone, it is weighed anew.
-		if err := db.write(ctx, metadb.WeighPending); err != nil {
+		if err := db.write(ctx, meta.WeighPending); err != nil {
 			return r, fmt.Errorf("weighing the pending set: %w", err)
 		}
 		r.Repaired = len(findingsOf(r, FindingPending))
@@ -251,7 +251,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	if opts.Repair && recovered != "" {
 		// Reported once in full; the store itself checked out.
-		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(metadb.BucketMeta).Delete(metadb.KeyRecovered) })
+		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(meta.BucketMeta).Delete(meta.KeyRecovered) })
 		if err != nil {
 			return r, fmt.Errorf("clearing the meta-page note: %w", err)
 		}
@@ -308,7 +308,7 @@ func (db *DB) checkpointsNaming(ctx context.Context, keys []string) (map[string]
 		want[k] = true
 	}
 	err := db.view(func(tx *bolt.Tx) error {
-		return metadb.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
+		return meta.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
 			if err != nil {
 				return nil
 			}
@@ -344,8 +344,8 @@ func (db *DB) indexMayBeOlder() bool {
 	}
 	noted := true
 	db.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(metadb.BucketMeta)
-		noted = b != nil && b.Get(metadb.KeyRecovered) != nil
+		b := tx.Bucket(meta.BucketMeta)
+		noted = b != nil && b.Get(meta.KeyRecovered) != nil
 		return nil
 	})
 	return noted
@@ -368,7 +368,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 	parentOf := map[string]string{}
 	counts := map[string]int64{}
 	n := 0
-	err := metadb.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
+	err := meta.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
 		if n++; n%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -391,7 +391,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 
 	// The thread index names each checkpoint exactly once, under its thread.
 	indexed := map[string]bool{}
-	err = metadb.ForEachIndexed(tx, func(threadID string, createdAt int64, id string) error {
+	err = meta.ForEachIndexed(tx, func(threadID string, createdAt int64, id string) error {
 		t, ok := threadOf[id]
 		switch {
 		case !ok:
@@ -415,7 +415,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 
 	// Heads, and what their chains reach.
 	reached := map[string]bool{}
-	err = metadb.ForEachHead(tx, func(threadID, id string) error {
+	err = meta.ForEachHead(tx, func(threadID, id string) error {
 		t, ok := threadOf[id]
 		if !ok || t != threadID {
 			add(SeverityError, FindingHead, threadID, "head names checkpoint %q, which is not stored in the thread", id)
@@ -430,7 +430,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 	if err != nil {
 		add(SeverityError, FindingHead, "", "%v", err)
 	}
-	threads, err := metadb.Threads(tx)
+	threads, err := meta.Threads(tx)
 	if err != nil {
 		return nil, err
 	}
@@ -447,12 +447,12 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 	}
 
 	// Chunks.
-	uses, err := metadb.ChunkUses(tx, false)
+	uses, err := meta.ChunkUses(tx, false)
 	if err != nil {
 		return nil, err
 	}
 	r.Chunks = len(uses)
-	problems, err := metadb.CheckChunks(tx, uses)
+	problems, err := meta.CheckChunks(tx, uses)
 	if err != nil {
 		add(SeverityError, FindingChunk, "", "chunks unreadable: %v", err)
 	}
@@ -460,7 +460,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 		add(SeverityError, FindingChunk, p.Chunk, "%s", p.Detail)
 	}
 
-	pending, err := metadb.CheckPending(tx)
+	pending, err := meta.CheckPending(tx)
 	if err != nil {
 		add(SeverityError, FindingRefCount, "", "pending set unreadable: %v", err)
 	}
@@ -469,7 +469,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 	}
 
 	// Reference counts.
-	stored, err := metadb.References(tx)
+	stored, err := meta.References(tx)
 	if err != nil {
 		add(SeverityError, FindingRefCount, "", "stored counts unreadable: %v", err)
 		return counts, nil
@@ -498,7 +498,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 // countRefs recomputes every key's count from the stored checkpoints.
 func countRefs(ctx context.Context, tx *bolt.Tx) (map[string]int64, error) {
 	counts := map[string]int64{}
-	err := metadb.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
+	err := meta.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
 		if err != nil {
 			return err // never rebuild counts from a damaged store
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
@@ -20,7 +20,7 @@ func (db *DB) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
 	}
 	var cp *chain.Checkpoint
 	err := db.view(func(tx *bolt.Tx) (err error) {
-		cp, err = metadb.GetCheckpoint(tx, id)
+		cp, err = meta.GetCheckpoint(tx, id)
 		return err
 	})
 	return cp, err
@@ -33,7 +33,7 @@ func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, e
 	}
 	var out []*chain.Checkpoint
 	err := db.view(func(tx *bolt.Tx) (err error) {
-		out, err = metadb.ListThread(tx, threadID)
+		out, err = meta.ListThread(tx, threadID)
 		return err
 	})
 	return out, err
@@ -54,7 +54,7 @@ func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Ch
 		}
 		var ids []string
 		err := db.view(func(tx *bolt.Tx) error {
-			return metadb.ForEachInThread(tx, threadID, func(id string) error {
+			return meta.ForEachInThread(tx, threadID, func(id string) error {
 				ids = append(ids, id)
 				return nil
 			})
@@ -70,7 +70,7 @@ func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Ch
 			}
 			var cp *chain.Checkpoint
 			err := db.view(func(tx *bolt.Tx) (err error) {
-				cp, err = metadb.GetCheckpoint(tx, id)
+				cp, err = meta.GetCheckpoint(tx, id)
 				return err
 			})
 			if err != nil {
@@ -94,7 +94,7 @@ func (db *DB) Head(ctx context.Context, threadID string) (string, error) {
 	}
 	var head string
 	err := db.view(func(tx *bolt.Tx) (err error) {
-		head, err = metadb.Head(tx, threadID)
+		head, err = meta.Head(tx, threadID)
 		return err
 	})
 	return head, err
@@ -108,7 +108,7 @@ func (db *DB) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
 	}
 	var refs []chain.BlobRef
 	err := db.view(func(tx *bolt.Tx) (err error) {
-		refs, err = metadb.References(tx)
+		refs, err = meta.References(tx)
 		return err
 	})
 	return refs, err
@@ -122,7 +122,7 @@ func (db *DB) Threads(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	err := db.view(func(tx *bolt.Tx) (err error) {
-		out, err = metadb.Threads(tx)
+		out, err = meta.Threads(tx)
 		return err
 	})
 	return out, err
@@ -159,15 +159,15 @@ func (db *DB) appendTx(in *chain.AppendInput) (func(tx *bolt.Tx) error, error) {
 		return nil, err
 	}
 	cp, expected, writer := in.Checkpoint, in.ExpectedHeadID, in.Writer
-	prepared := metadb.Prepare(cp) // outside the shared transaction: see meta.Prepared
+	prepared := meta.Prepare(cp) // outside the shared transaction: see meta.Prepared
 	return func(tx *bolt.Tx) error {
-		if err := metadb.CheckLease(tx, cp.ThreadID, writer, db.opts.nowMs()); err != nil {
+		if err := meta.CheckLease(tx, cp.ThreadID, writer, db.opts.nowMs()); err != nil {
 			return err
 		}
-		if metadb.CheckpointExists(tx, cp.ID) {
+		if meta.CheckpointExists(tx, cp.ID) {
 			return chain.Errorf(chain.ErrDuplicateID, "checkpoint %q already exists", cp.ID)
 		}
-		head, err := metadb.Head(tx, cp.ThreadID)
+		head, err := meta.Head(tx, cp.ThreadID)
 		if err != nil {
 			return err
 		}
@@ -177,13 +177,13 @@ func (db *DB) appendTx(in *chain.AppendInput) (func(tx *bolt.Tx) error, error) {
 		if cp.ParentID != expected {
 			return chain.Errorf(chain.ErrParentMismatch, "checkpoint %q parent %s is not the expected head %s", cp.ID, nullable(cp.ParentID), nullable(expected))
 		}
-		if err := metadb.PutPrepared(tx, prepared); err != nil {
+		if err := meta.PutPrepared(tx, prepared); err != nil {
 			return err
 		}
 		if err := db.point("append.publish"); err != nil {
 			return err
 		}
-		return metadb.SetHead(tx, cp.ThreadID, cp.ID)
+		return meta.SetHead(tx, cp.ThreadID, cp.ID)
 	}, nil
 }
 
@@ -196,24 +196,24 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 		return err
 	}
 	return db.write(ctx, func(tx *bolt.Tx) error {
-		if err := metadb.CheckLease(tx, threadID, w, db.opts.nowMs()); err != nil {
+		if err := meta.CheckLease(tx, threadID, w, db.opts.nowMs()); err != nil {
 			return err
 		}
-		head, err := metadb.Head(tx, threadID)
+		head, err := meta.Head(tx, threadID)
 		if err != nil {
 			return err
 		}
 		if head != checkpointID {
 			return chain.Errorf(chain.ErrNotHead, "checkpoint %q is not the head of thread %q (head %s)", checkpointID, threadID, nullable(head))
 		}
-		_, parent, ok, err := metadb.CheckpointHeader(tx, checkpointID)
+		_, parent, ok, err := meta.CheckpointHeader(tx, checkpointID)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return chain.Errorf(chain.ErrNotHead, "head checkpoint %q of thread %q does not exist", checkpointID, threadID)
 		}
-		if err := metadb.DeleteCheckpoints(tx, []string{checkpointID}); err != nil {
+		if err := meta.DeleteCheckpoints(tx, []string{checkpointID}); err != nil {
 			return err
 		}
 		if err := db.point("deleteHead.publish"); err != nil {
@@ -224,7 +224,7 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 		// checkpoint, or the thread becomes empty.
 		next := ""
 		if parent != "" {
-			thread, _, ok, err := metadb.CheckpointHeader(tx, parent)
+			thread, _, ok, err := meta.CheckpointHeader(tx, parent)
 			if err != nil {
 				return err
 			}
@@ -232,7 +232,7 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 				next = parent
 			}
 		}
-		return metadb.SetHead(tx, threadID, next)
+		return meta.SetHead(tx, threadID, next)
 	})
 }
 
@@ -251,20 +251,20 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 	var deleted []string
 	err := db.write(ctx, func(tx *bolt.Tx) error {
 		deleted = []string{}
-		if err := metadb.CheckLease(tx, threadID, w, db.opts.nowMs()); err != nil {
+		if err := meta.CheckLease(tx, threadID, w, db.opts.nowMs()); err != nil {
 			return err
 		}
 		kept, err := keptSet(tx, threadID, max(keep, 1))
 		if err != nil {
 			return err
 		}
-		err = metadb.ForEachInThread(tx, threadID, func(id string) error {
+		err = meta.ForEachInThread(tx, threadID, func(id string) error {
 			if _, ok := kept[id]; ok {
 				return nil
 			}
 			// The index may name a checkpoint that is missing or of another
 			// thread only in a damaged store; deleting then would be wrong.
-			thread, _, ok, err := metadb.CheckpointHeader(tx, id)
+			thread, _, ok, err := meta.CheckpointHeader(tx, id)
 			if err == nil && (!ok || thread != threadID) {
 				err = fmt.Errorf("%w: thread index of %q names checkpoint %q of thread %q (stored: %v)", chain.ErrCorrupt, threadID, id, thread, ok)
 			}
@@ -274,7 +274,7 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 		if err != nil {
 			return err
 		}
-		if err := metadb.DeleteCheckpoints(tx, deleted); err != nil {
+		if err := meta.DeleteCheckpoints(tx, deleted); err != nil {
 			return err
 		}
 		return db.point("deleteCheckpoints.publish")
@@ -290,12 +290,12 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 // repeat.
 func keptSet(tx *bolt.Tx, threadID string, keep int) (map[string]struct{}, error) {
 	kept := map[string]struct{}{}
-	id, err := metadb.Head(tx, threadID)
+	id, err := meta.Head(tx, threadID)
 	for err == nil && id != "" && len(kept) < keep {
 		if _, seen := kept[id]; seen {
 			break
 		}
-		thread, parent, ok, herr := metadb.CheckpointHeader(tx, id)
+		thread, parent, ok, herr := meta.CheckpointHeader(tx, id)
 		if err = herr; !ok || thread != threadID {
 			break
 		}
@@ -327,9 +327,9 @@ func (db *DB) acquireWriter(ctx context.Context, threadID string, holder proc.Id
 	if err := chain.CheckID("threadId", threadID); err != nil {
 		return nil, err
 	}
-	var g metadb.Grant
+	var g meta.Grant
 	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
-		g, err = metadb.AcquireLease(tx, threadID, holder, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds(), opts)
+		g, err = meta.AcquireLease(tx, threadID, holder, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds(), opts)
 		return err
 	})
 	if err != nil {
@@ -353,7 +353,7 @@ func (db *DB) Unlock(ctx context.Context, threadID string) (lease.State, error) 
 	}
 	var removed lease.State
 	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
-		removed, err = metadb.BreakLease(tx, threadID)
+		removed, err = meta.BreakLease(tx, threadID)
 		return err
 	})
 	if err != nil {
@@ -368,14 +368,14 @@ type leaseBackend struct{ db *DB }
 func (b leaseBackend) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, error) {
 	var exp int64
 	err := b.db.write(ctx, func(tx *bolt.Tx) (err error) {
-		exp, err = metadb.RenewLease(tx, w, b.db.opts.nowMs(), b.db.opts.LeaseDuration.Milliseconds())
+		exp, err = meta.RenewLease(tx, w, b.db.opts.nowMs(), b.db.opts.LeaseDuration.Milliseconds())
 		return err
 	})
 	return time.UnixMilli(exp), err
 }
 
 func (b leaseBackend) ReleaseWriter(ctx context.Context, w lease.Writer) error {
-	return b.db.write(ctx, func(tx *bolt.Tx) error { return metadb.ReleaseLease(tx, w) })
+	return b.db.write(ctx, func(tx *bolt.Tx) error { return meta.ReleaseLease(tx, w) })
 }
 
 // nullable renders an optional id for messages: "" is null.

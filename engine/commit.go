@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -179,16 +179,16 @@ const foldPerThread = 64
 // belong to (64 writers fold 64 appends each at 4,096; a lone writer folds
 // every 64).
 func (c *committer) foldIfDue(tx *bolt.Tx) error {
-	w := metadb.PendingWeight(tx)
+	w := meta.PendingWeight(tx)
 	if w < uint64(min(c.db.opts.RefFoldAfter, foldPerThread)) {
 		return nil // each pending checkpoint weighs 1 or more
 	}
 	if w < uint64(c.db.opts.RefFoldAfter) {
-		if due, err := metadb.PendingPerThread(tx, foldPerThread); !due || err != nil {
+		if due, err := meta.PendingPerThread(tx, foldPerThread); !due || err != nil {
 			return err
 		}
 	}
-	return metadb.FoldRefs(tx)
+	return meta.FoldRefs(tx)
 }
 
 // update is bolt's Update with panics (from a damaged file) turned into

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -159,7 +159,7 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 				return nil
 			}
 			note := []byte(o.Now().UTC().Format(time.RFC3339) + ": " + metaNote)
-			return tx.Bucket(metadb.BucketMeta).Put(metadb.KeyRecovered, metadb.Seal(metadb.BucketMeta, metadb.KeyRecovered, note))
+			return tx.Bucket(meta.BucketMeta).Put(meta.KeyRecovered, meta.Seal(meta.BucketMeta, meta.KeyRecovered, note))
 		})
 	}
 	if err != nil {

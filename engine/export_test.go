@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
@@ -14,7 +14,7 @@ import (
 
 // InsertRaw stores cp's record and index without checks or references.
 func (db *DB) InsertRaw(cp *chain.Checkpoint) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return metadb.PutRecord(tx, cp) })
+	return db.bolt.Update(func(tx *bolt.Tx) error { return meta.PutRecord(tx, cp) })
 }
 
 // AcquireWriterAs is AcquireWriter recording holder, not this process, as
@@ -27,22 +27,22 @@ func (db *DB) AcquireWriterAs(ctx context.Context, threadID string, holder proc.
 // first, so the forced value is the whole count).
 func (db *DB) SetRefCount(key string, n int64) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
-		if err := metadb.FoldRefs(tx); err != nil {
+		if err := meta.FoldRefs(tx); err != nil {
 			return err
 		}
-		old, err := metadb.RefCount(tx, key)
+		old, err := meta.RefCount(tx, key)
 		if err != nil {
 			return err
 		}
-		return metadb.AddRef(tx, key, n-old)
+		return meta.AddRef(tx, key, n-old)
 	})
 }
 
 // Pending returns the pending set's weight and size.
 func (db *DB) Pending() (weight uint64, n int, err error) {
 	err = db.bolt.View(func(tx *bolt.Tx) error {
-		weight = metadb.PendingWeight(tx)
-		n = tx.Bucket(metadb.BucketPendingRefs).Stats().KeyN
+		weight = meta.PendingWeight(tx)
+		n = tx.Bucket(meta.BucketPendingRefs).Stats().KeyN
 		return nil
 	})
 	return weight, n, err
@@ -71,7 +71,7 @@ func QueueLen(db *DB) int { return len(db.c.queue) }
 
 // SetHead forces a thread's head, checks bypassed.
 func (db *DB) SetHead(threadID, id string) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return metadb.SetHead(tx, threadID, id) })
+	return db.bolt.Update(func(tx *bolt.Tx) error { return meta.SetHead(tx, threadID, id) })
 }
 
 // DamageChunks folds pending references, then stores a chunk no checkpoint
@@ -79,15 +79,15 @@ func (db *DB) SetHead(threadID, id string) error {
 // problems Check must find.
 func (db *DB) DamageChunks() error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
-		if err := metadb.FoldRefs(tx); err != nil {
+		if err := meta.FoldRefs(tx); err != nil {
 			return err
 		}
 		k := []byte("\xff\xff\xff\xff\xff\xff\xff\xfe")
-		if err := tx.Bucket(metadb.BucketChunks).Put(k, metadb.Seal(metadb.BucketChunks, k, []byte("orphan"))); err != nil {
+		if err := tx.Bucket(meta.BucketChunks).Put(k, meta.Seal(meta.BucketChunks, k, []byte("orphan"))); err != nil {
 			return err
 		}
-		first, _ := tx.Bucket(metadb.BucketChunkRefs).Cursor().First()
-		return tx.Bucket(metadb.BucketChunkRefs).Delete(first)
+		first, _ := tx.Bucket(meta.BucketChunkRefs).Cursor().First()
+		return tx.Bucket(meta.BucketChunkRefs).Delete(first)
 	})
 }
 

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -34,7 +34,7 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		if in.SourceThreadID == in.DestinationThreadID {
 			return chain.Errorf(chain.ErrForkSourceThreadMismatch, "cannot fork thread %q into itself", in.SourceThreadID)
 		}
-		src, err := metadb.GetCheckpoint(tx, in.SourceCheckpointID)
+		src, err := meta.GetCheckpoint(tx, in.SourceCheckpointID)
 		if err != nil {
 			return err
 		}
@@ -44,7 +44,7 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		if src.ThreadID != in.SourceThreadID {
 			return chain.Errorf(chain.ErrForkSourceThreadMismatch, "source checkpoint %q belongs to thread %q, not %q", src.ID, src.ThreadID, in.SourceThreadID)
 		}
-		if err := metadb.CheckLease(tx, in.DestinationThreadID, in.Writer, db.opts.nowMs()); err != nil {
+		if err := meta.CheckLease(tx, in.DestinationThreadID, in.Writer, db.opts.nowMs()); err != nil {
 			return err
 		}
 		if err := destinationEmpty(tx, in.DestinationThreadID, in.DestinationCheckpointID); err != nil {
@@ -60,8 +60,8 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		}
 		// An integrity guard (the durable reference does the same): a
 		// source key without references means the counts are damaged.
-		prepared := metadb.Prepare(fork)
-		counter := metadb.NewRefCounter(tx)
+		prepared := meta.Prepare(fork)
+		counter := meta.NewRefCounter(tx)
 		for _, k := range prepared.BlobKeys() {
 			ok, err := counter.Referenced(k)
 			if err != nil {
@@ -71,16 +71,16 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 				return chain.Errorf(chain.ErrInvalidEntry, "source blob %q of checkpoint %q has no stored reference", k, src.ID)
 			}
 		}
-		if err := metadb.SaveTranscript(tx, in.DestinationThreadID, fork.Conversation); err != nil {
+		if err := meta.SaveTranscript(tx, in.DestinationThreadID, fork.Conversation); err != nil {
 			return err
 		}
-		if err := metadb.PutPrepared(tx, prepared); err != nil {
+		if err := meta.PutPrepared(tx, prepared); err != nil {
 			return err
 		}
 		if err := db.point("fork.publish"); err != nil {
 			return err
 		}
-		return metadb.SetHead(tx, in.DestinationThreadID, fork.ID)
+		return meta.SetHead(tx, in.DestinationThreadID, fork.ID)
 	})
 	if err != nil {
 		return nil, err
@@ -95,20 +95,20 @@ func destinationEmpty(tx *bolt.Tx, threadID, checkpointID string) error {
 	notEmpty := func(why string) error {
 		return chain.Errorf(chain.ErrForkDestinationNotEmpty, "fork destination thread %q %s", threadID, why)
 	}
-	if _, present, err := metadb.LoadTranscript(tx, threadID); err != nil {
+	if _, present, err := meta.LoadTranscript(tx, threadID); err != nil {
 		return err
 	} else if present {
 		return notEmpty("has a saved transcript")
 	}
-	if metadb.ThreadHasCheckpoints(tx, threadID) {
+	if meta.ThreadHasCheckpoints(tx, threadID) {
 		return notEmpty("has checkpoints")
 	}
-	if head, err := metadb.Head(tx, threadID); err != nil {
+	if head, err := meta.Head(tx, threadID); err != nil {
 		return err
 	} else if head != "" {
 		return notEmpty("has a head")
 	}
-	if metadb.CheckpointExists(tx, checkpointID) {
+	if meta.CheckpointExists(tx, checkpointID) {
 		return notEmpty("cannot take checkpoint id " + nullable(checkpointID) + ": it is used")
 	}
 	return nil
@@ -122,7 +122,7 @@ func (db *DB) LoadThread(ctx context.Context, threadID string) ([]json.RawMessag
 	}
 	var msgs []json.RawMessage
 	err := db.view(func(tx *bolt.Tx) (err error) {
-		msgs, _, err = metadb.LoadTranscript(tx, threadID)
+		msgs, _, err = meta.LoadTranscript(tx, threadID)
 		return err
 	})
 	return msgs, err
@@ -134,6 +134,6 @@ func (db *DB) SaveThread(ctx context.Context, threadID string, msgs []json.RawMe
 	if err := firstErr(chain.CheckID("threadId", threadID), chain.ValidateMessages(msgs)); err != nil {
 		return err
 	}
-	p := metadb.EncodeMessages(msgs) // a copy: later changes to msgs are not seen
-	return db.write(ctx, func(tx *bolt.Tx) error { return metadb.SaveTranscriptPayload(tx, threadID, p) })
+	p := meta.EncodeMessages(msgs) // a copy: later changes to msgs are not seen
+	return db.write(ctx, func(tx *bolt.Tx) error { return meta.SaveTranscriptPayload(tx, threadID, p) })
 }

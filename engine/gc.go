@@ -9,7 +9,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/gc"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -104,7 +104,7 @@ func (r checkedRefs) BlobReferences(ctx context.Context) ([]chain.BlobRef, error
 // one group-commit transaction per group, re-checking each key there.
 type sweepBlobs struct {
 	db      *DB
-	pending metadb.PendingCache // one sweep's transactions run one at a time
+	pending meta.PendingCache // one sweep's transactions run one at a time
 	warm    bool
 }
 
@@ -273,7 +273,7 @@ func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res
 		all := threads
 		if len(all) == 0 {
 			var err error
-			if all, err = metadb.Threads(tx); err != nil {
+			if all, err = meta.Threads(tx); err != nil {
 				return err
 			}
 		}
@@ -288,14 +288,14 @@ func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res
 			if err != nil {
 				return err
 			}
-			if st, err := metadb.LoadLease(tx, t); err != nil {
+			if st, err := meta.LoadLease(tx, t); err != nil {
 				return err
 			} else if st.Live(now) {
 				// A writer holds the thread: the run would skip it.
 				res.Retention.Busy = append(res.Retention.Busy, t)
 				continue
 			}
-			err = metadb.ForEachInThread(tx, t, func(id string) error {
+			err = meta.ForEachInThread(tx, t, func(id string) error {
 				if _, ok := kept[id]; ok {
 					return nil
 				}
@@ -303,7 +303,7 @@ func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res
 				if !refs {
 					return nil
 				}
-				cp, err := metadb.GetCheckpoint(tx, id)
+				cp, err := meta.GetCheckpoint(tx, id)
 				if err != nil || cp == nil {
 					return err
 				}

@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
 )
@@ -18,7 +18,7 @@ func (db *DB) Writers(ctx context.Context) (map[string]lease.State, error) {
 	}
 	out := map[string]lease.State{}
 	err := db.view(func(tx *bolt.Tx) error {
-		return metadb.ForEachLease(tx, func(threadID string, s lease.State) error {
+		return meta.ForEachLease(tx, func(threadID string, s lease.State) error {
 			s.OwnerToken = ""
 			out[threadID] = s
 			return nil

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -26,7 +26,7 @@ func instanceKey(key string) []byte {
 }
 
 func encodeInstance(r *InstanceRecord) []byte {
-	e := &metadb.Encoder{}
+	e := &meta.Encoder{}
 	for _, s := range []string{r.Key, r.Provider, r.ProviderSandboxID, r.LatestSnapshotID, r.ThreadID, r.LatestRunID} {
 		e.String(s)
 	}
@@ -35,7 +35,7 @@ func encodeInstance(r *InstanceRecord) []byte {
 }
 
 func decodeInstance(p []byte) (*InstanceRecord, error) {
-	d := metadb.NewDecoder(p)
+	d := meta.NewDecoder(p)
 	r := &InstanceRecord{}
 	r.Key, r.Provider, r.ProviderSandboxID = d.String(), d.String(), d.String()
 	r.LatestSnapshotID, r.ThreadID, r.LatestRunID = d.String(), d.String(), d.String()
@@ -50,17 +50,17 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 	var rec *InstanceRecord
 	err := s.db.view(func(tx *bolt.Tx) error {
 		k := instanceKey(key)
-		v := tx.Bucket(metadb.BucketInstances).Get(k)
+		v := tx.Bucket(meta.BucketInstances).Get(k)
 		if v == nil {
 			return nil
 		}
-		p, err := metadb.Unseal(metadb.BucketInstances, k, v)
+		p, err := meta.Unseal(meta.BucketInstances, k, v)
 		if err != nil {
 			return err
 		}
 		if rec, err = decodeInstance(p); err != nil {
 			rec = nil
-			return fmt.Errorf("%w: %s/%x: malformed instance record", chain.ErrCorrupt, metadb.BucketInstances, k)
+			return fmt.Errorf("%w: %s/%x: malformed instance record", chain.ErrCorrupt, meta.BucketInstances, k)
 		}
 		if rec.Key != key {
 			rec = nil // another key with the same hash: not this record
@@ -72,10 +72,10 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 
 func (s instanceStore) Upsert(ctx context.Context, rec InstanceRecord) error {
 	k := instanceKey(rec.Key)
-	v := metadb.Seal(metadb.BucketInstances, k, encodeInstance(&rec))
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(metadb.BucketInstances).Put(k, v) })
+	v := meta.Seal(meta.BucketInstances, k, encodeInstance(&rec))
+	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(meta.BucketInstances).Put(k, v) })
 }
 
 func (s instanceStore) Delete(ctx context.Context, key string) error {
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(metadb.BucketInstances).Delete(instanceKey(key)) })
+	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(meta.BucketInstances).Delete(instanceKey(key)) })
 }

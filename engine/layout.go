@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/chain"
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -29,18 +29,18 @@ const FormatVersion = 3
 // checks the format of an existing one, migrating an older store when tx
 // is writable (beforeCommit is then asked, as every commit asks the FS).
 func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
-	mb := tx.Bucket(metadb.BucketMeta)
+	mb := tx.Bucket(meta.BucketMeta)
 	if mb == nil {
 		if !tx.Writable() {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}
-		for _, name := range metadb.Buckets {
+		for _, name := range meta.Buckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
 		v := binary.AppendUvarint(nil, FormatVersion)
-		return tx.Bucket(metadb.BucketMeta).Put(metadb.KeyFormat, metadb.Seal(metadb.BucketMeta, metadb.KeyFormat, v))
+		return tx.Bucket(meta.BucketMeta).Put(meta.KeyFormat, meta.Seal(meta.BucketMeta, meta.KeyFormat, v))
 	}
 	v, err := formatOf(mb)
 	if err != nil {
@@ -62,7 +62,7 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	case v != FormatVersion:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
 	}
-	for _, name := range metadb.Buckets {
+	for _, name := range meta.Buckets {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("%w: bucket %s is missing", chain.ErrCorrupt, name)
 		}
@@ -71,11 +71,11 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 }
 
 func formatOf(mb *bolt.Bucket) (uint64, error) {
-	raw := mb.Get(metadb.KeyFormat)
+	raw := mb.Get(meta.KeyFormat)
 	if raw == nil {
 		return 0, fmt.Errorf("%w: meta/format is missing", chain.ErrCorrupt)
 	}
-	p, err := metadb.Unseal(metadb.BucketMeta, metadb.KeyFormat, raw)
+	p, err := meta.Unseal(meta.BucketMeta, meta.KeyFormat, raw)
 	if err != nil {
 		return 0, err
 	}
@@ -92,20 +92,20 @@ func formatOf(mb *bolt.Bucket) (uint64, error) {
 // so a crash leaves the store as it was, whole.
 func migrate(tx *bolt.Tx, from uint64) error {
 	if from == 1 {
-		for _, name := range metadb.Buckets {
+		for _, name := range meta.Buckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		if err := metadb.MigrateRecords(tx); err != nil {
+		if err := meta.MigrateRecords(tx); err != nil {
 			return err
 		}
 	}
-	if err := metadb.UpgradePending(tx); err != nil {
+	if err := meta.UpgradePending(tx); err != nil {
 		return err
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)
-	return tx.Bucket(metadb.BucketMeta).Put(metadb.KeyFormat, metadb.Seal(metadb.BucketMeta, metadb.KeyFormat, v))
+	return tx.Bucket(meta.BucketMeta).Put(meta.KeyFormat, meta.Seal(meta.BucketMeta, meta.KeyFormat, v))
 }
 
 // Migrate upgrades the store in dir to FormatVersion, as a writable Open
@@ -129,7 +129,7 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 	}
 	var v uint64
 	err = bdb.View(func(tx *bolt.Tx) error {
-		mb := tx.Bucket(metadb.BucketMeta)
+		mb := tx.Bucket(meta.BucketMeta)
 		if mb == nil {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
 		}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	metadb "github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -41,12 +41,12 @@ type StoreStats struct {
 func (db *DB) Stats(ctx context.Context) (*StoreStats, error) {
 	s := &StoreStats{}
 	err := db.view(func(tx *bolt.Tx) error {
-		threads, err := metadb.Threads(tx)
+		threads, err := meta.Threads(tx)
 		if err != nil {
 			return err
 		}
 		s.Threads = len(threads)
-		s.Checkpoints, s.Chunks, s.LogicalMetadataBytes, s.PhysicalMetadataBytes, err = metadb.MetadataUsage(tx)
+		s.Checkpoints, s.Chunks, s.LogicalMetadataBytes, s.PhysicalMetadataBytes, err = meta.MetadataUsage(tx)
 		return err
 	})
 	if err != nil {
