@@ -357,7 +357,7 @@ func decodeEntry(key string, b []byte) (entry, error) {
 	}
 	// A packed blob or block is at most MaxPacked: readers size buffers
 	// from these fields, so an entry claiming more (with a forged
-	// checksum) is damage, not an allocation (found by FuzzBlobFile).
+	// checksum) is damage, not an allocation.
 	if e.packed() && (e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8) {
 		return e, errEntry
 	}
@@ -371,7 +371,7 @@ func decodeEntry(key string, b []byte) (entry, error) {
 func packKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
 // packStats is the value of cas_packs: what a pack holds and how much of it
-// no index entry names any more (the rewrite threshold of issue 4 reads it).
+// no index entry names any more (the repack threshold reads it).
 type packStats struct{ total, dead uint64 }
 
 func (p packStats) encode() []byte {

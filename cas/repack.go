@@ -67,7 +67,7 @@ type Usage struct {
 
 // Usage sums the index: packs, their dead bytes, blobs and large files. A
 // damaged record is counted in Damaged, not an error: Check, which reports
-// damage, needs the sums too (found by FuzzBlobFile).
+// damage, needs the sums too.
 func (s *Store) Usage(ctx context.Context) (Usage, error) {
 	var u Usage
 	err := s.db.View(func(tx *bolt.Tx) error {

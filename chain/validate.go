@@ -175,8 +175,8 @@ func checkBlobKey(key, prefix string) bool {
 }
 
 // lowerHex marks the bytes of lowercase hex digits. A table lookup per byte
-// does not mispredict on random digits as two range tests do: checking
-// 20,000 keys took 1.2-1.6 ms instead of 5.9-6.7 ms.
+// does not mispredict on random digits as two range tests do, so checking
+// a manifest's keys costs a fraction of what the range tests cost.
 var lowerHex = func() (t [256]bool) {
 	for _, c := range "0123456789abcdef" {
 		t[c] = true

@@ -10,7 +10,7 @@ import (
 // path (json.go) accepts: a lone surrogate, which the parser keeps as its
 // WTF-8 bytes, goes back out as its \uXXXX escape, so that parsing the
 // output gives the same bytes. encoding/json alone would write U+FFFD for
-// each of those bytes (found by FuzzJSON). Other invalid UTF-8, which only
+// each of those bytes. Other invalid UTF-8, which only
 // the Go API can produce (the parser refuses text that is not UTF-8),
 // becomes U+FFFD as with encoding/json.
 type wireString string

@@ -97,7 +97,8 @@ func (f *captureFixture) restore(t *testing.T, id string) string {
 	return out
 }
 
-// edgeTree writes the hand-made edge cases of issue 3.
+// edgeTree writes hand-made edge cases: names, kinds and modes a capture
+// must record exactly.
 func edgeTree(t *testing.T, root string) {
 	write(t, root, "empty.txt", nil, 0o644)
 	write(t, root, "a/b/c/d/e/f/g/h/i/j/deep.txt", []byte("deep"), 0o644)

@@ -353,8 +353,8 @@ func checkLinkTarget(linkPath, target string) error {
 // checkLinks refuses a symlink whose target is absolute or leaves the root
 // (SPEC §10 Q5), by itself or when followed through the tree's other
 // symlinks: with a -> "." and b -> "a/..", each looks inside on its own,
-// yet b is the root's parent (found by FuzzRestore). links maps each
-// symlink's path to its target; each has passed checkLinkTarget.
+// yet b is the root's parent. links maps each symlink's path to its target;
+// each has passed checkLinkTarget.
 func checkLinks(links map[string]string) error {
 	for _, p := range slices.Sorted(maps.Keys(links)) {
 		if linkLeaves(links, p) {
@@ -369,7 +369,7 @@ func checkLinks(links map[string]string) error {
 // or followed as the kernel follows it through the other symlinks of links
 // (at most 40 hops, its limit). A loop the kernel meets points nowhere
 // (ELOOP), but only after the lexical rule: a -> "a/../.." is a loop to the
-// kernel and the root's parent on paper, so it leaves (found by FuzzRestore).
+// kernel and the root's parent on paper, so it leaves.
 func linkLeaves(links map[string]string, link string) bool {
 	if isAbsTarget(links[link]) {
 		return true

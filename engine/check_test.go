@@ -253,9 +253,9 @@ func onePending(t *testing.T, edit func(pb *bolt.Bucket) error) (*engine.DB, cha
 }
 
 // A pending key whose time is not its checkpoint's is damage that check
-// reports and repair fixes (found by review: the readers counted it while
-// a delete, looking under the record's time, did not find it, so check
-// called the store clean and DeleteHead then broke the counts).
+// reports and repair fixes: the readers would count it while a delete,
+// looking under the record's time, would not find it, so a check that
+// called the store clean would let DeleteHead break the counts.
 func TestCheckPendingKeyTime(t *testing.T) {
 	ctx := context.Background()
 	db, w := onePending(t, func(pb *bolt.Bucket) error {

@@ -147,7 +147,7 @@ func (e *foldError) Unwrap() error { return e.err }
 // commit runs fn and then foldIfDue in one transaction. If the fold fails
 // (a damaged pending set), fn's writes commit without it: folding is
 // housekeeping, and failing every write with it would also fail the
-// writable Open that check --repair needs (found by review); the readers
+// writable Open that check --repair needs; the readers
 // of counts and check report the damage.
 func (c *committer) commit(fn func(tx *bolt.Tx) error) error {
 	err := c.update(func(tx *bolt.Tx) error {

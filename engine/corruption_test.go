@@ -28,7 +28,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The corruption matrix (issue 6 item 3): one store with packed blobs (zstd
+// The corruption matrix: one store with packed blobs (zstd
 // and raw), large blob files (zstd and raw), an artifact and two
 // checkpoints, closed; each case copies it, damages one thing on disk and
 // reopens it. Every read path that touches the damaged thing must fail with

@@ -299,7 +299,7 @@ func TestMigrateFormat2(t *testing.T) {
 // A store the format-2 engine (b39cfe5) wrote with two checkpoints pending
 // ("c1", and "checkpoint-0002", an id longer than the 8 bytes of a format-3
 // key's time): the upgrade rekeys them, and the counts and check come out
-// right (found by review: the fixtures above have nothing pending).
+// right (the fixtures above have nothing pending, so they cannot show it).
 func TestMigrateFormat2Pending(t *testing.T) {
 	ctx := context.Background()
 	dir := fixtureCopy(t, "testdata/format2-pending")
@@ -325,9 +325,9 @@ func TestMigrateFormat2Pending(t *testing.T) {
 
 // A format-2 store whose pending set names a missing checkpoint still
 // upgrades, so that check reports the damage and repair fixes it, as it
-// would in format 3 (found by review: the upgrade refused the store, and
-// with it every writable open). With a fold due at the first commit, the
-// commit goes on without it (found by the second review).
+// would in format 3: refusing it would refuse every writable open, repair's
+// included. With a fold due at the first commit, the commit goes on
+// without the fold.
 func TestMigrateFormat2DanglingPending(t *testing.T) {
 	for _, foldAfter := range []int{3, 1} {
 		t.Run(fmt.Sprint("RefFoldAfter=", foldAfter), func(t *testing.T) { danglingPending(t, foldAfter) })

@@ -107,8 +107,8 @@ func putRecord(tx *bolt.Tx, p *Prepared) error {
 	// above with the wrong ones is removed if this put stored it and
 	// nothing of this put names it still: two groups can have the same
 	// index bytes before the fix, and only one of them names the moved
-	// chunk (found by review: deleting it unconditionally lost a chunk the
-	// other group needed).
+	// chunk (deleting it unconditionally would lose a chunk the other group
+	// needs).
 	var stale []uint64
 	for i, data := range moved {
 		c := p.chunks[i]

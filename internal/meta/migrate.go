@@ -9,7 +9,7 @@ import (
 // pendingKey, each naming its thread, the sequence its weight. An entry
 // whose record is missing or damaged is kept (keyed with createdAt 0, and
 // weighing 1): the upgrade runs in a writable Open, and must not lock out
-// the check and repair that report and fix it (found by review).
+// the check and repair that report and fix it.
 func UpgradePending(tx *bolt.Tx) error {
 	b := bucket(tx, BucketPendingRefs)
 	var ids []string

@@ -388,7 +388,7 @@ func decodeRecord(p []byte) (*storedRecord, error) {
 	// What the record claims bounds what reading it may produce (a valid
 	// record produces exactly fullSize bytes, within chain.MaxRecordBytes): a
 	// forged one naming one large chunk many times must fail, not make the
-	// reader allocate its size each time (found by review).
+	// reader allocate its size each time.
 	switch {
 	case r.fullSize > chain.MaxRecordBytes:
 		return nil, fmt.Errorf("claims %d bytes, more than the limit", r.fullSize)

@@ -96,7 +96,7 @@ func loadPending(tx *bolt.Tx, k, v []byte) (*storedRecord, error) {
 		err = corrupt(BucketPendingRefs, k, "names a missing checkpoint")
 	case r.createdAt != pendingCreatedAt(k):
 		// Else the readers would count it and a delete, which looks it up
-		// by the record's time, would not find it (found by review).
+		// by the record's time, would not find it.
 		err = corrupt(BucketPendingRefs, k, "does not carry its checkpoint's createdAt")
 	}
 	return r, err

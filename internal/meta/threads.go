@@ -71,7 +71,7 @@ func ThreadHasCheckpoints(tx *bolt.Tx, threadID string) bool {
 // transcript, in UTF-8 byte order.
 func Threads(tx *bolt.Tx) ([]string, error) {
 	// Every key is checked by its value's seal: a damaged key must not
-	// show up as a thread that never existed (found by FuzzDatabasePage).
+	// show up as a thread that never existed.
 	set := map[string]struct{}{}
 	for _, name := range [][]byte{BucketHeads, BucketTranscripts} {
 		if err := bucket(tx, name).ForEach(func(k, v []byte) error {
