@@ -73,9 +73,8 @@ func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) (he
 // decodeSlack is room past the raw size in a packed blob's output buffer.
 // klauspost/compress decodes with whole-block copies that may overrun a
 // match by up to 32 bytes when the buffer has that slack, and falls back to
-// slower bounds-exact copies when it does
-// not. The output stays bounded: at most raw+decodeSlack bytes, and any
-// length but raw is corrupt.
+// slower bounds-exact copies when it does not. The output stays bounded: at
+// most raw+decodeSlack bytes, and any length but raw is corrupt.
 const decodeSlack = 32
 
 // readPacked reads, decodes and verifies a packed blob into out (appending
