@@ -1,6 +1,9 @@
 package chain
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"math/bits"
+)
 
 // RecordSize returns what checkpoint cp takes stored whole, in bytes: its
 // record as store format 1 kept it (meta.EncodeCheckpoint), without encoding
@@ -49,13 +52,9 @@ func TranscriptSize(msgs []json.RawMessage) int {
 // prefixed is the encoded size of l bytes with their length prefix.
 func prefixed(l int) int { return uvarintSize(uint64(l)) + l }
 
-func uvarintSize(v uint64) int {
-	n := 1
-	for ; v >= 0x80; v >>= 7 {
-		n++
-	}
-	return n
-}
+// uvarintSize is the length of binary.AppendUvarint(nil, v): one byte per
+// started group of 7 significant bits, at least one.
+func uvarintSize(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 // varintSize is the size of binary.AppendVarint's zig-zag encoding.
 func varintSize(v int64) int { return uvarintSize(uint64(v<<1) ^ uint64(v>>63)) }

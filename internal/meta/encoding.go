@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math/bits"
 	"strings"
 )
 
@@ -126,13 +127,9 @@ func (d *Decoder) Raw() []byte {
 // prefixed is the encoded size of l bytes with their length prefix.
 func prefixed(l int) int { return uvarintSize(uint64(l)) + l }
 
-func uvarintSize(v uint64) int {
-	n := 1
-	for ; v >= 0x80; v >>= 7 {
-		n++
-	}
-	return n
-}
+// uvarintSize is the length of binary.AppendUvarint(nil, v): one byte per
+// started group of 7 significant bits, at least one.
+func uvarintSize(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func (e *Encoder) digest(key, prefix string) { e.b = appendDigest(e.b, key, prefix) }
 
