@@ -70,11 +70,17 @@ func (p *pinSet) pin(keys []string) {
 func (p *pinSet) unpin(keys []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	release(p.count, keys)
+}
+
+// release takes one hold of each of keys off holds, forgetting a key at
+// zero so that the map holds only keys still held.
+func release(holds map[string]int32, keys []string) {
 	for _, k := range keys {
-		if n := p.count[k] - 1; n > 0 {
-			p.count[k] = n
+		if n := holds[k] - 1; n > 0 {
+			holds[k] = n
 		} else {
-			delete(p.count, k)
+			delete(holds, k)
 		}
 	}
 }
@@ -100,13 +106,7 @@ func (p *pinSet) unmarkDying(keys []string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, k := range keys {
-		if n := p.dying[k] - 1; n > 0 {
-			p.dying[k] = n
-		} else {
-			delete(p.dying, k)
-		}
-	}
+	release(p.dying, keys)
 	p.cond.Broadcast()
 }
 
