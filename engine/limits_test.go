@@ -686,9 +686,14 @@ func TestLimitRecordBoundary(t *testing.T) {
 	_, err := db.Append(ctx, chain.AppendInput{Checkpoint: &over, Writer: w})
 	limWantTooLarge(t, "Append one byte over", err, chain.ErrInvalidEntry, chain.CodeInvalidEntry, chain.MaxRecordBytes+1, chain.MaxRecordBytes)
 
+	// Bound, 1.3 times what was measured: the append copies, encodes and
+	// seals the record's chunks, and as this fresh store's file outgrows
+	// its mapping bbolt copies every value the transaction has written,
+	// once per remap: 12x allocated in all, allocated and freed (the peak
+	// held is 4.3x).
 	u := limMeasure(func() { _, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, Writer: w}) })
 	limOK(t, "Append at the limit", err)
-	limBound(t, "Append at the limit", u, chain.MaxRecordBytes, 6)
+	limBound(t, "Append at the limit", u, chain.MaxRecordBytes, 16)
 	var got *chain.Checkpoint
 	u = limMeasure(func() { got, err = db.Get(ctx, "b1") })
 	limOK(t, "Get", err)
