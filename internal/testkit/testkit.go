@@ -1,7 +1,8 @@
 // Package testkit picks the scale of sbxdb's tests: how many iterations,
 // how large an input, how long a run. Only tests import it. A tier changes
-// how many times, how big and how long, never which code paths run or
-// what is asserted.
+// how many times, how big and how long, not which code paths run or what
+// is asserted; the one test that needs a resource big by nature (a 256 MiB
+// record) skips below SBXDB_LONG=1, saying so.
 //
 // The tiers:
 //
@@ -15,7 +16,9 @@
 //     this tier runs), 1,000 kill cycles (crashtest), 2,000 differential
 //     sequences (engine/memstore), a 60 s soak, both errnos at every
 //     fault-injection step, a damaged-file flip every 61 bytes, and the
-//     full counts of the chain, capture and gc tests.
+//     full counts of the chain, capture, gc and redaction tests. The kill
+//     cycles take minutes: give go test a -timeout past its default 10
+//     minutes per package (CI gives 30).
 //   - SBXDB_LONG=2: SBXDB_LONG=1 and the cases too slow for CI's budget:
 //     the damaged-file test flips every byte of its database, one open of
 //     a damaged store per byte. CI does not set it.
