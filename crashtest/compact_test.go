@@ -15,6 +15,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,10 +77,7 @@ func appender(dir string) int {
 // into it once Compact lets go. Every id the other process acknowledged is
 // in the store afterwards.
 func TestCompactBesideAnotherProcessKeepsItsWrites(t *testing.T) {
-	appends := 150
-	if testing.Short() {
-		appends = 60
-	}
+	appends := testkit.ScaleShort(t, 60, 100, 150)
 	dir := filepath.Join(t.TempDir(), "store")
 	db, err := engine.Open(dir, nil)
 	if err != nil {

@@ -6,7 +6,8 @@
 // child with SIGKILL at a random moment, reopens the store and checks it
 // against what was acknowledged.
 //
-//	go test ./crashtest                          # 100 kill cycles (CI)
-//	SBXDB_CRASH_CYCLES=1000 go test ./crashtest  # the long mode
+//	go test ./crashtest                          # 50 kill cycles
+//	SBXDB_LONG=1 go test ./crashtest             # 1,000 kill cycles (CI)
+//	SBXDB_CRASH_CYCLES=200 go test ./crashtest   # any number
 //	SBXDB_CRASH_SEED=42 go test ./crashtest      # replay one run
 package crashtest

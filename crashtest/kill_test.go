@@ -22,6 +22,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -53,6 +54,10 @@ const (
 	leaseTTL  = 10 * time.Second
 	cycleStep = 20 * time.Second
 )
+
+// longCycles is how many kill cycles SBXDB_LONG=1 runs (defaultCycles
+// without it; SBXDB_CRASH_CYCLES overrides both).
+const longCycles = 1000
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(envChild); dir != "" {
@@ -456,10 +461,10 @@ func digest(tree map[string]fstree.Node) string {
 // ---- the driver ----
 
 func TestKillRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kill cycles take about a minute; -short skips them")
+	if testing.Short() && !testkit.Long(t) {
+		t.Skipf("kill cycles take half a minute; -short skips them (SBXDB_LONG=1 runs %d)", longCycles)
 	}
-	cycles := defaultCycles
+	cycles := testkit.Scale(t, defaultCycles, longCycles)
 	if s := os.Getenv("SBXDB_CRASH_CYCLES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {

@@ -2,5 +2,6 @@
 
 package crashtest
 
-// defaultCycles is how many kill cycles go test runs (CI: ≥ 100).
-const defaultCycles = 100
+// defaultCycles is how many kill cycles go test runs; SBXDB_LONG=1 runs
+// longCycles.
+const defaultCycles = 50

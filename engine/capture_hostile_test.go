@@ -24,6 +24,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,10 +122,7 @@ func assertNoSecret(t *testing.T, db *engine.DB, secret []byte) {
 // that no blob of the store ever holds the secret: every file and
 // directory is opened beneath the workspace without following a symlink.
 func TestCaptureNeverReadsThroughSwappedSymlinks(t *testing.T) {
-	captures := 200
-	if testing.Short() && os.Getenv("SBXDB_LONG") == "" {
-		captures = 60
-	}
+	captures := testkit.ScaleShort(t, 60, 200, 200)
 	f := newCaptureFixture(t)
 	h := newHostileTree(t, f.dir)
 	stop := make(chan struct{})
@@ -519,13 +517,7 @@ func sha(b []byte) [32]byte { return sha256.Sum256(b) }
 // capture must succeed, and every file it records must hold one version
 // whole unless a warning says the bytes may mix versions.
 func TestCaptureUnderChurn(t *testing.T) {
-	captures := 100
-	switch {
-	case os.Getenv("SBXDB_LONG") != "":
-		captures = 500
-	case testing.Short():
-		captures = 40
-	}
+	captures := testkit.ScaleShort(t, 40, 100, 500)
 	ctx := context.Background()
 	f := newCaptureFixture(t)
 	ws := filepath.Join(f.dir, "ws")

@@ -19,6 +19,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 	bolt "go.etcd.io/bbolt"
 )
@@ -97,9 +98,9 @@ func (f *captureFixture) restore(t *testing.T, id string) string {
 	return out
 }
 
-// edgeTree writes hand-made edge cases: names, kinds and modes a capture
-// must record exactly.
-func edgeTree(t *testing.T, root string) {
+// edgeTree writes the hand-made edge cases and many small files (2,000, or
+// 10,000 under SBXDB_LONG=1) of 500 distinct contents; it returns how many.
+func edgeTree(t *testing.T, root string) (many int) {
 	write(t, root, "empty.txt", nil, 0o644)
 	write(t, root, "a/b/c/d/e/f/g/h/i/j/deep.txt", []byte("deep"), 0o644)
 	write(t, root, "docs/résumé.md", []byte("non-ascii"), 0o644)
@@ -107,25 +108,27 @@ func edgeTree(t *testing.T, root string) {
 	write(t, root, "bin/run.sh", []byte("#!/bin/sh\necho hi\n"), 0o755)
 	write(t, root, "docs/run.sh.txt", []byte("#!/bin/sh\necho hi\n"), 0o644)                 // the same blob, not executable
 	write(t, root, "big/blob.bin", bytes.Repeat([]byte("0123456789abcdef"), 300_000), 0o644) // 4.8 MB: streamed
-	for i := range 10_000 {
+	many = testkit.Scale(t, 2_000, 10_000)
+	for i := range many {
 		write(t, root, fmt.Sprintf("many/f%05d", i), []byte(fmt.Sprint("file ", i%500)), 0o644) // 500 distinct contents
 	}
 	os.MkdirAll(filepath.Join(root, "empty/nested/dir"), 0o755)
 	os.MkdirAll(filepath.Join(root, "emptytop"), 0o755)
 	os.Symlink("../docs/résumé.md", filepath.Join(root, "a/link"))
 	os.Symlink("many", filepath.Join(root, "dirlink"))
+	return many
 }
 
 func TestCaptureRestoreRoundTrip(t *testing.T) {
 	f := newCaptureFixture(t)
 	ws := filepath.Join(f.dir, "ws")
-	edgeTree(t, ws)
+	many := edgeTree(t, ws)
 	res := f.capture(t, ws)
 	s := res.Stats
-	if s.Files != 10_007 || s.Symlinks != 2 || s.Dirs != 2 || s.FilesRead != s.Files || s.Unchanged != 0 {
+	if s.Files != many+7 || s.Symlinks != 2 || s.Dirs != 2 || s.FilesRead != s.Files || s.Unchanged != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	if s.Deduplicated < 10_000-500 {
+	if s.Deduplicated < many-500 {
 		t.Fatalf("only %d deduplicated", s.Deduplicated)
 	}
 	out := f.restore(t, res.Checkpoint.ID)

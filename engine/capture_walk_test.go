@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // TestWalkOrder builds trees whose sibling names sort differently from the
@@ -18,7 +19,7 @@ import (
 // lists exactly what is there in path byte order, without sorting the list.
 func TestWalkOrder(t *testing.T) {
 	names := []string{"a", "a-b", "a.b", "a0", "b", "é", "A", "a b", "_"}
-	for seed := range uint64(30) {
+	for seed := range testkit.Scale(t, uint64(10), 30) {
 		r := rand.New(rand.NewPCG(seed, 3))
 		root := t.TempDir()
 		kinds := map[string]chain.Kind{}

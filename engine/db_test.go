@@ -17,6 +17,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -174,9 +175,11 @@ func TestDamagedFileNeverPanics(t *testing.T) {
 		"truncated": good[:len(good)/3],
 		"half-page": good[:2048],
 	}
-	// Flips spread over meta and data pages; SBXDB_LONG=1 flips every byte.
-	step := 7919
-	if os.Getenv("SBXDB_LONG") != "" {
+	// Flips spread over meta and data pages: a byte every two pages by
+	// default, one in every 61 under SBXDB_LONG=1, every byte under
+	// SBXDB_LONG=2.
+	step := testkit.Scale(t, 7919, 61)
+	if testkit.Exhaustive(t) {
 		step = 1
 	}
 	for pos := 13; pos < len(good); pos += step {
@@ -184,6 +187,7 @@ func TestDamagedFileNeverPanics(t *testing.T) {
 		b[pos] ^= 0xFF
 		cases["flip-"+strconv.Itoa(pos)] = b
 	}
+	t.Logf("%d damaged files of a %d-byte database", len(cases), len(good))
 	for name, content := range cases {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, engine.DBFile), content, 0o644); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/workspace"
 )
 
@@ -185,10 +186,7 @@ func TestReaderRandom(t *testing.T) {
 		}
 		return string(b)
 	}
-	iterations := 3000
-	if testing.Short() {
-		iterations = 300
-	}
+	iterations := testkit.ScaleShort(t, 300, 1000, 3000)
 	for it := range iterations {
 		secrets := make([]string, rng.IntN(4)+1)
 		for i := range secrets {

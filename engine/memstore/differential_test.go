@@ -23,6 +23,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/engine/memstore"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -35,13 +36,13 @@ import (
 // Sequence i uses seed i. Knobs (the environment variables also work under
 // "go test ./...", where the flags would reach packages that lack them):
 //
-//	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 2000, 200 with -short)
+//	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 600, 200 with -short, 2000 with SBXDB_LONG=1)
 //	-diff.seed S / SBXDB_DIFF_SEED=S   run only sequence S, e.g. to replay a failure
 //	-diff.steps N / SBXDB_DIFF_STEPS=N steps per sequence (default 60)
 //
 // Run with -v to see how often each operation ended with each outcome.
 var (
-	diffSeqs  = flag.Int("diff.seqs", envInt("SBXDB_DIFF_SEQS", 2000), "differential test: number of sequences")
+	diffSeqs  = flag.Int("diff.seqs", envInt("SBXDB_DIFF_SEQS", 0), "differential test: number of sequences (0: the test tier's, see internal/testkit)")
 	diffSeed  = flag.Int64("diff.seed", int64(envInt("SBXDB_DIFF_SEED", -1)), "differential test: run only this sequence seed")
 	diffSteps = flag.Int("diff.steps", envInt("SBXDB_DIFF_STEPS", 60), "differential test: steps per sequence")
 )
@@ -77,16 +78,17 @@ const (
 )
 
 func TestDifferential(t *testing.T) {
-	seeds := make([]int64, 0, *diffSeqs)
+	seqs := *diffSeqs
+	if seqs <= 0 {
+		seqs = testkit.ScaleShort(t, 200, 600, 2000)
+	}
+	seeds := make([]int64, 0, seqs)
 	if *diffSeed >= 0 {
 		seeds = append(seeds, *diffSeed)
 	} else {
-		for i := range *diffSeqs {
+		for i := range seqs {
 			seeds = append(seeds, int64(i))
 		}
-	}
-	if testing.Short() && *diffSeed < 0 && len(seeds) > 200 {
-		seeds = seeds[:200]
 	}
 	dir := t.TempDir()
 	start := time.Now()

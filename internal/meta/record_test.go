@@ -15,6 +15,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -215,7 +216,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 	db := recordDB(t)
 	rng := newRng(11)
 	stored := map[string]*chain.Checkpoint{}
-	for step := range 600 {
+	for step := range testkit.Scale(t, 300, 600) {
 		err := db.Update(func(tx *bolt.Tx) error {
 			switch rng.IntN(4) {
 			case 0, 1:
@@ -427,10 +428,7 @@ func TestInlineManifestDamaged(t *testing.T) {
 // (Written by a review of format 3.)
 func TestInlineBoundaryKinds(t *testing.T) {
 	db := recordDB(t)
-	stride := 2
-	if testing.Short() {
-		stride = 7
-	}
+	stride := testkit.ScaleShort(t, 7, 3, 1) // manifest sizes 0, stride, 2·stride, … below 140
 	i := 0
 	for _, kind := range []chain.Kind{chain.KindDir, chain.KindSymlink, chain.KindFile} {
 		for n := 0; n < 140; n += stride {

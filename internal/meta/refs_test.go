@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -76,7 +77,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 	folds := 0
 	var history []string
 	var cache PendingCache // lives across transactions, as in a sweep
-	for step := range 3000 {
+	for step := range testkit.Scale(t, 1000, 3000) {
 		err := db.Update(func(tx *bolt.Tx) error {
 			id := fmt.Sprintf("c%d", rng.IntN(40))
 			switch cp := stored[id]; {
@@ -247,10 +248,7 @@ func TestPendingWeight(t *testing.T) {
 // chunks check clean, and the pending set's weight and thread names agree
 // with the checkpoints. (Written by a review of format 3.)
 func TestRefsModelThreadsAndWeights(t *testing.T) {
-	seeds, steps := uint64(3), 800
-	if testing.Short() {
-		seeds, steps = 1, 300
-	}
+	seeds, steps := testkit.ScaleShort(t, uint64(1), 2, 3), testkit.ScaleShort(t, 300, 400, 800)
 	for seed := range seeds {
 		db := recordDB(t)
 		rng := rand.New(rand.NewPCG(seed, 99))
