@@ -23,13 +23,11 @@ import (
 
 var ctx = context.Background()
 
-func key(n int) string { return fmt.Sprintf("%s%064x", chain.FilePrefix, n) }
-
 func checkpoint(id, thread, parent string) *chain.Checkpoint {
 	return &chain.Checkpoint{
 		ID: id, ThreadID: thread, ParentID: parent, CreatedAt: 1, Reason: chain.ReasonAutomatic,
 		Label: "label-" + id,
-		Files: []chain.Entry{{Path: id + ".txt", Kind: chain.KindFile, BlobKey: key(len(id)), Size: 1}},
+		Files: []chain.Entry{{Path: id + ".txt", Kind: chain.KindFile, BlobKey: testkit.FileKey(len(id)), Size: 1}},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // The committer folds pending references once the pending checkpoints
@@ -34,7 +35,7 @@ func TestFoldPolicy(t *testing.T) {
 		th.n++
 		cp := &chain.Checkpoint{ID: fmt.Sprintf("%s-%d", name, th.n), ThreadID: name, ParentID: th.head, CreatedAt: int64(th.n), Reason: chain.ReasonAutomatic}
 		for i := range entries {
-			cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", i), Kind: chain.KindFile, BlobKey: key(i + th.n), Size: 1})
+			cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", i), Kind: chain.KindFile, BlobKey: testkit.FileKey(i + th.n), Size: 1})
 		}
 		if _, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: th.head, Writer: th.lease}); err != nil {
 			t.Fatal(err)

@@ -273,8 +273,9 @@ func dirBytes(t *testing.T, dir string) int64 {
 	return n
 }
 
-// TestGCStress is issue 4's proof: goroutines capture trees that share most
-// of their content and keep returning to old versions (so captures re-use
+// TestGCStress shows that retention, sweep and repack never lose a blob a
+// checkpoint needs: goroutines capture trees that share most of their
+// content and keep returning to old versions (so captures re-use
 // blobs that retention just made unreferenced), while another goroutine
 // runs retention, sweeps with no age window and repacks in a loop, and
 // restores heads meanwhile. At the end every checkpoint left restores

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 var (
@@ -22,8 +23,7 @@ var (
 	errBoom = errors.New("boom")
 )
 
-func fileKey(n int) string { return fmt.Sprintf("%s%064x", chain.FilePrefix, n) }
-func artKey(n int) string  { return fmt.Sprintf("%s%064x", chain.ArtifactPrefix, n) }
+func artKey(n int) string { return fmt.Sprintf("%s%064x", chain.ArtifactPrefix, n) }
 
 // callLog records the calls the fakes see, in order, so tests can check
 // what Sweep did and when.
@@ -148,22 +148,22 @@ func TestSweep(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("W1", func(t *testing.T) {
-		zero := fileKey(7)
+		zero := testkit.FileKey(7)
 		b, _, in := fixture([]cas.Info{
-			info(fileKey(1), 2*day, 10),               // unreferenced, old: goes
-			info(fileKey(2), 2*day, 20),               // referenced, old: stays
-			info(fileKey(3), time.Hour, 30),           // unreferenced, new: stays
-			info(fileKey(4), day, 40),                 // exactly at the boundary: stays
-			info(fileKey(5), day+time.Nanosecond, 50), // just past it: goes
-			info(fileKey(6), 2*day, 60),               // count 0 is no reference: goes
-			{Key: zero, Size: 70, Stored: 70},         // no upload time: stays
-			info(fileKey(8), -time.Hour, 80),          // uploaded "after now": stays
-			info(artKey(1), 3*day, 90),                // artifact, unreferenced, old: goes
-			info(artKey(2), 3*day, 100),               // artifact, referenced: stays
+			info(testkit.FileKey(1), 2*day, 10),               // unreferenced, old: goes
+			info(testkit.FileKey(2), 2*day, 20),               // referenced, old: stays
+			info(testkit.FileKey(3), time.Hour, 30),           // unreferenced, new: stays
+			info(testkit.FileKey(4), day, 40),                 // exactly at the boundary: stays
+			info(testkit.FileKey(5), day+time.Nanosecond, 50), // just past it: goes
+			info(testkit.FileKey(6), 2*day, 60),               // count 0 is no reference: goes
+			{Key: zero, Size: 70, Stored: 70},                 // no upload time: stays
+			info(testkit.FileKey(8), -time.Hour, 80),          // uploaded "after now": stays
+			info(artKey(1), 3*day, 90),                        // artifact, unreferenced, old: goes
+			info(artKey(2), 3*day, 100),                       // artifact, referenced: stays
 		},
 			chain.BlobRef{Key: artKey(2), References: 1},
-			chain.BlobRef{Key: fileKey(2), References: 3},
-			chain.BlobRef{Key: fileKey(6), References: 0},
+			chain.BlobRef{Key: testkit.FileKey(2), References: 3},
+			chain.BlobRef{Key: testkit.FileKey(6), References: 0},
 		)
 		res, err := Sweep(ctx, in)
 		if err != nil {
@@ -172,7 +172,7 @@ func TestSweep(t *testing.T) {
 		want := SweepResult{
 			Examined:   10,
 			Referenced: 2,
-			Deleted:    []string{artKey(1), fileKey(1), fileKey(5), fileKey(6)},
+			Deleted:    []string{artKey(1), testkit.FileKey(1), testkit.FileKey(5), testkit.FileKey(6)},
 			Bytes:      90 + 10 + 50 + 60,
 		}
 		if diff := cmp.Diff(want, res); diff != "" {
@@ -191,10 +191,10 @@ func TestSweep(t *testing.T) {
 			switch prefix {
 			case "sandbox-files/":
 				return []cas.Info{
-					info(fileKey(1), 2*day, 1),
-					info(fileKey(1), 2*day, 1), // listed twice
-					info(artKey(1), 2*day, 1),  // wrong prefix: ignored here
-					info("other/"+fileKey(1), 2*day, 1),
+					info(testkit.FileKey(1), 2*day, 1),
+					info(testkit.FileKey(1), 2*day, 1), // listed twice
+					info(artKey(1), 2*day, 1),          // wrong prefix: ignored here
+					info("other/"+testkit.FileKey(1), 2*day, 1),
 					info("sandbox-filesX", 2*day, 1),
 					info(junk, 2*day, 1),
 				}
@@ -213,7 +213,7 @@ func TestSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{artKey(1), junk, fileKey(1)} // "junk" < "sha256/"
+		want := []string{artKey(1), junk, testkit.FileKey(1)} // "junk" < "sha256/"
 		if diff := cmp.Diff(want, res.Deleted); diff != "" {
 			t.Errorf("Deleted (-want +got):\n%s", diff)
 		}
@@ -224,7 +224,7 @@ func TestSweep(t *testing.T) {
 			t.Errorf("Examined = %d, want 3", res.Examined)
 		}
 		wantCalls := []string{"list sandbox-files/", "list sandbox-artifacts/", "refs",
-			"delete " + artKey(1), "delete " + junk, "delete " + fileKey(1)}
+			"delete " + artKey(1), "delete " + junk, "delete " + testkit.FileKey(1)}
 		if diff := cmp.Diff(wantCalls, b.log.get()); diff != "" {
 			t.Errorf("calls (-want +got):\n%s", diff)
 		}
@@ -234,9 +234,9 @@ func TestSweep(t *testing.T) {
 		t.Run("sorted", func(t *testing.T) {
 			var infos []cas.Info
 			for i := 20; i > 0; i-- {
-				infos = append(infos, info(fileKey(i*7%20), 2*day, 1), info(artKey(i*3%20), 2*day, 1))
+				infos = append(infos, info(testkit.FileKey(i*7%20), 2*day, 1), info(artKey(i*3%20), 2*day, 1))
 			}
-			b, _, in := fixture(infos, chain.BlobRef{Key: fileKey(4), References: 1})
+			b, _, in := fixture(infos, chain.BlobRef{Key: testkit.FileKey(4), References: 1})
 			res, err := Sweep(ctx, in)
 			if err != nil {
 				t.Fatal(err)
@@ -247,7 +247,7 @@ func TestSweep(t *testing.T) {
 			}
 			for i := range 20 {
 				if i != 4 {
-					want = append(want, fileKey(i))
+					want = append(want, testkit.FileKey(i))
 				}
 			}
 			if diff := cmp.Diff(want, res.Deleted); diff != "" {
@@ -262,19 +262,19 @@ func TestSweep(t *testing.T) {
 		})
 		t.Run("failing delete", func(t *testing.T) {
 			b, _, in := fixture([]cas.Info{
-				info(fileKey(1), 2*day, 1), info(fileKey(2), 2*day, 2),
-				info(fileKey(3), 2*day, 4), info(fileKey(4), 2*day, 8),
+				info(testkit.FileKey(1), 2*day, 1), info(testkit.FileKey(2), 2*day, 2),
+				info(testkit.FileKey(3), 2*day, 4), info(testkit.FileKey(4), 2*day, 8),
 			})
-			b.failDelete = map[string]error{fileKey(3): errBoom}
+			b.failDelete = map[string]error{testkit.FileKey(3): errBoom}
 			res, err := Sweep(ctx, in)
-			if !errors.Is(err, errBoom) || !strings.Contains(err.Error(), fileKey(3)) {
-				t.Fatalf("err = %v, want boom naming %s", err, fileKey(3))
+			if !errors.Is(err, errBoom) || !strings.Contains(err.Error(), testkit.FileKey(3)) {
+				t.Fatalf("err = %v, want boom naming %s", err, testkit.FileKey(3))
 			}
-			want := SweepResult{Examined: 4, Deleted: []string{fileKey(1), fileKey(2)}, Bytes: 3}
+			want := SweepResult{Examined: 4, Deleted: []string{testkit.FileKey(1), testkit.FileKey(2)}, Bytes: 3}
 			if diff := cmp.Diff(want, res); diff != "" {
 				t.Errorf("result (-want +got):\n%s", diff)
 			}
-			if slices.Contains(b.log.get(), "delete "+fileKey(4)) {
+			if slices.Contains(b.log.get(), "delete "+testkit.FileKey(4)) {
 				t.Errorf("a key after the failing one was deleted")
 			}
 		})
@@ -292,7 +292,7 @@ func TestSweep(t *testing.T) {
 			{"nil blobs", func(in *SweepInput) { in.Blobs = nil }},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				b, _, in := fixture([]cas.Info{info(fileKey(1), 2*day, 1)})
+				b, _, in := fixture([]cas.Info{info(testkit.FileKey(1), 2*day, 1)})
 				tc.edit(&in)
 				res, err := Sweep(ctx, in)
 				if !errors.Is(err, ErrInvalidOptions) {
@@ -312,11 +312,11 @@ func TestSweep(t *testing.T) {
 func TestSweepReadsReferencesAfterListing(t *testing.T) {
 	// A checkpoint committed while the blobs are listed must protect its
 	// keys: the marks are read after the listing.
-	b, r, in := fixture([]cas.Info{info(fileKey(1), 2*day, 1), info(fileKey(2), 2*day, 1)})
+	b, r, in := fixture([]cas.Info{info(testkit.FileKey(1), 2*day, 1), info(testkit.FileKey(2), 2*day, 1)})
 	inner := b.infos
 	b.listFn = func(prefix string) []cas.Info {
 		if prefix == "sandbox-artifacts/" {
-			r.set(chain.BlobRef{Key: fileKey(2), References: 1})
+			r.set(chain.BlobRef{Key: testkit.FileKey(2), References: 1})
 		}
 		var out []cas.Info
 		for _, in := range inner {
@@ -330,27 +330,27 @@ func TestSweepReadsReferencesAfterListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{fileKey(1)}, res.Deleted); diff != "" {
+	if diff := cmp.Diff([]string{testkit.FileKey(1)}, res.Deleted); diff != "" {
 		t.Errorf("Deleted (-want +got):\n%s", diff)
 	}
-	want := []string{"list sandbox-files/", "list sandbox-artifacts/", "refs", "delete " + fileKey(1)}
+	want := []string{"list sandbox-files/", "list sandbox-artifacts/", "refs", "delete " + testkit.FileKey(1)}
 	if diff := cmp.Diff(want, b.log.get()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }
 
 func TestSweepImmediate(t *testing.T) {
-	b, _, in := fixture([]cas.Info{info(fileKey(1), time.Nanosecond, 1), info(fileKey(2), 0, 1)})
+	b, _, in := fixture([]cas.Info{info(testkit.FileKey(1), time.Nanosecond, 1), info(testkit.FileKey(2), 0, 1)})
 	in.OlderThan, in.Immediate = 0, true
 	res, err := Sweep(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Strictly before now: a key uploaded at now stays.
-	if diff := cmp.Diff([]string{fileKey(1)}, res.Deleted); diff != "" {
+	if diff := cmp.Diff([]string{testkit.FileKey(1)}, res.Deleted); diff != "" {
 		t.Errorf("Deleted (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{fileKey(1)}, b.deleted); diff != "" {
+	if diff := cmp.Diff([]string{testkit.FileKey(1)}, b.deleted); diff != "" {
 		t.Errorf("deleted from the store (-want +got):\n%s", diff)
 	}
 }
@@ -358,15 +358,15 @@ func TestSweepImmediate(t *testing.T) {
 func TestSweepDefaultClock(t *testing.T) {
 	b, _, in := fixture(nil)
 	b.infos = []cas.Info{
-		{Key: fileKey(1), Uploaded: time.Now().Add(-2 * time.Hour)},
-		{Key: fileKey(2), Uploaded: time.Now()},
+		{Key: testkit.FileKey(1), Uploaded: time.Now().Add(-2 * time.Hour)},
+		{Key: testkit.FileKey(2), Uploaded: time.Now()},
 	}
 	in.Now, in.OlderThan = nil, time.Hour
 	res, err := Sweep(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{fileKey(1)}, res.Deleted); diff != "" {
+	if diff := cmp.Diff([]string{testkit.FileKey(1)}, res.Deleted); diff != "" {
 		t.Errorf("Deleted (-want +got):\n%s", diff)
 	}
 }
@@ -387,10 +387,10 @@ func TestSweepKeysDeleter(t *testing.T) {
 	const n = 2*DeleteGroup + 452
 	var infos []cas.Info
 	for i := range n {
-		infos = append(infos, info(fileKey(i), 2*day, int64(i)))
+		infos = append(infos, info(testkit.FileKey(i), 2*day, int64(i)))
 	}
-	b, _, in := fixture(infos, chain.BlobRef{Key: fileKey(0), References: 1})
-	g := &groupBlobs{memBlobs: b, decline: map[string]bool{fileKey(5): true, fileKey(DeleteGroup + 3): true}}
+	b, _, in := fixture(infos, chain.BlobRef{Key: testkit.FileKey(0), References: 1})
+	g := &groupBlobs{memBlobs: b, decline: map[string]bool{testkit.FileKey(5): true, testkit.FileKey(DeleteGroup + 3): true}}
 	in.Blobs = g
 	res, err := Sweep(context.Background(), in)
 	if err != nil {
@@ -399,7 +399,7 @@ func TestSweepKeysDeleter(t *testing.T) {
 	var want []string
 	var bytes int64
 	for i := 1; i < n; i++ {
-		if k := fileKey(i); !g.decline[k] {
+		if k := testkit.FileKey(i); !g.decline[k] {
 			want = append(want, k)
 			bytes += int64(i)
 		}
@@ -424,18 +424,18 @@ func TestSweepKeysDeleter(t *testing.T) {
 }
 
 func TestSweepKeysDeleterResult(t *testing.T) {
-	infos := []cas.Info{info(fileKey(1), 2*day, 1), info(fileKey(2), 2*day, 2), info(fileKey(3), 2*day, 4)}
+	infos := []cas.Info{info(testkit.FileKey(1), 2*day, 1), info(testkit.FileKey(2), 2*day, 2), info(testkit.FileKey(3), 2*day, 4)}
 
 	t.Run("unsorted, foreign and repeated keys", func(t *testing.T) {
 		b, _, in := fixture(infos)
 		in.Blobs = &groupBlobs{memBlobs: b, result: func(keys []string) ([]string, error) {
-			return []string{fileKey(3), "sandbox-files/not-asked", fileKey(1), fileKey(3)}, nil
+			return []string{testkit.FileKey(3), "sandbox-files/not-asked", testkit.FileKey(1), testkit.FileKey(3)}, nil
 		}}
 		res, err := Sweep(context.Background(), in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := SweepResult{Examined: 3, Deleted: []string{fileKey(1), fileKey(3)}, Bytes: 5}
+		want := SweepResult{Examined: 3, Deleted: []string{testkit.FileKey(1), testkit.FileKey(3)}, Bytes: 5}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result (-want +got):\n%s", diff)
 		}
@@ -444,7 +444,7 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 	t.Run("error", func(t *testing.T) {
 		var many []cas.Info
 		for i := range DeleteGroup + 1 {
-			many = append(many, info(fileKey(i), 2*day, 1))
+			many = append(many, info(testkit.FileKey(i), 2*day, 1))
 		}
 		b, _, in := fixture(many)
 		g := &groupBlobs{memBlobs: b, result: func(keys []string) ([]string, error) {
@@ -457,7 +457,7 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 		}
 		// What the deleter reports deleted is reported with its error; the
 		// next group is never sent.
-		want := SweepResult{Examined: DeleteGroup + 1, Deleted: []string{fileKey(0), fileKey(1)}, Bytes: 2}
+		want := SweepResult{Examined: DeleteGroup + 1, Deleted: []string{testkit.FileKey(0), testkit.FileKey(1)}, Bytes: 2}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result (-want +got):\n%s", diff)
 		}
@@ -468,11 +468,11 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 }
 
 func TestSweepDryRun(t *testing.T) {
-	infos := []cas.Info{info(fileKey(1), 2*day, 3), info(fileKey(2), 2*day, 5), info(artKey(1), 2*day, 7)}
-	want := SweepResult{Examined: 3, Referenced: 1, Deleted: []string{artKey(1), fileKey(1)}, Bytes: 10}
+	infos := []cas.Info{info(testkit.FileKey(1), 2*day, 3), info(testkit.FileKey(2), 2*day, 5), info(artKey(1), 2*day, 7)}
+	want := SweepResult{Examined: 3, Referenced: 1, Deleted: []string{artKey(1), testkit.FileKey(1)}, Bytes: 10}
 	for _, grouped := range []bool{false, true} {
 		t.Run(fmt.Sprint("grouped=", grouped), func(t *testing.T) {
-			b, _, in := fixture(infos, chain.BlobRef{Key: fileKey(2), References: 1})
+			b, _, in := fixture(infos, chain.BlobRef{Key: testkit.FileKey(2), References: 1})
 			if grouped {
 				in.Blobs = &groupBlobs{memBlobs: b}
 			}
@@ -497,9 +497,9 @@ func TestSweepUnsortedInput(t *testing.T) {
 	var refs []chain.BlobRef
 	var want []string
 	for i := range 200 {
-		infos = append(infos, info(fileKey(i), 2*day, 1), info(artKey(i), 2*day, 1))
+		infos = append(infos, info(testkit.FileKey(i), 2*day, 1), info(artKey(i), 2*day, 1))
 		if i%3 == 0 {
-			refs = append(refs, chain.BlobRef{Key: fileKey(i), References: 1}, chain.BlobRef{Key: artKey(i), References: 2})
+			refs = append(refs, chain.BlobRef{Key: testkit.FileKey(i), References: 1}, chain.BlobRef{Key: artKey(i), References: 2})
 		}
 	}
 	for i := range 200 {
@@ -509,7 +509,7 @@ func TestSweepUnsortedInput(t *testing.T) {
 	}
 	for i := range 200 {
 		if i%3 != 0 {
-			want = append(want, fileKey(i))
+			want = append(want, testkit.FileKey(i))
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -544,23 +544,23 @@ func TestSweepDuplicateListingFailsClosed(t *testing.T) {
 			return nil
 		}
 		return []cas.Info{
-			info(fileKey(1), 2*day, 1), info(fileKey(1), time.Hour, 1),
-			info(fileKey(2), 2*day, 1), {Key: fileKey(2)},
-			info(fileKey(3), 2*day, 1), info(fileKey(3), 3*day, 1),
+			info(testkit.FileKey(1), 2*day, 1), info(testkit.FileKey(1), time.Hour, 1),
+			info(testkit.FileKey(2), 2*day, 1), {Key: testkit.FileKey(2)},
+			info(testkit.FileKey(3), 2*day, 1), info(testkit.FileKey(3), 3*day, 1),
 		}
 	}
 	res, err := Sweep(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{fileKey(3)}, res.Deleted); diff != "" {
+	if diff := cmp.Diff([]string{testkit.FileKey(3)}, res.Deleted); diff != "" {
 		t.Errorf("Deleted (-want +got):\n%s", diff)
 	}
 }
 
 func TestSweepErrors(t *testing.T) {
 	t.Run("cancelled before", func(t *testing.T) {
-		b, _, in := fixture([]cas.Info{info(fileKey(1), 2*day, 1)})
+		b, _, in := fixture([]cas.Info{info(testkit.FileKey(1), 2*day, 1)})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		if _, err := Sweep(ctx, in); !errors.Is(err, context.Canceled) {
@@ -571,7 +571,7 @@ func TestSweepErrors(t *testing.T) {
 		}
 	})
 	t.Run("cancelled while deleting", func(t *testing.T) {
-		b, _, in := fixture([]cas.Info{info(fileKey(1), 2*day, 1), info(fileKey(2), 2*day, 1)})
+		b, _, in := fixture([]cas.Info{info(testkit.FileKey(1), 2*day, 1), info(testkit.FileKey(2), 2*day, 1)})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		b.onDelete = func(string) { cancel() }
@@ -579,14 +579,14 @@ func TestSweepErrors(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
-		if diff := cmp.Diff([]string{fileKey(1)}, res.Deleted); diff != "" {
+		if diff := cmp.Diff([]string{testkit.FileKey(1)}, res.Deleted); diff != "" {
 			t.Errorf("Deleted (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("cancelled between groups", func(t *testing.T) {
 		var infos []cas.Info
 		for i := range DeleteGroup + 1 {
-			infos = append(infos, info(fileKey(i), 2*day, 1))
+			infos = append(infos, info(testkit.FileKey(i), 2*day, 1))
 		}
 		b, _, in := fixture(infos)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -603,7 +603,7 @@ func TestSweepErrors(t *testing.T) {
 		}
 	})
 	t.Run("references", func(t *testing.T) {
-		b, r, in := fixture([]cas.Info{info(fileKey(1), 2*day, 1)})
+		b, r, in := fixture([]cas.Info{info(testkit.FileKey(1), 2*day, 1)})
 		r.err = errBoom
 		if _, err := Sweep(context.Background(), in); !errors.Is(err, errBoom) {
 			t.Fatalf("err = %v, want boom", err)
@@ -659,7 +659,7 @@ func BenchmarkSweep(b *testing.B) {
 	// Artifacts sort before files; both lists and the references are in
 	// byte order, as the stores return them.
 	for i := range n {
-		key := fileKey(i)
+		key := testkit.FileKey(i)
 		if i < n/5 {
 			key = artKey(i)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // RunConformance runs the checkpoint-store cases of SPEC §9: the C cases
@@ -39,7 +40,7 @@ func checkpointCases() []kase {
 			e.wantList("thread", "1", "2")
 			e.equal("Get(1)", e.get("1"), one)
 			e.equal("Get(2)", e.get("2"), two)
-			e.wantRefs("after two appends", ref(fileKey(1), 1), ref(fileKey(2), 1))
+			e.wantRefs("after two appends", ref(testkit.FileKey(1), 1), ref(testkit.FileKey(2), 1))
 		}},
 		{"C3_NullParentOnExistingHead", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
@@ -68,12 +69,12 @@ func checkpointCases() []kase {
 			parent := ""
 			for i, id := range []string{"é", "a", "B", "😀"} {
 				c := cp(id, "thread", parent)
-				c.Files[0].BlobKey = fileKey(int64(i + 1))
+				c.Files[0].BlobKey = testkit.FileKey(int64(i + 1))
 				e.append(c, parent)
 				parent = id
 			}
 			e.wantList("thread", "B", "a", "é", "😀")
-			e.wantRefs("keys 1..4", ref(fileKey(1), 1), ref(fileKey(2), 1), ref(fileKey(3), 1), ref(fileKey(4), 1))
+			e.wantRefs("keys 1..4", ref(testkit.FileKey(1), 1), ref(testkit.FileKey(2), 1), ref(testkit.FileKey(3), 1), ref(testkit.FileKey(4), 1))
 		}},
 		{"C8_LoneSurrogateIDAndBlobKey", func(e *env) {
 			e.appendFails(`checkpoint id "\uD800"`, chain.CodeInvalidID, cp(lone, "thread", ""), "")
@@ -96,7 +97,7 @@ func checkpointCases() []kase {
 		}},
 		{"C12_StoredDataNotAliased", func(e *env) {
 			in := cp("1", "thread", "")
-			in.Files = append(in.Files, file("copy.txt", fileKey(1)))
+			in.Files = append(in.Files, file("copy.txt", testkit.FileKey(1)))
 			want := in.Clone()
 			e.append(in, "")
 			scribble(in)
@@ -110,10 +111,10 @@ func checkpointCases() []kase {
 			l := e.mustList("thread", 1)
 			scribble(l[0])
 			e.equal("List after mutating a List result", e.list("thread"), []*chain.Checkpoint{want})
-			e.wantRefs("two files, one key", ref(fileKey(1), 1))
+			e.wantRefs("two files, one key", ref(testkit.FileKey(1), 1))
 		}},
 		{"C13_SharedKeyReferenceCounts", func(e *env) {
-			f := fileKey(0xf)
+			f := testkit.FileKey(0xf)
 			e.append(with(cp("1", "thread", ""), func(c *chain.Checkpoint) { c.Files = []chain.Entry{file("a", f)} }), "")
 			e.append(with(cp("2", "thread", "1"), func(c *chain.Checkpoint) { c.Files = []chain.Entry{file("b", f)} }), "1")
 			e.wantRefs("1 and 2 share F", ref(f, 2))

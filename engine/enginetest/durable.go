@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // durableCases are SPEC §9.6 S1, S2, S4–S6, the durable SQLite example's
@@ -32,20 +33,20 @@ func durableCases() []kase {
 			e.append(cp("reusable", "thread", ""), "")
 			e.deleteHead("thread", "reusable")
 			again := with(cp("reusable", "thread", ""), func(c *chain.Checkpoint) {
-				c.CreatedAt, c.Files = 5, []chain.Entry{file("other.txt", fileKey(5))}
+				c.CreatedAt, c.Files = 5, []chain.Entry{file("other.txt", testkit.FileKey(5))}
 			})
 			e.append(again, "")
 			e.equal("Get(reusable) after reuse", e.get("reusable"), again)
-			e.wantRefs("after reuse", ref(fileKey(5), 1))
+			e.wantRefs("after reuse", ref(testkit.FileKey(5), 1))
 		}},
 		{"S4_InvalidEntries", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			for what, entries := range map[string][]chain.Entry{
-				"file/child beneath file": {file("file", fileKey(2)), file("file/child", fileKey(2))},
-				"C:/absolute.txt":         {file("C:/absolute.txt", fileKey(2))},
+				"file/child beneath file": {file("file", testkit.FileKey(2)), file("file/child", testkit.FileKey(2))},
+				"C:/absolute.txt":         {file("C:/absolute.txt", testkit.FileKey(2))},
 				"kind other":              {{Path: "x", Kind: "other"}},
 				"kind empty":              {{Path: "x"}},
-				"dir with blobKey":        {{Path: "d", Kind: chain.KindDir, BlobKey: fileKey(2)}},
+				"dir with blobKey":        {{Path: "d", Kind: chain.KindDir, BlobKey: testkit.FileKey(2)}},
 				"dir with size":           {{Path: "d", Kind: chain.KindDir, Size: 1}},
 			} {
 				e.appendFails(what, chain.CodeInvalidEntry, withFiles(cp("2", "thread", "1"), entries...), "1")

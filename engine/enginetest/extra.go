@@ -11,6 +11,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // extraCases go beyond SPEC §9: aliasing, a wide append race, persistence,
@@ -100,7 +101,7 @@ func extraCases() []kase {
 			},
 			func(e *env) error {
 				return e.appendErr(with(cp("2", "thread", "1"), func(c *chain.Checkpoint) {
-					c.Files = append(c.Files, file("shared", fileKey(1)))
+					c.Files = append(c.Files, file("shared", testkit.FileKey(1)))
 					c.Artifacts = []chain.Artifact{artifact("art", artKey(2))}
 				}), "1")
 			})},
@@ -113,7 +114,7 @@ func extraCases() []kase {
 		{"X6_AppendCheckOrder", func(e *env) {
 			e.chain("thread", "1", "2")
 			w, other := e.writer("thread"), e.writer("other")
-			badFiles := []chain.Entry{file("/abs", fileKey(3))}
+			badFiles := []chain.Entry{file("/abs", testkit.FileKey(3))}
 			three := cp("3", "thread", "2")
 			for _, c := range []struct {
 				what     string
@@ -193,7 +194,7 @@ func extraCases() []kase {
 			next := func(thread string, i int) {
 				id := fmt.Sprintf("%s%d", thread, i)
 				c := with(cp(id, thread, heads[thread]), func(c *chain.Checkpoint) {
-					c.Files = append(c.Files, file("shared.txt", fileKey(1)), file("rolling.txt", fileKey(int64(100+i%7))))
+					c.Files = append(c.Files, file("shared.txt", testkit.FileKey(1)), file("rolling.txt", testkit.FileKey(int64(100+i%7))))
 					if i%3 == 0 {
 						c.Artifacts = []chain.Artifact{artifact("art", artKey(int64(i%4)))}
 					}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // RunForkConformance runs the fork cases of SPEC §9: F1–F10 (§9.2), M1–M11
@@ -222,7 +223,7 @@ func forkCases() []kase {
 			publishFailure(e, src)
 		}},
 		{"M6_ForkOfHistoricalCheckpoint", func(e *env) {
-			f, a := fileKey(0xf), artKey(0xa)
+			f, a := testkit.FileKey(0xf), artKey(0xa)
 			hist := &chain.Checkpoint{ID: "historical", ThreadID: srcThread, CreatedAt: 10, Reason: chain.ReasonNamed,
 				Label: "old", SourceRunID: "run-0",
 				Files:        []chain.Entry{file("x", f), {Path: "d", Kind: chain.KindDir}, file("y", f)},
@@ -336,7 +337,7 @@ func forkCases() []kase {
 		// none), references change by exactly +1 per distinct key of the
 		// source checkpoint, and no other thread changes.
 		{"M11_ForkReadsNoBlobs", func(e *env) {
-			k1, k2, a := fileKey(0x11), fileKey(0x22), artKey(0x33)
+			k1, k2, a := testkit.FileKey(0x11), testkit.FileKey(0x22), artKey(0x33)
 			src := &chain.Checkpoint{ID: srcRoot, ThreadID: srcThread, CreatedAt: 10, Reason: chain.ReasonNamed,
 				Files:        []chain.Entry{file("x", k1), file("y", k1), file("z", k2), {Path: "l", Kind: chain.KindSymlink, Target: "x"}},
 				Artifacts:    []chain.Artifact{artifact("a1", a), artifact("a2", a)},

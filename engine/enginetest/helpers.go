@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -108,9 +109,9 @@ func digits(id string) int64 {
 	return n
 }
 
-// fileKey and artKey are valid blob keys: n in hex, left-padded to 64.
-func fileKey(n int64) string { return chain.FilePrefix + fmt.Sprintf("%064x", n) }
-func artKey(n int64) string  { return chain.ArtifactPrefix + fmt.Sprintf("%064x", n) }
+// artKey is a valid artifact blob key: n in hex, left-padded to 64 (as
+// testkit.FileKey makes file keys).
+func artKey(n int64) string { return chain.ArtifactPrefix + fmt.Sprintf("%064x", n) }
 
 // msg is the conversation message {"role":"user","content":text}.
 func msg(text string) json.RawMessage {
@@ -140,7 +141,7 @@ func cp(id, thread, parent string) *chain.Checkpoint {
 	return &chain.Checkpoint{
 		ID: id, ThreadID: thread, ParentID: parent, CreatedAt: n,
 		Reason:       chain.ReasonAutomatic,
-		Files:        []chain.Entry{file(id+".txt", fileKey(n))},
+		Files:        []chain.Entry{file(id+".txt", testkit.FileKey(n))},
 		Conversation: []json.RawMessage{msg(id)},
 	}
 }
@@ -166,7 +167,7 @@ func scribble(c *chain.Checkpoint) {
 		c.Artifacts[i].Name += "m"
 	}
 	scribbleMsgs(c.Conversation)
-	c.Files = append(c.Files, file("extra", fileKey(9)))
+	c.Files = append(c.Files, file("extra", testkit.FileKey(9)))
 	c.Artifacts = append(c.Artifacts, artifact("extra", artKey(9)))
 	c.Conversation = append(c.Conversation, msg("extra"))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // retentionCases are SPEC §9.7 D1–D7 (DeleteCheckpoints with the §10
@@ -20,7 +21,7 @@ func retentionCases() []kase {
 			e.wantHead("thread", "5")
 			e.wantAbsent("1")
 			e.wantAbsent("2")
-			e.wantRefs("after keeping 3", ref(fileKey(3), 1), ref(fileKey(4), 1), ref(fileKey(5), 1))
+			e.wantRefs("after keeping 3", ref(testkit.FileKey(3), 1), ref(testkit.FileKey(4), 1), ref(testkit.FileKey(5), 1))
 		}},
 		{"D2_KeepAtLeastChainLength", func(e *env) {
 			e.chain("thread", "1", "2", "3")
@@ -81,13 +82,13 @@ func retentionCases() []kase {
 			e.fails("DeleteCheckpoints with an expired writer", chain.CodeWriterLost, pruneOp(e, "released", 1, l.Writer))
 		}},
 		{"D5_PruneSharedKeys", func(e *env) {
-			k, s := fileKey(0xaa), fileKey(0xbb)
+			k, s := testkit.FileKey(0xaa), testkit.FileKey(0xbb)
 			e.append(withFiles(cp("1", "thread", ""), file("x", k), file("y", k), file("z", s)), "")
-			e.append(withFiles(cp("2", "thread", "1"), file("z", s), file("two", fileKey(2))), "1")
+			e.append(withFiles(cp("2", "thread", "1"), file("z", s), file("two", testkit.FileKey(2))), "1")
 			e.append(cp("3", "thread", "2"), "2")
-			e.wantRefs("before", ref(fileKey(2), 1), ref(fileKey(3), 1), ref(k, 1), ref(s, 2))
+			e.wantRefs("before", ref(testkit.FileKey(2), 1), ref(testkit.FileKey(3), 1), ref(k, 1), ref(s, 2))
 			e.prune("thread", 2, "1")
-			e.wantRefs("after deleting 1", ref(fileKey(2), 1), ref(fileKey(3), 1), ref(s, 1))
+			e.wantRefs("after deleting 1", ref(testkit.FileKey(2), 1), ref(testkit.FileKey(3), 1), ref(s, 1))
 		}},
 		{"D6_DeleteHeadAfterPrune", func(e *env) {
 			e.chain("thread", "1", "2", "3", "4")
@@ -121,23 +122,23 @@ func retentionCases() []kase {
 			e.wantHead("thread", "3")
 			e.equal("other thread", e.list("other"), otherBefore.Lists["other"])
 			e.wantHead("other", "o8")
-			e.wantRefs("after pruning", ref(fileKey(3), 1), ref(fileKey(7), 1), ref(fileKey(8), 1))
+			e.wantRefs("after pruning", ref(testkit.FileKey(3), 1), ref(testkit.FileKey(7), 1), ref(testkit.FileKey(8), 1))
 		}},
 		{"Y1_SymlinkEntries", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
 			link := chain.Entry{Path: "link", Kind: chain.KindSymlink, Target: "run.sh"}
-			exe := chain.Entry{Path: "run.sh", Kind: chain.KindFile, BlobKey: fileKey(2), Size: 1, Executable: true}
+			exe := chain.Entry{Path: "run.sh", Kind: chain.KindFile, BlobKey: testkit.FileKey(2), Size: 1, Executable: true}
 			bad := map[string][]chain.Entry{
-				"symlink with blobKey":      {{Path: "l", Kind: chain.KindSymlink, Target: "t", BlobKey: fileKey(2)}},
+				"symlink with blobKey":      {{Path: "l", Kind: chain.KindSymlink, Target: "t", BlobKey: testkit.FileKey(2)}},
 				"symlink with size":         {{Path: "l", Kind: chain.KindSymlink, Target: "t", Size: 1}},
 				"symlink marked executable": {{Path: "l", Kind: chain.KindSymlink, Target: "t", Executable: true}},
 				"symlink with empty target": {{Path: "l", Kind: chain.KindSymlink}},
 				"symlink target with NUL":   {{Path: "l", Kind: chain.KindSymlink, Target: "a\x00b"}},
 				"symlink target not UTF-8":  {{Path: "l", Kind: chain.KindSymlink, Target: lone}},
-				"entry beneath a symlink":   {link, file("link/x", fileKey(2))},
+				"entry beneath a symlink":   {link, file("link/x", testkit.FileKey(2))},
 				"symlink above an entry":    {{Path: "link/x", Kind: chain.KindDir}, link},
-				"symlink at a taken path":   {file("link", fileKey(2)), link},
-				"file with a target":        {{Path: "f", Kind: chain.KindFile, BlobKey: fileKey(2), Size: 1, Target: "t"}},
+				"symlink at a taken path":   {file("link", testkit.FileKey(2)), link},
+				"file with a target":        {{Path: "f", Kind: chain.KindFile, BlobKey: testkit.FileKey(2), Size: 1, Target: "t"}},
 				"dir marked executable":     {{Path: "d", Kind: chain.KindDir, Executable: true}},
 				"symlink with a bad path":   {{Path: "/l", Kind: chain.KindSymlink, Target: "t"}},
 			}
@@ -147,10 +148,10 @@ func retentionCases() []kase {
 			in := e.input(cp("2", "thread", "1"), "1")
 			for _, files := range []string{
 				`[{"path":"l","kind":"symlink","target":"t","size":0}]`,
-				`[{"path":"l","kind":"symlink","target":"t","blobKey":"` + fileKey(2) + `"}]`,
+				`[{"path":"l","kind":"symlink","target":"t","blobKey":"` + testkit.FileKey(2) + `"}]`,
 				`[{"path":"l","kind":"symlink"}]`,
 				`[{"path":"l","kind":"symlink","target":""}]`,
-				`[{"path":"f","kind":"file","blobKey":"` + fileKey(2) + `","size":1,"executable":"yes"}]`,
+				`[{"path":"f","kind":"file","blobKey":"` + testkit.FileKey(2) + `","size":1,"executable":"yes"}]`,
 			} {
 				e.parseFails("JSON files "+files, chain.CodeInvalidEntry, in, map[string]string{"files": files}, nil)
 			}
@@ -163,7 +164,7 @@ func retentionCases() []kase {
 			e.equal("JSON round trip of the entries", parsed.Checkpoint.Files, good.Files)
 			e.append(good, "1")
 			e.equal("Get(2)", e.get("2"), good)
-			e.wantRefs("symlinks add no reference", ref(fileKey(1), 1), ref(fileKey(2), 1))
+			e.wantRefs("symlinks add no reference", ref(testkit.FileKey(1), 1), ref(testkit.FileKey(2), 1))
 		}},
 	}
 }

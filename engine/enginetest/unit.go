@@ -9,6 +9,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // unitCases are SPEC §9.4, the reference's unit tests.
@@ -51,7 +52,7 @@ func unitCases() []kase {
 			c := cp("1", "thread", "")
 			c.Artifacts = []chain.Artifact{artifact("art-1", artKey(1))}
 			e.append(c, "")
-			e.wantRefs("file and artifact", ref(artKey(1), 1), ref(fileKey(1), 1))
+			e.wantRefs("file and artifact", ref(artKey(1), 1), ref(testkit.FileKey(1), 1))
 			e.appendFails("append expecting a wrong head", chain.CodeStaleHead, cp("2", "thread", "other"), "other")
 		}},
 		{"U9_ParentMismatch", func(e *env) {
@@ -131,12 +132,12 @@ func unitCases() []kase {
 			e.appendFails("file without blobKey and size", chain.CodeInvalidEntry,
 				withFiles(cp("1", "thread", ""), chain.Entry{Path: "f", Kind: chain.KindFile}), "")
 			e.appendFails("dir with blobKey", chain.CodeInvalidEntry,
-				withFiles(cp("1", "thread", ""), chain.Entry{Path: "d", Kind: chain.KindDir, BlobKey: fileKey(1)}), "")
+				withFiles(cp("1", "thread", ""), chain.Entry{Path: "d", Kind: chain.KindDir, BlobKey: testkit.FileKey(1)}), "")
 			in := e.input(cp("1", "thread", ""), "")
 			for _, files := range []string{
 				`[{"path":"f","kind":"file"}]`,
 				`[{"path":"f","kind":"file","size":1}]`,
-				`[{"path":"d","kind":"dir","blobKey":"` + fileKey(1) + `"}]`,
+				`[{"path":"d","kind":"dir","blobKey":"` + testkit.FileKey(1) + `"}]`,
 				`[{"path":"d","kind":"dir","size":null}]`,
 				`[{"path":"d","kind":"dir","blobKey":null}]`,
 			} {
@@ -146,14 +147,14 @@ func unitCases() []kase {
 		{"U19_FileSizeMissingOrNegative", func(e *env) {
 			in := onRootInput(e)
 			e.parseFails("JSON file without size", chain.CodeInvalidEntry, in,
-				map[string]string{"files": `[{"path":"f","kind":"file","blobKey":"` + fileKey(2) + `"}]`}, nil)
+				map[string]string{"files": `[{"path":"f","kind":"file","blobKey":"` + testkit.FileKey(2) + `"}]`}, nil)
 			e.appendFails("Go size -1", chain.CodeInvalidEntry, with(in.Checkpoint, func(c *chain.Checkpoint) { c.Files[0].Size = -1 }), "1")
 		}},
 		{"U20_FileSizeNotSafeInteger", func(e *env) {
 			in := onRootInput(e)
 			for _, size := range []string{"1.5", "-1", "9007199254740992", "1e400", `"1"`} {
 				e.parseFails("JSON size "+size, chain.CodeInvalidEntry, in,
-					map[string]string{"files": `[{"path":"f","kind":"file","blobKey":"` + fileKey(2) + `","size":` + size + `}]`}, nil)
+					map[string]string{"files": `[{"path":"f","kind":"file","blobKey":"` + testkit.FileKey(2) + `","size":` + size + `}]`}, nil)
 			}
 			e.appendFails("Go size 2^53", chain.CodeInvalidEntry,
 				with(in.Checkpoint, func(c *chain.Checkpoint) { c.Files[0].Size = chain.MaxSafeInteger + 1 }), "1")
@@ -177,11 +178,11 @@ func unitCases() []kase {
 				"nested/../../outside.txt", "nested//file.txt", "./file.txt", "nested/", "", `nested\file.txt`,
 				"nested/.", "nested/..")
 			// Control: "C:foo" is not a drive path for the store.
-			e.append(withFiles(cp("3", "thread", "1"), file("C:foo", fileKey(3))), "1")
+			e.append(withFiles(cp("3", "thread", "1"), file("C:foo", testkit.FileKey(3))), "1")
 		}},
 		{"U24_DuplicatePathOrBeneathFile", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
-			k := fileKey(2)
+			k := testkit.FileKey(2)
 			for what, files := range map[string][]chain.Entry{
 				"file same + dir same":    {file("same", k), {Path: "same", Kind: chain.KindDir}},
 				"file same + file same":   {file("same", k), file("same", k)},
@@ -209,7 +210,7 @@ func unitCases() []kase {
 				"empty name":                   func(a *chain.Artifact) { a.Name = "" },
 				"empty mimeType":               func(a *chain.Artifact) { a.MimeType = "" },
 				"bad key":                      func(a *chain.Artifact) { a.BlobKey = chain.ArtifactPrefix + "bad" },
-				"file-namespace key":           func(a *chain.Artifact) { a.BlobKey = fileKey(1) },
+				"file-namespace key":           func(a *chain.Artifact) { a.BlobKey = testkit.FileKey(1) },
 				"size -1":                      func(a *chain.Artifact) { a.Size = -1 },
 				"size 2^53":                    func(a *chain.Artifact) { a.Size = chain.MaxSafeInteger + 1 },
 				"createdAt 2^53":               func(a *chain.Artifact) { a.CreatedAt = chain.MaxSafeInteger + 1 },
@@ -224,7 +225,7 @@ func unitCases() []kase {
 			e.append(with(cp("2", "thread", "1"), func(c *chain.Checkpoint) {
 				c.Artifacts = []chain.Artifact{good, good}
 			}), "1")
-			e.wantRefs("two artifacts sharing a key", ref(artKey(1), 1), ref(fileKey(1), 1), ref(fileKey(2), 1))
+			e.wantRefs("two artifacts sharing a key", ref(artKey(1), 1), ref(testkit.FileKey(1), 1), ref(testkit.FileKey(2), 1))
 		}},
 		{"U26_StoredCopyIndependentOfInput", func(e *env) {
 			in := cp("1", "thread", "")
@@ -285,7 +286,7 @@ func unitCases() []kase {
 			e.deleteHead("thread", "3")
 			e.wantHead("thread", "2")
 			e.wantAbsent("3")
-			e.wantRefs("after DeleteHead(3)", ref(fileKey(1), 1), ref(fileKey(2), 1))
+			e.wantRefs("after DeleteHead(3)", ref(testkit.FileKey(1), 1), ref(testkit.FileKey(2), 1))
 		}},
 		{"U30_DeleteRootEmptiesThread", func(e *env) {
 			e.append(cp("1", "thread", ""), "")
@@ -338,7 +339,7 @@ func badPaths(e *env, paths ...string) {
 	e.t.Helper()
 	e.append(cp("1", "thread", ""), "")
 	for _, p := range paths {
-		e.appendFails(fmt.Sprintf("path %q", p), chain.CodeInvalidEntry, withFiles(cp("2", "thread", "1"), file(p, fileKey(2))), "1")
+		e.appendFails(fmt.Sprintf("path %q", p), chain.CodeInvalidEntry, withFiles(cp("2", "thread", "1"), file(p, testkit.FileKey(2))), "1")
 	}
 }
 
@@ -379,7 +380,7 @@ func race(e *env, n int) {
 	}
 	e.wantHead("thread", winner)
 	e.wantList("thread", "1", winner)
-	e.wantRefs("after the race", ref(fileKey(1), 1), ref(fileKey(digits(winner)), 1))
+	e.wantRefs("after the race", ref(testkit.FileKey(1), 1), ref(testkit.FileKey(digits(winner)), 1))
 	for i := range n {
 		if id := fmt.Sprint(i + 2); id != winner {
 			e.wantAbsent(id)

@@ -64,12 +64,10 @@ var (
 	badIDs      = []string{"", "nul\x00id", "\xed\xa0\x80", strings.Repeat("x", chain.MaxIDBytes+1)}
 	poolIDs     = []string{"a", "b", "c", "d", "e", "B", "é"}
 	poolPaths   = []string{"a.txt", "dir", "dir/x", "dir/y", "z"}
-	poolFiles   = []string{fileKey(1), fileKey(2), fileKey(3)}
+	poolFiles   = []string{testkit.FileKey(1), testkit.FileKey(2), testkit.FileKey(3)}
 	poolArts    = []string{chain.ArtifactPrefix + strings.Repeat("1", 64), chain.ArtifactPrefix + strings.Repeat("2", 64)}
 	poolInst    = []string{"", "k1", "k2"}
 )
-
-func fileKey(n int) string { return fmt.Sprintf("%s%064x", chain.FilePrefix, n) }
 
 // Options of both stores: the conformance lease timing on a movable clock.
 const (

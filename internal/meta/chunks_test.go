@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -25,7 +26,7 @@ func TestChunkCollision(t *testing.T) {
 	cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic,
 		Conversation: []json.RawMessage{json.RawMessage(`"hello"`), json.RawMessage(`"world"`)}}
 	for i := range 300 {
-		cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("d%02d/f%03d", i/20, i), Kind: chain.KindFile, BlobKey: fileKey(i % 9), Size: int64(i)})
+		cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("d%02d/f%03d", i/20, i), Kind: chain.KindFile, BlobKey: testkit.FileKey(i % 9), Size: int64(i)})
 	}
 	p := Prepare(cp)
 	// One chunk of each kind: a content chunk, an index chunk, a shape

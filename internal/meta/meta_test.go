@@ -2,14 +2,11 @@ package meta
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
-
-// fileKey returns the valid file blob key numbered n.
-func fileKey(n int) string { return fmt.Sprintf("%s%064x", chain.FilePrefix, n) }
 
 // sample returns a valid checkpoint holding each kind of entry, an artifact
 // and two messages.
@@ -18,8 +15,8 @@ func sample() *chain.Checkpoint {
 		ID: "cp-é", ThreadID: "thread", ParentID: "parent", CreatedAt: -42,
 		Reason: chain.ReasonNamed, Label: "v1", SourceRunID: "run",
 		Files: []chain.Entry{
-			{Path: "a.txt", Kind: chain.KindFile, BlobKey: fileKey(1), Size: 0},
-			{Path: "bin/run", Kind: chain.KindFile, BlobKey: fileKey(2), Size: 1 << 40, Executable: true},
+			{Path: "a.txt", Kind: chain.KindFile, BlobKey: testkit.FileKey(1), Size: 0},
+			{Path: "bin/run", Kind: chain.KindFile, BlobKey: testkit.FileKey(2), Size: 1 << 40, Executable: true},
 			{Path: "empty", Kind: chain.KindDir},
 			{Path: "link", Kind: chain.KindSymlink, Target: "a.txt"},
 		},

@@ -74,8 +74,8 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 			cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{}}
 			cp.Files = []chain.Entry{
 				padding(),
-				{Path: paths[0], Kind: chain.KindFile, BlobKey: fileKey(1), Size: 1},
-				{Path: paths[1], Kind: chain.KindFile, BlobKey: fileKey(2), Size: 2},
+				{Path: paths[0], Kind: chain.KindFile, BlobKey: testkit.FileKey(1), Size: 1},
+				{Path: paths[1], Kind: chain.KindFile, BlobKey: testkit.FileKey(2), Size: 2},
 			}
 			p := Prepare(cp)
 			// chunks: shape1, C1, I1, shape2, C2, I2
@@ -118,7 +118,7 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if got.Files[1].BlobKey != fileKey(1) || got.Files[2].BlobKey != fileKey(2) {
+				if got.Files[1].BlobKey != testkit.FileKey(1) || got.Files[2].BlobKey != testkit.FileKey(2) {
 					return fmt.Errorf("wrong content: %v", got.Files[1:])
 				}
 				return checkCounts(tx)
@@ -179,7 +179,7 @@ func TestCollisionInPrepareOrder(t *testing.T) {
 		cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{}}
 		cp.Files = []chain.Entry{padding()}
 		for i := 0; i < 2+fill; i++ {
-			cp.Files = append(cp.Files, chain.Entry{Path: paths[i], Kind: chain.KindFile, BlobKey: fileKey(100 + i), Size: int64(i)})
+			cp.Files = append(cp.Files, chain.Entry{Path: paths[i], Kind: chain.KindFile, BlobKey: testkit.FileKey(100 + i), Size: int64(i)})
 		}
 		p := Prepare(cp)
 		// group g is chunks 3g, 3g+1 (content), 3g+2 (index)
@@ -234,7 +234,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 					case 1:
 						cp.Files = append(cp.Files, chain.Entry{Path: p, Kind: chain.KindSymlink, Target: "x"})
 					default:
-						cp.Files = append(cp.Files, chain.Entry{Path: p, Kind: chain.KindFile, BlobKey: fileKey(rng.IntN(40)), Size: int64(rng.IntN(3)), Executable: rng.IntN(5) == 0})
+						cp.Files = append(cp.Files, chain.Entry{Path: p, Kind: chain.KindFile, BlobKey: testkit.FileKey(rng.IntN(40)), Size: int64(rng.IntN(3)), Executable: rng.IntN(5) == 0})
 					}
 				}
 				for range rng.IntN(5) {
@@ -337,7 +337,7 @@ func TestInlineManifestThreshold(t *testing.T) {
 		cp := &chain.Checkpoint{ID: fmt.Sprint("c", total), ThreadID: "t", Reason: chain.ReasonAutomatic, Conversation: []json.RawMessage{json.RawMessage(`"hi"`)}}
 		n := (total - 8) / 41
 		for j := range n {
-			cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%04d", j), Kind: chain.KindFile, BlobKey: fileKey(j), Size: 1})
+			cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%04d", j), Kind: chain.KindFile, BlobKey: testkit.FileKey(j), Size: 1})
 		}
 		pad := total - 41*n - 3 // a dir's shape: kind, flags, length byte, path
 		cp.Files = append(cp.Files, chain.Entry{Path: "z" + strings.Repeat("d", pad-1), Kind: chain.KindDir})
@@ -384,7 +384,7 @@ func TestInlineManifestDamaged(t *testing.T) {
 	contentOf := func(n int) []byte {
 		var c []byte
 		for i := range n {
-			c = appendDigest(c, fileKey(i), chain.FilePrefix)
+			c = appendDigest(c, testkit.FileKey(i), chain.FilePrefix)
 			c = append(c, 1)
 		}
 		return c
@@ -405,7 +405,7 @@ func TestInlineManifestDamaged(t *testing.T) {
 		return e.Bytes()
 	}
 	good, err := DecodeRecord(record(2, shapeOf("a", "b"), contentOf(2)), nil)
-	if err != nil || len(good.Files) != 2 || good.Files[1].BlobKey != fileKey(1) {
+	if err != nil || len(good.Files) != 2 || good.Files[1].BlobKey != testkit.FileKey(1) {
 		t.Fatalf("a good inline record: %v, %v", good, err)
 	}
 	for name, rec := range map[string][]byte{
@@ -441,7 +441,7 @@ func TestInlineBoundaryKinds(t *testing.T) {
 					case chain.KindSymlink:
 						e.Target = strings.Repeat("x", 1+j%7)
 					case chain.KindFile:
-						e.BlobKey, e.Size = fileKey(j%5), int64(j)
+						e.BlobKey, e.Size = testkit.FileKey(j%5), int64(j)
 					}
 					cp.Files = append(cp.Files, e)
 				}

@@ -48,7 +48,7 @@ func cmpStr(a, b string) int {
 // poolKeys are the blob keys the randomized test draws from.
 var poolKeys = func() (keys []string) {
 	for i := range 8 {
-		keys = append(keys, fileKey(i))
+		keys = append(keys, testkit.FileKey(i))
 	}
 	for i := range 3 {
 		keys = append(keys, fmt.Sprintf("%s%064x", chain.ArtifactPrefix, i))
@@ -173,7 +173,7 @@ func TestPendingWeight(t *testing.T) {
 		for id, n := range sizes {
 			cp := &chain.Checkpoint{ID: id, ThreadID: "t", Reason: chain.ReasonAutomatic}
 			for j := range n {
-				cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", j), Kind: chain.KindFile, BlobKey: fileKey(j), Size: 1})
+				cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", j), Kind: chain.KindFile, BlobKey: testkit.FileKey(j), Size: 1})
 			}
 			if err := putCheckpoint(tx, cp); err != nil {
 				return err

@@ -1,5 +1,6 @@
-// Package testkit picks the scale of sbxdb's tests: how many iterations,
-// how large an input, how long a run. Only tests import it. A tier changes
+// Package testkit picks the scale of sbxdb's tests (how many iterations,
+// how large an input, how long a run) and holds the helpers tests of
+// several packages share. Only tests import it. A tier changes
 // how many times, how big and how long, not which code paths run or what
 // is asserted; the one test that needs a resource big by nature (a 256 MiB
 // record) skips below SBXDB_LONG=1, saying so.
@@ -33,8 +34,11 @@
 package testkit
 
 import (
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/sbxdb/sbxdb/chain"
 )
 
 // EnvLong names the environment variable that selects the tier: unset,
@@ -108,4 +112,11 @@ func SkipUnlessLong(tb testing.TB, why string) {
 	if !Long(tb) {
 		tb.Skipf("%s: runs with %s=1", why, EnvLong)
 	}
+}
+
+// FileKey returns a well-formed file blob key made from n: the files
+// prefix and n as 64 hex digits. Tests use it for keys whose bytes they
+// never store.
+func FileKey[N Number](n N) string {
+	return fmt.Sprintf("%s%064x", chain.FilePrefix, uint64(n))
 }
