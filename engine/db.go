@@ -54,11 +54,13 @@ var (
 	ErrPoisoned = errors.New("sbxdb: store must be reopened: an earlier sync failed")
 )
 
-// poisonError is ErrPoisoned with the failure that caused it.
+// poisonError is ErrPoisoned with the failure that caused it. It matches
+// both (errors.Is), so a caller sees the errno of the failed sync even when
+// another write of the same call is the one refused.
 type poisonError struct{ cause error }
 
-func (e *poisonError) Error() string { return ErrPoisoned.Error() + ": " + e.cause.Error() }
-func (e *poisonError) Unwrap() error { return ErrPoisoned }
+func (e *poisonError) Error() string   { return ErrPoisoned.Error() + ": " + e.cause.Error() }
+func (e *poisonError) Unwrap() []error { return []error{ErrPoisoned, e.cause} }
 
 // DB is an open store. It is safe for concurrent use by many goroutines;
 // one process at a time may open a store for writing.

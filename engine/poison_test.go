@@ -78,7 +78,9 @@ func (f *poisonFixture) copyOf(id string) chain.AppendInput {
 }
 
 // requireWritesRefused runs every kind of write on the same handle: each
-// must fail with ErrPoisoned, naming cause, and touch no file.
+// must fail with ErrPoisoned, naming cause and matching it with errors.Is
+// (so a caller sees the errno of the sync that failed, whichever write of
+// a capture reports first), and touch no file.
 func (f *poisonFixture) requireWritesRefused(cause error) {
 	t := f.t
 	t.Helper()
@@ -111,8 +113,8 @@ func (f *poisonFixture) requireWritesRefused(cause error) {
 	for _, w := range writes {
 		f.ffs.Reset()
 		err := w.run()
-		if !errors.Is(err, engine.ErrPoisoned) || !strings.Contains(fmt.Sprint(err), cause.Error()) {
-			t.Errorf("%s on the poisoned store: %v; want ErrPoisoned naming %q", w.name, err, cause)
+		if !errors.Is(err, engine.ErrPoisoned) || !errors.Is(err, cause) || !strings.Contains(fmt.Sprint(err), cause.Error()) {
+			t.Errorf("%s on the poisoned store: %v; want ErrPoisoned wrapping %q", w.name, err, cause)
 		}
 		if ev := f.ffs.Events(); len(ev) != 0 {
 			t.Errorf("%s on the poisoned store did %v", w.name, ev)
