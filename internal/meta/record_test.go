@@ -82,17 +82,7 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 			if len(p.chunks) != 6 || !p.chunks[2].index || !p.chunks[5].index {
 				t.Fatalf("layout: %d chunks", len(p.chunks))
 			}
-			h := p.chunks[1].hash
-			// forge C2's hash = h
-			c2 := &p.chunks[4]
-			c2.hash = h
-			c2.sum = sum(BucketChunks, chunkKey(h), c2.data)
-			// I2's data names C2: rewrite to h, rehash.
-			i2 := &p.chunks[5]
-			i2.data = binary.BigEndian.AppendUint64(nil, h)
-			i2.hash = xxhash.Sum64(i2.data)
-			i2.sum = sum(BucketChunks, chunkKey(i2.hash), i2.data)
-			binary.BigEndian.PutUint64(p.record[i2.slot:], i2.hash)
+			i2 := forgeSecondContentCollision(p)
 			if i2.hash != p.chunks[2].hash {
 				t.Fatal("index chunks differ")
 			}
@@ -183,15 +173,7 @@ func TestCollisionInPrepareOrder(t *testing.T) {
 		}
 		p := Prepare(cp)
 		// group g is chunks 3g, 3g+1 (content), 3g+2 (index)
-		h := p.chunks[1].hash
-		c2 := &p.chunks[4]
-		c2.hash = h
-		c2.sum = sum(BucketChunks, chunkKey(h), c2.data)
-		i2 := &p.chunks[5]
-		i2.data = binary.BigEndian.AppendUint64(nil, h)
-		i2.hash = xxhash.Sum64(i2.data)
-		i2.sum = sum(BucketChunks, chunkKey(i2.hash), i2.data)
-		binary.BigEndian.PutUint64(p.record[i2.slot:], i2.hash)
+		forgeSecondContentCollision(p)
 		for i := range p.order {
 			p.order[i] = int32(i)
 		}
@@ -474,4 +456,21 @@ func TestInlineBoundaryKinds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// forgeSecondContentCollision forges a hash collision in a prepared record
+// of two groups (chunks: shape1, C1, I1, shape2, C2, I2): C2 takes C1's
+// hash, and I2, which names C2, is rewritten to name that hash and
+// rehashed, its new id patched into the record. It returns I2.
+func forgeSecondContentCollision(p *Prepared) *preparedChunk {
+	h := p.chunks[1].hash
+	c2 := &p.chunks[4]
+	c2.hash = h
+	c2.sum = sum(BucketChunks, chunkKey(h), c2.data)
+	i2 := &p.chunks[5]
+	i2.data = binary.BigEndian.AppendUint64(nil, h)
+	i2.hash = xxhash.Sum64(i2.data)
+	i2.sum = sum(BucketChunks, chunkKey(i2.hash), i2.data)
+	binary.BigEndian.PutUint64(p.record[i2.slot:], i2.hash)
+	return i2
 }
