@@ -7,7 +7,8 @@
 // against what was acknowledged.
 //
 //	go test ./crashtest                          # 50 kill cycles
-//	SBXDB_LONG=1 go test ./crashtest             # 1,000 kill cycles (CI)
+//	SBXDB_LONG=1 go test ./crashtest             # 300 kill cycles (CI)
+//	SBXDB_LONG=2 go test -timeout 1h ./crashtest # 1,000 kill cycles
 //	SBXDB_CRASH_CYCLES=200 go test ./crashtest   # any number
 //	SBXDB_CRASH_SEED=42 go test ./crashtest      # replay one run
 package crashtest

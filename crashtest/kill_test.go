@@ -55,9 +55,16 @@ const (
 	cycleStep = 20 * time.Second
 )
 
-// longCycles is how many kill cycles SBXDB_LONG=1 runs (defaultCycles
-// without it; SBXDB_CRASH_CYCLES overrides both).
-const longCycles = 1000
+// How many kill cycles SBXDB_LONG=1 and SBXDB_LONG=2 run (defaultCycles
+// without; SBXDB_CRASH_CYCLES overrides them all). A cycle's check grows
+// with the threads the cycles before it forked (each is listed and
+// leased again), so the total grows as the square of the count:
+// exhaustiveCycles take about seven times as long as longCycles, past
+// CI's budget.
+const (
+	longCycles       = 300
+	exhaustiveCycles = 1000
+)
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(envChild); dir != "" {
@@ -465,6 +472,9 @@ func TestKillRecovery(t *testing.T) {
 		t.Skipf("kill cycles take half a minute; -short skips them (SBXDB_LONG=1 runs %d)", longCycles)
 	}
 	cycles := testkit.Scale(t, defaultCycles, longCycles)
+	if testkit.Exhaustive(t) {
+		cycles = exhaustiveCycles
+	}
 	if s := os.Getenv("SBXDB_CRASH_CYCLES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {

@@ -14,15 +14,17 @@
 //   - SBXDB_LONG=1, which CI sets for go test ./...: full scale, -short
 //     or not. The million-entry manifest, 100 MB conversation and 100,000
 //     threads of engine/limits_test.go, the 256 MiB record (which only
-//     this tier runs), 1,000 kill cycles (crashtest), 2,000 differential
+//     this tier runs), 300 kill cycles (crashtest), 2,000 differential
 //     sequences (engine/memstore), a 60 s soak, both errnos at every
 //     fault-injection step, a damaged-file flip every 61 bytes, and the
-//     full counts of the chain, capture, gc and redaction tests. The kill
-//     cycles take minutes: give go test a -timeout past its default 10
-//     minutes per package (CI gives 30).
+//     full counts of the chain, capture, gc and redaction tests. The
+//     engine and crashtest packages take minutes each: on a busy machine
+//     give go test a -timeout past its default 10 minutes (CI gives 30).
 //   - SBXDB_LONG=2: SBXDB_LONG=1 and the cases too slow for CI's budget:
-//     the damaged-file test flips every byte of its database, one open of
-//     a damaged store per byte. CI does not set it.
+//     1,000 kill cycles (their checks grow with the cycles before them:
+//     about seven times 300's time), and the damaged-file test flips
+//     every byte of its database, one open of a damaged store per byte.
+//     CI does not set it.
 //
 // Knobs of single tests override their tier: SBXDB_SOAK=d runs the soak
 // for d (CI also runs it for 60 s under -race), SBXDB_CRASH_CYCLES=n runs
