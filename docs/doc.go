@@ -2,5 +2,6 @@
 // README and the comments true to the repository. Every "SPEC §n" a comment
 // or document cites must name a section of docs/SPEC.md (and "§10 Qn" a row
 // of its decisions table), and every relative link or backquoted file path
-// in the documents must name a file that exists.
+// in the documents, and every repository file a Go comment names, must
+// exist.
 package docs

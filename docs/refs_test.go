@@ -165,6 +165,44 @@ func TestDocumentPathsExist(t *testing.T) {
 	}
 }
 
+// TestCommentPathsExist checks that every repository file a Go comment
+// names (a path such as engine/capture_walk.go or internal/meta/refs.go,
+// whose first directory is one of the repository's) exists, so comments
+// follow the files they point to when those move.
+func TestCommentPathsExist(t *testing.T) {
+	named := regexp.MustCompile(`\b([a-z][a-z0-9_]*(?:/[a-z0-9_]+)*/[a-z0-9_]+\.go)\b`)
+	checked := 0
+	for _, path := range sourceFiles(t) {
+		if filepath.Ext(path) != ".go" {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			_, comment, ok := strings.Cut(line, "//")
+			if !ok {
+				continue
+			}
+			for _, m := range named.FindAllStringSubmatch(comment, -1) {
+				target := m[1]
+				first := strings.SplitN(target, "/", 2)[0]
+				if st, err := os.Stat(filepath.Join(root, first)); err != nil || !st.IsDir() {
+					continue // another project's path
+				}
+				checked++
+				if _, err := os.Stat(filepath.Join(root, target)); err != nil {
+					t.Errorf("%s:%d: the comment names %q, which does not exist", rel(path), i+1, target)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no comment names a repository file: the pattern no longer matches")
+	}
+}
+
 func rel(path string) string {
 	r, err := filepath.Rel(root, path)
 	if err != nil {
