@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -51,18 +52,6 @@ func frameOffsets(t *testing.T, path string) map[string]int64 {
 		off += headerSize + int(h.stored)
 	}
 	return out
-}
-
-func flipByte(t *testing.T, path string, off int64) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[off] ^= 0x5a
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (f *fixture) mustGet(t *testing.T, blobs map[string][]byte) {
@@ -204,8 +193,8 @@ func TestReindexVerifiesAndReplacesDamagedCopies(t *testing.T) {
 		}
 	})
 	offs := frameOffsets(t, pack)
-	flipByte(t, pack, offs[keys[0]]+headerSize+100)     // the indexed copy of keys[0]
-	flipByte(t, copyPath, offs[keys[1]]+headerSize+100) // the quarantined copy of keys[1]
+	testkit.FlipByte(t, pack, offs[keys[0]]+headerSize+100)     // the indexed copy of keys[0]
+	testkit.FlipByte(t, copyPath, offs[keys[1]]+headerSize+100) // the quarantined copy of keys[1]
 	rs, err := f.s.Reindex(ctx)
 	if err != nil || rs.Blobs != 1 || rs.Damaged != 1 || rs.Files != 1 {
 		t.Fatalf("Reindex = %+v, %v; want keys[0] stored again, keys[1] damaged", rs, err)
@@ -232,7 +221,7 @@ func TestDropDamaged(t *testing.T) {
 	slices.Sort(smallKeys)
 	var e entry
 	f.db.View(func(tx *bolt.Tx) (err error) { e, _, err = lookup(tx, smallKeys[0]); return err })
-	flipByte(t, filepath.Join(f.dir, "blobs", packPath(e.pack)), int64(e.offset)+headerSize+50)
+	testkit.FlipByte(t, filepath.Join(f.dir, "blobs", packPath(e.pack)), int64(e.offset)+headerSize+50)
 	before, _ := f.s.Usage(ctx)
 
 	pin := f.s.NewBatch()
@@ -300,7 +289,7 @@ func TestQuarantineNeverReplacesAQuarantinedCopy(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(qdir, filepath.Base(large)+"."+ns.dir()), intact, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	flipByte(t, large, int64(len(intact)/2))
+	testkit.FlipByte(t, large, int64(len(intact)/2))
 
 	st, err := f.s.DropDamaged(ctx, []string{key})
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -230,21 +231,6 @@ func largeFile(dir, key string) string {
 	return filepath.Join(dir, engine.BlobDir, "large", sub, h[:2], h)
 }
 
-func flipAt(t *testing.T, path string, off int64) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if off < 0 {
-		off += int64(len(b))
-	}
-	b[off] ^= 0x5a
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func truncateFile(t *testing.T, path string, size int64) {
 	t.Helper()
 	if err := os.Truncate(path, size); err != nil {
@@ -361,19 +347,19 @@ func corruptCases() []corruptCase {
 		{name: "packed frame payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["mid.txt"]
 			f := packFrames(t, dir)[k]
-			flipAt(t, f.pack, f.offset+64+f.stored/2)
+			testkit.FlipByte(t, f.pack, f.offset+64+f.stored/2)
 			return harm{keys: []string{k}}
 		}},
 		{name: "packed raw frame payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["mid.bin"]
 			f := packFrames(t, dir)[k]
-			flipAt(t, f.pack, f.offset+64+f.stored-1)
+			testkit.FlipByte(t, f.pack, f.offset+64+f.stored-1)
 			return harm{keys: []string{k}}
 		}},
 		{name: "packed frame header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["mid.txt"]
 			f := packFrames(t, dir)[k]
-			flipAt(t, f.pack, f.offset+9) // raw size
+			testkit.FlipByte(t, f.pack, f.offset+9) // raw size
 			return harm{keys: []string{k}}
 		}},
 		{name: "block payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -381,12 +367,12 @@ func corruptCases() []corruptCase {
 			if len(f.keys) != 4 {
 				t.Fatalf("src/c.go's block holds %d blobs, want the 4 small files of cp1", len(f.keys))
 			}
-			flipAt(t, f.pack, f.offset+64+f.stored/2)
+			testkit.FlipByte(t, f.pack, f.offset+64+f.stored/2)
 			return harm{keys: f.keys}
 		}},
 		{name: "block header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			f := packFrames(t, dir)[s.keyOf["src/d.go"]]
-			flipAt(t, f.pack, f.offset+25) // member count
+			testkit.FlipByte(t, f.pack, f.offset+25) // member count
 			return harm{keys: f.keys}
 		}},
 		{name: "pack truncated in its last frame", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -417,17 +403,17 @@ func corruptCases() []corruptCase {
 		{name: "large zstd file payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["big.txt"]
 			st, _ := os.Stat(largeFile(dir, k))
-			flipAt(t, largeFile(dir, k), st.Size()/2)
+			testkit.FlipByte(t, largeFile(dir, k), st.Size()/2)
 			return harm{keys: []string{k}}
 		}},
 		{name: "large raw file payload flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["big.bin"]
-			flipAt(t, largeFile(dir, k), -1) // the last byte: all else reads back first
+			testkit.FlipByte(t, largeFile(dir, k), -1) // the last byte: all else reads back first
 			return harm{keys: []string{k}}
 		}},
 		{name: "large file header flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["big.bin"]
-			flipAt(t, largeFile(dir, k), 17) // stored size
+			testkit.FlipByte(t, largeFile(dir, k), 17) // stored size
 			return harm{keys: []string{k}}
 		}},
 		{name: "large file truncated", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -449,7 +435,7 @@ func corruptCases() []corruptCase {
 		}},
 		{name: "artifact file flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			k := s.keyOf["artifact"]
-			flipAt(t, largeFile(dir, k), -3)
+			testkit.FlipByte(t, largeFile(dir, k), -3)
 			return harm{keys: []string{k}}
 		}},
 		{name: "pack index value flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -568,14 +554,14 @@ func corruptCases() []corruptCase {
 			if root == 0 {
 				t.Fatal("the checkpoints bucket is inline: make the records bigger")
 			}
-			flipAt(t, filepath.Join(dir, engine.DBFile), int64(root)*int64(pageSize)) // its page id
+			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), int64(root)*int64(pageSize)) // its page id
 			return harm{openRefused: true}
 		}},
 		{name: "checkpoints leaf element flipped", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			pageSize, root := boltPages(t, dir, meta.BucketCheckpoints)
 			// The first element's key size (leaf element: flags, pos,
 			// ksize, vsize): the key would overlap the value.
-			flipAt(t, filepath.Join(dir, engine.DBFile), int64(root)*int64(pageSize)+16+8+1)
+			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), int64(root)*int64(pageSize)+16+8+1)
 			return harm{openRefused: true}
 		}},
 		{name: "checkpoints leaf element count lowered", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -600,7 +586,7 @@ func corruptCases() []corruptCase {
 			if t1 < t0 {
 				older = int64(pageSize)
 			}
-			flipAt(t, filepath.Join(dir, engine.DBFile), older+16+16) // its root page id
+			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), older+16+16) // its root page id
 			return harm{metaPage: true}
 		}},
 		{name: "newer meta page damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -612,13 +598,13 @@ func corruptCases() []corruptCase {
 			if t1 > t0 {
 				newer = int64(pageSize)
 			}
-			flipAt(t, filepath.Join(dir, engine.DBFile), newer+16+16)
+			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), newer+16+16)
 			return harm{metaPage: true}
 		}},
 		{name: "both meta pages damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
-			flipAt(t, filepath.Join(dir, engine.DBFile), 16+16)
-			flipAt(t, filepath.Join(dir, engine.DBFile), int64(pageSize)+16+16)
+			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), 16+16)
+			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), int64(pageSize)+16+16)
 			return harm{openRefused: true}
 		}},
 		{name: "database file truncated to half", damage: func(t *testing.T, s *corruptStore, dir string) harm {
@@ -946,13 +932,7 @@ func TestCorruptNewestMetaLosesLastTransaction(t *testing.T) {
 		}
 	}
 	db.Close()
-	pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
-	t0, t1 := metaTxids(t, dir, pageSize)
-	newer := int64(0)
-	if t1 > t0 {
-		newer = int64(pageSize)
-	}
-	flipAt(t, filepath.Join(dir, engine.DBFile), newer+16+16)
+	flipNewestMeta(t, dir)
 	noPanic(t, "open", func() {
 		db, err := engine.Open(dir, &engine.Options{NoSync: true})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // healFiles is a workspace with small files (one block), packed frames of
@@ -74,7 +75,7 @@ func flipNewestMeta(t *testing.T, dir string) {
 	if t1 > t0 {
 		newer = int64(pageSize)
 	}
-	flipAt(t, filepath.Join(dir, engine.DBFile), newer+16+16)
+	testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), newer+16+16)
 }
 
 func hasFinding(rep *engine.CheckReport, kind, subjectPart string) bool {
@@ -266,9 +267,9 @@ func TestRepairDropsDamagedBlobsAndRecaptureHeals(t *testing.T) {
 
 	frames := packFrames(t, dir)
 	block := frames[cas.Files.Key(sha256.Sum256(files["src/b.go"]))]
-	flipAt(t, block.pack, block.offset+64+block.stored/2)
+	testkit.FlipByte(t, block.pack, block.offset+64+block.stored/2)
 	bigKey := cas.Files.Key(sha256.Sum256(files["big.bin"]))
-	flipAt(t, largeFile(dir, bigKey), 4096)
+	testkit.FlipByte(t, largeFile(dir, bigKey), 4096)
 	damaged := append(slices.Clone(block.keys), bigKey)
 	slices.Sort(damaged)
 

@@ -142,12 +142,7 @@ func TestRestoreCancelStopsWithinALargeFile(t *testing.T) {
 		}
 	}, nil)
 	defer h.set(nil, nil)
-	parent := filepath.Join(t.TempDir(), "out")
-	if err := os.Mkdir(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	target := filepath.Join(parent, "tree")
-	_, err := db.Restore(ctx, id, target, nil)
+	parent, target, err := restoreIntoNewParent(t, ctx, db, id)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Restore cancelled during a large file: %v; want context.Canceled", err)
 	}
@@ -170,12 +165,7 @@ func TestRestoreCancelStopsBeforeACopy(t *testing.T) {
 		}
 	})
 	defer h.set(nil, nil)
-	parent := filepath.Join(t.TempDir(), "out")
-	if err := os.Mkdir(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	target := filepath.Join(parent, "tree")
-	_, err := db.Restore(ctx, id, target, nil)
+	parent, target, err := restoreIntoNewParent(t, ctx, db, id)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Restore cancelled after its first large file: %v; want context.Canceled", err)
 	}
@@ -183,4 +173,17 @@ func TestRestoreCancelStopsBeforeACopy(t *testing.T) {
 		t.Errorf("the cancelled restore wrote %d + %d bytes: it copied the file after the cancel", a, b)
 	}
 	requireNothingLeft(t, parent, target)
+}
+
+// restoreIntoNewParent restores checkpoint id into "tree" inside a new,
+// empty directory, and returns both paths with Restore's error.
+func restoreIntoNewParent(t *testing.T, ctx context.Context, db *engine.DB, id string) (parent, target string, err error) {
+	t.Helper()
+	parent = filepath.Join(t.TempDir(), "out")
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target = filepath.Join(parent, "tree")
+	_, err = db.Restore(ctx, id, target, nil)
+	return parent, target, err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -102,18 +103,6 @@ func dmgPack(t *testing.T, store, key string) (path string, off, stored int64) {
 	return "", 0, 0
 }
 
-func dmgFlip(t *testing.T, path string, off int64) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[off] ^= 0x5a
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // dmgBolt returns the page size, the checkpoints bucket's root page and the
 // transaction ids of the two meta pages.
 func dmgBolt(t *testing.T, store string) (pageSize int64, root uint64, txid [2]uint64) {
@@ -151,12 +140,12 @@ func TestCorruptCheckCommand(t *testing.T) {
 	}{
 		{name: "packed frame payload flipped", damage: func(t *testing.T, store string) (string, string) {
 			p, off, n := dmgPack(t, store, keys["a.txt"])
-			dmgFlip(t, p, off+64+n/2)
+			testkit.FlipByte(t, p, off+64+n/2)
 			return keys["a.txt"], ""
 		}},
 		{name: "packed frame header flipped", damage: func(t *testing.T, store string) (string, string) {
 			p, off, _ := dmgPack(t, store, keys["b.txt"])
-			dmgFlip(t, p, off+20)
+			testkit.FlipByte(t, p, off+20)
 			return keys["b.txt"], ""
 		}},
 		{name: "pack truncated in its last frame", damage: func(t *testing.T, store string) (string, string) {
@@ -171,7 +160,7 @@ func TestCorruptCheckCommand(t *testing.T) {
 		}},
 		{name: "large file flipped", damage: func(t *testing.T, store string) (string, string) {
 			st, _ := os.Stat(large(store, keys["big.txt"]))
-			dmgFlip(t, large(store, keys["big.txt"]), st.Size()/2)
+			testkit.FlipByte(t, large(store, keys["big.txt"]), st.Size()/2)
 			return keys["big.txt"], ""
 		}},
 		{name: "large file truncated", damage: func(t *testing.T, store string) (string, string) {
@@ -220,12 +209,12 @@ func TestCorruptCheckCommand(t *testing.T) {
 		}},
 		{name: "checkpoints leaf page header flipped", refused: true, damage: func(t *testing.T, store string) (string, string) {
 			pageSize, root, _ := dmgBolt(t, store)
-			dmgFlip(t, dbFile(store), int64(root)*pageSize)
+			testkit.FlipByte(t, dbFile(store), int64(root)*pageSize)
 			return "", ""
 		}},
 		{name: "checkpoints leaf element flipped", refused: true, damage: func(t *testing.T, store string) (string, string) {
 			pageSize, root, _ := dmgBolt(t, store)
-			dmgFlip(t, dbFile(store), int64(root)*pageSize+16+8+1)
+			testkit.FlipByte(t, dbFile(store), int64(root)*pageSize+16+8+1)
 			return "", ""
 		}},
 		{name: "older meta page damaged", metaPage: true, damage: func(t *testing.T, store string) (string, string) {
@@ -234,7 +223,7 @@ func TestCorruptCheckCommand(t *testing.T) {
 			if txid[1] < txid[0] {
 				older = pageSize
 			}
-			dmgFlip(t, dbFile(store), older+16+16)
+			testkit.FlipByte(t, dbFile(store), older+16+16)
 			return "", ""
 		}},
 		{name: "newer meta page damaged", metaPage: true, damage: func(t *testing.T, store string) (string, string) {
@@ -245,13 +234,13 @@ func TestCorruptCheckCommand(t *testing.T) {
 			if txid[1] > txid[0] {
 				newer = pageSize
 			}
-			dmgFlip(t, dbFile(store), newer+16+16)
+			testkit.FlipByte(t, dbFile(store), newer+16+16)
 			return "", ""
 		}},
 		{name: "both meta pages damaged", refused: true, damage: func(t *testing.T, store string) (string, string) {
 			pageSize, _, _ := dmgBolt(t, store)
-			dmgFlip(t, dbFile(store), 16+16)
-			dmgFlip(t, dbFile(store), pageSize+16+16)
+			testkit.FlipByte(t, dbFile(store), 16+16)
+			testkit.FlipByte(t, dbFile(store), pageSize+16+16)
 			return "", ""
 		}},
 		{name: "database file truncated to half", refused: true, damage: func(t *testing.T, store string) (string, string) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // sbxdb check --verify-blobs --repair after one flipped byte in a pack:
@@ -20,7 +21,7 @@ func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
 	makeTree(t, ws, tree{"a.txt": content})
 	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1")
 	path, off, _ := dmgPack(t, store, fileKey(content))
-	dmgFlip(t, path, off+64+10)
+	testkit.FlipByte(t, path, off+64+10)
 
 	code, out, errOut := cli("check", "--db", store, "--verify-blobs", "--repair")
 	if code != 1 || errOut == "" {
@@ -75,7 +76,7 @@ func TestOpenWarnsOfQuarantine(t *testing.T) {
 	if binary.LittleEndian.Uint64(b[pageSize+16+48:]) > binary.LittleEndian.Uint64(b[16+48:]) {
 		newer = pageSize
 	}
-	dmgFlip(t, db, newer+16+16)
+	testkit.FlipByte(t, db, newer+16+16)
 
 	code, out, errOut := cli("check", "--db", store, "--repair")
 	if !strings.Contains(errOut, "quarantine") || !strings.Contains(errOut, ".pack") {

@@ -146,17 +146,11 @@ func TestRepeatedChunkOverItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	err = db.View(func(tx *bolt.Tx) error {
-		_, err := GetCheckpoint(tx, "c1")
-		return err
-	})
-	runtime.ReadMemStats(&after)
+	allocated, err := getAllocs(db, "c1")
 	t.Logf("record %d bytes + one 1 MiB chunk; GetCheckpoint err=%v; allocated %d MiB (RecordSize %d > MaxRecordBytes %d: %v)",
-		recLen, err, (after.TotalAlloc-before.TotalAlloc)>>20, chain.RecordSize(cp), chain.MaxRecordBytes, chain.RecordSize(cp) > chain.MaxRecordBytes)
-	if after.TotalAlloc-before.TotalAlloc > chain.MaxRecordBytes {
-		t.Errorf("a %d-byte record made a read allocate %d MiB", recLen, (after.TotalAlloc-before.TotalAlloc)>>20)
+		recLen, err, allocated>>20, chain.RecordSize(cp), chain.MaxRecordBytes, chain.RecordSize(cp) > chain.MaxRecordBytes)
+	if allocated > chain.MaxRecordBytes {
+		t.Errorf("a %d-byte record made a read allocate %d MiB", recLen, allocated>>20)
 	}
 }
 
@@ -294,17 +288,11 @@ func TestRepeatedChunkUnderAForgedClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	err = db.View(func(tx *bolt.Tx) error {
-		_, err := GetCheckpoint(tx, "c1")
-		return err
-	})
-	runtime.ReadMemStats(&after)
+	allocated, err := getAllocs(db, "c1")
 	if !errors.Is(err, chain.ErrCorrupt) {
 		t.Errorf("GetCheckpoint of a record over its claim: %v, want ErrCorrupt", err)
 	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+	if n := allocated; n > 8<<20 {
 		t.Errorf("a record claiming 2 MiB made a read allocate %d MiB", n>>20)
 	}
 }
@@ -473,4 +461,17 @@ func forgeSecondContentCollision(p *Prepared) *preparedChunk {
 	i2.sum = sum(BucketChunks, chunkKey(i2.hash), i2.data)
 	binary.BigEndian.PutUint64(p.record[i2.slot:], i2.hash)
 	return i2
+}
+
+// getAllocs reads checkpoint id with GetCheckpoint and returns how many
+// bytes the read allocated, and its error.
+func getAllocs(db *bolt.DB, id string) (uint64, error) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := db.View(func(tx *bolt.Tx) error {
+		_, err := GetCheckpoint(tx, id)
+		return err
+	})
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, err
 }

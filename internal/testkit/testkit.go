@@ -122,3 +122,20 @@ func SkipUnlessLong(tb testing.TB, why string) {
 func FileKey[N Number](n N) string {
 	return fmt.Sprintf("%s%064x", chain.FilePrefix, uint64(n))
 }
+
+// FlipByte damages the file at path by XOR-ing the byte at off with 0x5a;
+// a negative off counts from the end (-1 is the last byte).
+func FlipByte(tb testing.TB, path string, off int64) {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if off < 0 {
+		off += int64(len(b))
+	}
+	b[off] ^= 0x5a
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
