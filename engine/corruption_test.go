@@ -592,13 +592,7 @@ func corruptCases() []corruptCase {
 		{name: "newer meta page damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {
 			// bbolt takes the other meta page: the store as it was one
 			// transaction earlier (the fixture's last is a lease release).
-			pageSize, _ := boltPages(t, dir, meta.BucketCheckpoints)
-			t0, t1 := metaTxids(t, dir, pageSize)
-			newer := int64(0)
-			if t1 > t0 {
-				newer = int64(pageSize)
-			}
-			testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), newer+16+16)
+			flipNewestMeta(t, dir)
 			return harm{metaPage: true}
 		}},
 		{name: "both meta pages damaged", damage: func(t *testing.T, s *corruptStore, dir string) harm {

@@ -1,8 +1,8 @@
 // Package testkit picks the scale of sbxdb's tests (how many iterations,
 // how large an input, how long a run) and holds the helpers tests of
-// several packages share. Only tests import it. A tier changes
-// how many times, how big and how long, not which code paths run or what
-// is asserted; the one test that needs a resource big by nature (a 256 MiB
+// several packages share. Only tests and the conformance kit
+// (engine/enginetest) import it. A tier changes how many times, how big
+// and how long, not which code paths run or what is asserted; the one test that needs a resource big by nature (a 256 MiB
 // record) skips below SBXDB_LONG=1, saying so.
 //
 // The tiers:
