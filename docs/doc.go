@@ -3,5 +3,7 @@
 // or document cites must name a section of docs/SPEC.md (and "§10 Qn" a row
 // of its decisions table), and every relative link or backquoted file path
 // in the documents, and every repository file a Go comment names, must
-// exist.
+// exist. They also keep two lines the architecture draws: chain and lease
+// import neither bbolt nor the store's internals, and bucket and key names
+// are spelt only in the two schema files.
 package docs

@@ -1,0 +1,119 @@
+package docs
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// goFiles parses the non-test Go files of dir, relative to the root.
+func goFiles(t *testing.T, dir string) map[string]*ast.File {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*ast.File{}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		f, err := parser.ParseFile(fset, filepath.Join(root, path), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[path] = f
+	}
+	if len(files) == 0 {
+		t.Fatalf("%s holds no Go file", dir)
+	}
+	return files
+}
+
+// TestModelPackagesStayOffTheStore checks the public/internal line: the
+// model (chain) and the lease handle (lease) import neither bbolt nor the
+// store's internal packages, so only the engine touches sbx.db.
+func TestModelPackagesStayOffTheStore(t *testing.T) {
+	for _, dir := range []string{"chain", "lease"} {
+		for path, f := range goFiles(t, dir) {
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if strings.HasPrefix(p, "go.etcd.io/bbolt") || strings.HasPrefix(p, "github.com/sbxdb/sbxdb/internal/meta") || strings.HasPrefix(p, "github.com/sbxdb/sbxdb/engine") {
+					t.Errorf("%s imports %s", path, p)
+				}
+			}
+		}
+	}
+}
+
+// TestBucketNamesDeclaredOnce checks that the names of sbx.db's buckets and
+// keys are spelt only in the two schema files: internal/meta/schema.go for
+// the store's, cas/format.go for the blob index's.
+func TestBucketNamesDeclaredOnce(t *testing.T) {
+	schema := map[string]bool{}
+	for _, f := range goFiles(t, "internal/meta") {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if v, ok := n.(*ast.ValueSpec); ok {
+				for i, name := range v.Names {
+					if (strings.HasPrefix(name.Name, "Bucket") || strings.HasPrefix(name.Name, "Key")) && i < len(v.Values) {
+						if s := byteStringLit(v.Values[i]); s != "" {
+							schema[s] = true
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	if !schema["checkpoints"] || !schema["writers"] || !schema["instances"] {
+		t.Fatalf("the bucket names read from internal/meta are %v; the declarations changed shape", schema)
+	}
+	for _, dir := range []string{"chain", "lease", "engine", "gc", "cas", "internal/meta", "cmd/sbxdb"} {
+		for path, f := range goFiles(t, dir) {
+			if path == filepath.Join("internal", "meta", "schema.go") || path == filepath.Join("cas", "format.go") {
+				continue
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if e, ok := n.(ast.Expr); ok {
+					if s := byteStringLit(e); schema[s] {
+						t.Errorf("%s spells the bucket or key name %q; use internal/meta's declaration", path, s)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+// byteStringLit returns s for the expression []byte("s"), else "".
+func byteStringLit(e ast.Expr) string {
+	call, ok := e.(*ast.CallExpr)
+	if !ok || len(call.Args) != 1 {
+		return ""
+	}
+	if at, ok := call.Fun.(*ast.ArrayType); !ok || at.Len != nil || !isIdent(at.Elt, "byte") {
+		return ""
+	}
+	lit, ok := call.Args[0].(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return ""
+	}
+	s, err := strconv.Unquote(lit.Value)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
