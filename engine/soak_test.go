@@ -18,6 +18,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
@@ -43,13 +44,14 @@ import (
 //     blob references equal a recount of every checkpoint, and every head
 //     restores byte-exact.
 //
-// It runs 3 s by default, 60 s under SBXDB_LONG=1; SBXDB_SOAK=d (any time.ParseDuration value) runs it for d, shorter or
-// longer. The store runs with fsync on (NoSync false): measured on 2 cores
-// under -race, NoSync gave about as many operations per second (the race detector
-// and file system calls are the limit), and fsync keeps the capture's
-// durability barrier on its real path.
+// It runs 3 s by default, 60 s under SBXDB_LONG=1; SBXDB_SOAK=d (any
+// time.ParseDuration value) runs it for d, shorter or longer. The store
+// runs with fsync on (NoSync false): under -race, NoSync gives about as
+// many operations per second (the race detector and file system calls are
+// the limit), and fsync keeps the capture's durability barrier on its real
+// path.
 func TestSoak(t *testing.T) {
-	dur := soakDefault(t)
+	dur := testkit.Scale(t, 3*time.Second, 60*time.Second)
 	if v := os.Getenv("SBXDB_SOAK"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
