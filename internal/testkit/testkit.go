@@ -43,16 +43,16 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-// EnvLong names the environment variable that selects the tier: unset,
+// envLong names the environment variable that selects the tier: unset,
 // empty or 0 is the default, 1 is full scale, 2 is full scale and the
 // exhaustive cases.
-const EnvLong = "SBXDB_LONG"
+const envLong = "SBXDB_LONG"
 
-// Level returns the tier SBXDB_LONG selects: 0, 1 or 2. Any other value
+// level returns the tier SBXDB_LONG selects: 0, 1 or 2. Any other value
 // fails the test, so a misspelt tier never runs the default silently.
-func Level(tb testing.TB) int {
+func level(tb testing.TB) int {
 	tb.Helper()
-	switch v := os.Getenv(EnvLong); v {
+	switch v := os.Getenv(envLong); v {
 	case "", "0":
 		return 0
 	case "1":
@@ -60,7 +60,7 @@ func Level(tb testing.TB) int {
 	case "2":
 		return 2
 	default:
-		tb.Fatalf("%s=%q: want 0, 1 (full scale) or 2 (and the exhaustive cases)", EnvLong, v)
+		tb.Fatalf("%s=%q: want 0, 1 (full scale) or 2 (and the exhaustive cases)", envLong, v)
 		return 0
 	}
 }
@@ -68,13 +68,13 @@ func Level(tb testing.TB) int {
 // Long reports SBXDB_LONG=1 or 2: full scale.
 func Long(tb testing.TB) bool {
 	tb.Helper()
-	return Level(tb) >= 1
+	return level(tb) >= 1
 }
 
 // Exhaustive reports SBXDB_LONG=2: the cases too slow for CI.
 func Exhaustive(tb testing.TB) bool {
 	tb.Helper()
-	return Level(tb) >= 2
+	return level(tb) >= 2
 }
 
 // Number is what a scale can be: a count, a size or a time.Duration.
@@ -112,7 +112,7 @@ func ScaleShort[N Number](tb testing.TB, short, quick, long N) N {
 func SkipUnlessLong(tb testing.TB, why string) {
 	tb.Helper()
 	if !Long(tb) {
-		tb.Skipf("%s: runs with %s=1", why, EnvLong)
+		tb.Skipf("%s: runs with %s=1", why, envLong)
 	}
 }
 
