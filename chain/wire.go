@@ -1,8 +1,10 @@
 package chain
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"unicode/utf8"
 )
 
@@ -80,4 +82,72 @@ func (w Writer) MarshalJSON() ([]byte, error) {
 		OwnerToken wireString `json:"ownerToken"`
 		Fence      uint64     `json:"fence"`
 	}{wireString(w.ThreadID), wireString(w.OwnerToken), w.Fence})
+}
+
+// WireString is a string member of a request on the wire (docs/API.md).
+// It crosses JSON without loss: a lone surrogate escape is kept as its
+// WTF-8 bytes when decoded and goes back out as the same escape. Decoding
+// never fails: any JSON value that is not a string of UTF-8 text (a
+// number, an object, null, a string holding raw invalid bytes) decodes to
+// NotAString, which is not valid UTF-8. Decoding thus decides no error: the
+// validators refuse what is not well-formed text, each with its own code
+// and in the contract's order, exactly as for the Go API.
+type WireString string
+
+// NotAString is what a WireString holds when its JSON value was not text.
+const NotAString = "\xffnot a string"
+
+func (s WireString) MarshalJSON() ([]byte, error) { return wireString(s).MarshalJSON() }
+
+func (s *WireString) UnmarshalJSON(b []byte) error {
+	v, ok := unquote(bytes.TrimSpace(b))
+	if !ok {
+		v = NotAString
+	}
+	*s = WireString(v)
+	return nil
+}
+
+// WireInt is an integer member of a request on the wire. Decoding never
+// fails: an exact integer within ±(2^53−1) decodes to itself, anything else
+// (a fraction, 1e400, a string, null) to NotAnInt, which every range check
+// refuses (CheckCreatedAt: INVALID_ENTRY).
+type WireInt int64
+
+// NotAnInt is what a WireInt holds when its JSON value was not a safe
+// integer.
+const NotAnInt = math.MinInt64
+
+func (n *WireInt) UnmarshalJSON(b []byte) error {
+	v, ok := parseSafeInt(bytes.TrimSpace(b))
+	if !ok {
+		v = NotAnInt
+	}
+	*n = WireInt(v)
+	return nil
+}
+
+// UnmarshalJSON decodes {"threadId", "ownerToken", "fence"} without ever
+// failing, so that the store's checks decide in their order: a thread id
+// that is not text decodes to NotAString (INVALID_ID), an owner token that
+// is not a string to "" and a fence that is not a non-negative safe integer
+// to 0, neither of which any lease holds (WRITER_LOST). A value that is not
+// an object decodes to a writer of thread NotAString.
+func (w *Writer) UnmarshalJSON(b []byte) error {
+	var o object
+	if json.Unmarshal(b, &o) != nil || o == nil {
+		*w = Writer{ThreadID: NotAString}
+		return nil
+	}
+	var thread WireString
+	if raw, ok := o["threadId"]; ok {
+		_ = thread.UnmarshalJSON(raw)
+	}
+	tok, _ := o.str("ownerToken")
+	fence, ok := o.integer("fence")
+	if !ok || fence < 0 {
+		fence = 0
+	}
+	*w = Writer{ThreadID: string(thread), OwnerToken: tok, Fence: uint64(fence)}
+	return nil
 }

@@ -1,0 +1,134 @@
+// Package client connects a Go host to a store served by sbxdb serve
+// (docs/API.md). A *Client implements the engine's interfaces
+// (engine.Store: CheckpointStore, Pruner, Forker, Transcripts, and
+// Instances) over the API, so that a host moves between an embedded store
+// and a served one by changing only how it gets its store; every error
+// matches the sentinel the engine's would (errors.Is, chain.Code).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Options configure a Client. The zero value suits a unix socket.
+type Options struct {
+	// Token is sent as "Authorization: Bearer Token" (TCP listeners).
+	Token string
+	// Timeout bounds each request that is not streamed; 0 means none (the
+	// caller's context decides).
+	Timeout time.Duration
+}
+
+// Client is a connection pool to one server. It is safe for concurrent
+// use.
+type Client struct {
+	base  string // scheme://host, the prefix of every request URL
+	token string
+	http  *http.Client
+}
+
+// New returns a client of the server at addr: "unix:PATH", "tcp:HOST:PORT",
+// or an http:// URL. It does not connect until the first request.
+func New(addr string, opts *Options) (*Client, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	tr := &http.Transport{
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	c := &Client{token: opts.Token, http: &http.Client{Transport: tr, Timeout: opts.Timeout}}
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		path := strings.TrimPrefix(addr, "unix:")
+		if path == "" {
+			return nil, fmt.Errorf("client: %q names no socket", addr)
+		}
+		var d net.Dialer
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		}
+		c.base = "http://sbxdb"
+	case strings.HasPrefix(addr, "tcp:"):
+		c.base = "http://" + strings.TrimPrefix(addr, "tcp:")
+	case strings.HasPrefix(addr, "http://"):
+		c.base = strings.TrimSuffix(addr, "/")
+	default:
+		return nil, fmt.Errorf("client: address %q is not unix:PATH, tcp:HOST:PORT or http://HOST:PORT", addr)
+	}
+	return c, nil
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() error {
+	c.http.CloseIdleConnections()
+	return nil
+}
+
+// newRequest builds a request of path (which starts with /) with the token.
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// do sends req and returns its response when the status is 2xx; any other
+// status is decoded into the error the server sent (errors.go).
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, transportError(err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
+// call posts in as JSON to path (GET when in is nil) and decodes the
+// response into out (unless out is nil).
+func (c *Client) call(ctx context.Context, path string, in, out any) error {
+	method, body := http.MethodGet, io.Reader(nil)
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("client: encoding the request to %s: %w", path, err)
+		}
+		method, body = http.MethodPost, bytes.NewReader(b)
+	}
+	req, err := c.newRequest(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("client: decoding the response of %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+)
+
+// sbxdb's own error codes, for failures the contract has no code for
+// (docs/API.md, Errors).
+const (
+	CodeBadRequest       = "SBXDB_BAD_REQUEST"
+	CodeBlobMismatch     = "SBXDB_BLOB_MISMATCH"
+	CodeUnauthorized     = "SBXDB_UNAUTHORIZED"
+	CodeForbidden        = "SBXDB_FORBIDDEN"
+	CodeNotFound         = "SBXDB_NOT_FOUND"
+	CodeMethodNotAllowed = "SBXDB_METHOD_NOT_ALLOWED"
+	CodeBlobInUse        = "SBXDB_BLOB_IN_USE"
+	CodeTooLarge         = "SBXDB_TOO_LARGE"
+	CodeRange            = "SBXDB_RANGE"
+	CodeCorrupt          = "SBXDB_CORRUPT"
+	CodeInternal         = "SBXDB_INTERNAL"
+	CodeUnavailable      = "SBXDB_UNAVAILABLE"
+	CodeReadOnly         = "SBXDB_READ_ONLY"
+)
+
+// ErrorBody is the JSON body of every failed request.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// codeError is a failure the server itself decides, with its code.
+type codeError struct{ code, msg string }
+
+func (e *codeError) Error() string { return e.msg }
+
+func errorf(code, format string, args ...any) error {
+	return &codeError{code, fmt.Sprintf(format, args...)}
+}
+
+// sentinels maps the engine's errors that have no contract code to
+// sbxdb's codes. The first match wins.
+var sentinels = []struct {
+	err  error
+	code string
+}{
+	{chain.ErrTooLarge, CodeTooLarge},
+	{cas.ErrKeyMismatch, CodeBlobMismatch},
+	{cas.ErrPinned, CodeBlobInUse},
+	{cas.ErrNotFound, CodeNotFound},
+	{cas.ErrInvalidKey, CodeBadRequest},
+	{chain.ErrCorrupt, CodeCorrupt},
+	{cas.ErrCorrupt, CodeCorrupt},
+	{engine.ErrReadOnly, CodeReadOnly},
+	{cas.ErrReadOnly, CodeReadOnly},
+	{engine.ErrClosed, CodeUnavailable},
+	{context.Canceled, CodeUnavailable},
+	{context.DeadlineExceeded, CodeUnavailable},
+}
+
+// Code returns the wire code of err: the contract's where it has one,
+// else sbxdb's.
+func Code(err error) string {
+	var ce *codeError
+	if errors.As(err, &ce) {
+		return ce.code
+	}
+	if c := chain.Code(err); c != "" {
+		return c
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return s.code
+		}
+	}
+	return CodeInternal
+}
+
+// Status returns the HTTP status of a wire code (docs/API.md, Errors).
+func Status(code string) int {
+	switch code {
+	case chain.CodeInvalidID, chain.CodeInvalidEntry, chain.CodeInvalidPath,
+		chain.CodeInvalidWorkspace, chain.CodeUnsupportedEntry,
+		CodeBadRequest, CodeBlobMismatch:
+		return http.StatusBadRequest
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
+	case chain.CodeCheckpointNotFound, chain.CodeForkSourceNotFound,
+		chain.CodeMissingBlob, chain.CodeMissingCheckpointArtifact, CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case chain.CodeStaleHead, chain.CodeParentMismatch, chain.CodeDuplicateID,
+		chain.CodeNotHead, chain.CodeWriterConflict, chain.CodeWriterLost,
+		chain.CodeForkSourceThreadMismatch, chain.CodeForkDestinationNotEmpty,
+		chain.CodeForeignCheckpointArtifact, chain.CodeAtomicForkRequired, CodeBlobInUse:
+		return http.StatusConflict
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeRange:
+		return http.StatusRequestedRangeNotSatisfiable
+	case chain.CodeInvalidBlob, chain.CodeInvalidArtifactBytes:
+		return http.StatusUnprocessableEntity
+	case CodeUnavailable, CodeReadOnly:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError writes err as an ErrorBody with its status.
+func writeError(w http.ResponseWriter, err error) {
+	code := Code(err)
+	if code == CodeUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, Status(code), ErrorBody{Code: code, Message: err.Error()})
+}
+
+// writeJSON writes v as the JSON body of a response with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Code: CodeInternal, Message: "encoding the response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
