@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/workspace"
@@ -64,7 +66,14 @@ The summary line counts the files recorded, those unchanged, those read, the
 new blobs stored (with their compressed size), the files whose bytes were
 stored already (deduplicated), and any changed or vanished while read. With
 --json: {id, threadId, parentCheckpointId, reason, label, stats, warnings,
-seconds}; stats.changed and stats.vanished count the warnings.`,
+seconds}; stats.changed and stats.vanished count the warnings.
+
+While sbxdb serve runs for the store, capture works through it (sbxdb help
+says how the server is found), with the same output: the server reads DIR,
+named by its absolute path, on its own machine, and capture holds and renews
+the writer lease through the API, so that the other commands, and captures
+into other threads, run meanwhile. The --secret-env values travel in the
+request to the server.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.StringVar(&inv.thread, "thread", "", "capture onto the head of thread `THREAD` (required)")
 		fset.StringVar(&inv.id, "id", "", "the new checkpoint's `ID` (default a random UUID)")
@@ -99,16 +108,22 @@ func policyFlags(fset *flag.FlagSet, inv *invocation, restore bool) {
 	fset.BoolVar(&inv.allowEscaping, "allow-escaping-symlinks", false, "record symlinks whose target is absolute or leaves the tree")
 }
 
-// checkPolicy reports a malformed --exclude or --include glob.
+// checkPolicy reports a malformed --exclude or --include glob. The globs
+// travel as they are (client.CaptureRequest, client.RestoreRequest), and
+// the store makes the workspace policy of them.
 func (inv *invocation) checkPolicy() error {
-	_, err := inv.policy()
+	_, err := workspace.Policy{}.WithGlobs(inv.excludes, inv.includes)
 	return err
 }
 
-// policy is the default workspace policy extended by --exclude and
-// --include.
-func (inv *invocation) policy() (workspace.Policy, error) {
-	return workspace.Policy{}.WithGlobs(inv.excludes, inv.includes)
+// absDir returns dir made absolute, as a server takes it: its working
+// directory is not the command's.
+func absDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", cell(dir), err)
+	}
+	return abs, nil
 }
 
 // captureJSON is what `sbxdb capture --json` prints.
@@ -125,8 +140,7 @@ type captureJSON struct {
 }
 
 func runCapture(inv *invocation, args []string) error {
-	dir := args[0]
-	pol, err := inv.policy()
+	dir, err := absDir(args[0])
 	if err != nil {
 		return err
 	}
@@ -147,10 +161,11 @@ func runCapture(inv *invocation, args []string) error {
 	start := time.Now()
 	var res *engine.CaptureResult
 	err = withLease(inv.ctx, db, inv.thread, inv.errOut, func(ctx context.Context, w lease.Writer) (err error) {
-		res, err = db.Capture(ctx, engine.CaptureInput{
+		res, err = db.Capture(ctx, client.CaptureRequest{
 			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
-			Policy: pol, Secrets: secrets, AllowEscapingSymlinks: inv.allowEscaping,
-			Rehash: inv.rehash, Progress: inv.progressFunc("reading", start),
+			Excludes: inv.excludes, Includes: inv.includes, Secrets: secrets,
+			AllowEscapingSymlinks: inv.allowEscaping, Rehash: inv.rehash,
+			Progress: inv.progressFunc("reading", start),
 		})
 		return err
 	})
@@ -198,14 +213,14 @@ func changedWhileRead(st engine.CaptureStats) string {
 const releaseTimeout = 5 * time.Second
 
 // withLease runs fn holding the writer lease of thread, renewing it in the
-// background. A live lease whose holder was a process on this host that no
+// background (through the API when db is a server). A live lease whose holder was a process on this host that no
 // longer runs (a writer killed before it released) is taken over, and a
 // line on errOut says so. A renewal that fails means the lease is lost: fn's
 // context is cancelled, since fn could not publish anyway, and that failure
 // is the error. The lease is released afterwards even when ctx was cancelled
 // (an interrupt), since a lease left behind would block the thread's next
 // writer until it expires. fn's error wins over a release error.
-func withLease(ctx context.Context, db *engine.DB, thread string, errOut io.Writer, fn func(ctx context.Context, w lease.Writer) error) error {
+func withLease(ctx context.Context, db leaser, thread string, errOut io.Writer, fn func(ctx context.Context, w lease.Writer) error) error {
 	l, err := db.AcquireWriterWith(ctx, thread, lease.AcquireOptions{TakeOverDead: true})
 	if err != nil {
 		if errors.Is(err, chain.ErrWriterConflict) {

@@ -21,7 +21,11 @@ good when its end is reached, so some bytes may have been written before
 the damage is found. A non-zero exit status therefore means the output
 must be discarded. A missing blob is SANDBOX_SNAPSHOT_MISSING_BLOB and a
 damaged one SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key.
-Bytes that capture zero-filled for --secret-env are zeros here too.`,
+Bytes that capture zero-filled for --secret-env are zeros here too.
+
+While sbxdb serve runs for the store, cat works through it (sbxdb help says
+how the server is found): the bytes come from the server, which verifies
+them, and are checked here against the entry's size and key as well.`,
 	run: runCat,
 }
 

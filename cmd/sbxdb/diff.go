@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 var diffCmd = &command{
@@ -29,7 +28,9 @@ blob key, no blob is read); conversations and artifacts are not. The exit
 status is 0 whether or not they differ. With --json: {from, to, changes,
 added, removed, changed}, each change {op, path, old, new} with op "+", "-"
 or "M" and old and new manifest entries in their wire shape (null when
-absent).`,
+absent).
+
+` + viaServer,
 	run: runDiff,
 }
 
@@ -94,7 +95,7 @@ func runDiff(inv *invocation, args []string) error {
 }
 
 // getCheckpoint returns checkpoint id, or an error saying it is not found.
-func getCheckpoint(inv *invocation, db *engine.DB, id string) (*chain.Checkpoint, error) {
+func getCheckpoint(inv *invocation, db store, id string) (*chain.Checkpoint, error) {
 	cp, err := db.Get(inv.ctx, id)
 	if err != nil {
 		return nil, err

@@ -46,7 +46,9 @@ status 0 when no errors were found, 1 otherwise. Unreferenced blobs are
 not a problem: gc deletes them once they are older than its --older-than.
 With --json: {threads, checkpoints, blobKeys, blobs, unreferenced,
 verified, repaired, findings: [{severity, kind, subject, detail}],
-dropped: [{key, checkpoints}], reindexed, reindexedFiles, left}.`,
+dropped: [{key, checkpoints}], reindexed, reindexedFiles, left}.
+
+` + viaServer,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.BoolVar(&inv.verifyBlobs, "verify-blobs", false, "read every blob back and check it against its key")
 		fset.BoolVar(&inv.repair, "repair", false, "rewrite the reference counts, drop damaged blobs from the index, re-index the quarantine")
@@ -196,7 +198,9 @@ given back (-v lists every blob key). --dry-run changes nothing and prints
 what would be deleted (its sweep counts the references retention would
 drop; it does not estimate repacking). With --json: {retention: {deleted,
 busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
-before, after}, before, after}.`,
+before, after}, before, after}.
+
+` + viaServer,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.Func("keep", "keep the newest `N` checkpoints of each thread, the head included (default: no retention)", func(s string) error {
 			n, err := strconv.Atoi(s)
@@ -345,14 +349,18 @@ func printGC(inv *invocation, res *engine.GCResult, complete bool) {
 }
 
 var compactCmd = &command{
-	name:    "compact",
-	writes:  true,
-	summary: "Rewrite the database file without its free pages",
+	name:      "compact",
+	writes:    true,
+	exclusive: true,
+	summary:   "Rewrite the database file without its free pages",
 	detail: `bbolt files never shrink: pages freed by deleted checkpoints are reused but
 never given back. compact copies the database into a new file and renames it
 over the old one (a crash leaves one or the other, whole), then prints the
 sizes before and after. Run it after a gc that deleted much; it needs the
-store to itself. With --json: {before, after}.`,
+store to itself. With --json: {before, after}.
+
+While sbxdb serve runs for the store, it refuses to run (exit status 1),
+naming the server: stop the server first.`,
 	run: runCompact,
 }
 

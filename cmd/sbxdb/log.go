@@ -15,7 +15,9 @@ var logCmd = &command{
 parent that no longer exists in the thread (retention deleted it), or at a
 checkpoint seen before. Checkpoints of the thread that are not on the chain
 are counted, not listed. With --json, each row has its parentCheckpointId,
-so a missing parent shows as the last row's parent.`,
+so a missing parent shows as the last row's parent.
+
+` + viaServer,
 	run: runLog,
 }
 

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	sbxdb <command> [--db DIR] [--json] [arguments]
+//	sbxdb <command> [--db DIR] [--server ADDR] [--json] [arguments]
 //
 // The commands are:
 //
@@ -34,6 +34,17 @@
 // process holds is reported as busy, naming that process, after about a
 // second.
 //
+// While sbxdb serve runs for the store, every command works through its API
+// instead of opening the files, with the same output and exit status. The
+// server is --server ADDR, else $SBXDB_SERVER (ADDR is unix:PATH or
+// tcp:HOST:PORT; a TCP server is sent the bearer token in $SBXDB_TOKEN),
+// else the one answering on DIR/sbxdb.sock (a socket file nobody answers on
+// is ignored). A named server must serve the store --db or $SBXDB_DIR
+// names, when one is named. capture and restore ask the server to read or
+// write the directory itself, so file bytes do not cross the socket; capture
+// holds and renews the writer lease through the API. compact and migrate
+// need the store to themselves and refuse while a server runs.
+//
 // capture and restore draw a progress line on standard error when it is a
 // terminal, and print one summary line on standard output.
 //
@@ -50,7 +61,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,6 +89,11 @@ func defaultDir() string {
 	return fallbackDir
 }
 
+// viaServer is the help sentence of a command that works the same through
+// a running server.
+const viaServer = `While sbxdb serve runs for the store, the command works through it, with
+the same output (sbxdb help says how the server is found).`
+
 // lockTimeout bounds how long opening the store waits for a writer that
 // holds it. Tests shorten it.
 var lockTimeout = time.Second
@@ -97,6 +112,9 @@ type command struct {
 	// none (capture); other writers refuse a directory without one.
 	writes  bool
 	creates bool
+	// exclusive marks a command that needs the store's files to itself
+	// (compact, migrate): it refuses to run while a server holds them.
+	exclusive bool
 	// noJSON leaves out the --json flag, for a command whose output is not
 	// a report (cat).
 	noJSON bool
@@ -121,6 +139,8 @@ var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captur
 type invocation struct {
 	ctx      context.Context
 	dir      string // --db
+	dirGiven bool   // --db or $SBXDB_DIR named the store
+	server   string // --server
 	json     bool   // --json
 	out      io.Writer
 	errOut   io.Writer // standard error, for the progress line
@@ -208,10 +228,17 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "sbxdb %s: %v\nusage: %s\n", c.name, err, c.usage())
 		return 2
 	}
+	inv.dirGiven = inv.dir != "" || os.Getenv(dirEnv) != ""
 	if inv.dir == "" {
 		inv.dir = defaultDir()
 	}
-	if err := c.run(inv, pos); err != nil {
+	if c.exclusive {
+		err = inv.refuseServer()
+	}
+	if err == nil {
+		err = c.run(inv, pos)
+	}
+	if err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			err = errors.New("interrupted")
 		}
@@ -244,7 +271,7 @@ func lookup(name string) *command {
 
 // printCommands writes the command list.
 func printCommands(w io.Writer) {
-	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store, captures workspaces into it,\nrestores them, checks the store and collects its garbage.\n\nusage: sbxdb <command> [--db DIR] [--json] [arguments]\n\ncommands:\n")
+	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store, captures workspaces into it,\nrestores them, checks the store and collects its garbage.\n\nusage: sbxdb <command> [--db DIR] [--server ADDR] [--json] [arguments]\n\ncommands:\n")
 	tw := table(w)
 	for _, c := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
@@ -252,6 +279,13 @@ func printCommands(w io.Writer) {
 	fmt.Fprintf(tw, "  help [COMMAND]\tPrint this list, or one command's help\n")
 	tw.Flush()
 	fmt.Fprintf(w, "\nThe store is --db DIR, else $%s, else %s in the current directory.\n", dirEnv, fallbackDir)
+	fmt.Fprint(w, `
+While sbxdb serve runs for the store, every command works through it, with
+the same output and exit status. The server is --server ADDR, else
+$SBXDB_SERVER (ADDR is unix:PATH or tcp:HOST:PORT; a TCP server is sent the
+token in $SBXDB_TOKEN), else the one answering on DIR/sbxdb.sock. compact
+and migrate need the store to themselves and refuse while a server runs.
+`)
 }
 
 // flagSet returns the command's flags, bound to inv. It prints nothing:
@@ -260,6 +294,7 @@ func (c *command) flagSet(inv *invocation) *flag.FlagSet {
 	fset := flag.NewFlagSet("sbxdb "+c.name, flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
 	fset.StringVar(&inv.dir, "db", "", "the store directory `DIR` (default $"+dirEnv+", else "+fallbackDir+")")
+	fset.StringVar(&inv.server, "server", "", "work through the sbxdb serve at `ADDR`, unix:PATH or tcp:HOST:PORT (default $"+serverEnv+", else DIR/"+socketName+" when it answers)")
 	if !c.noJSON {
 		fset.BoolVar(&inv.json, "json", false, "print JSON instead of a table")
 	}
@@ -308,30 +343,6 @@ func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
-}
-
-// openStore opens the store, read-only unless the command writes (then
-// creating it if needed), and words the failures an operator meets: no
-// store, or another process holding it. Only one process at a time can hold
-// a store for writing, and none can read it meanwhile; the second one is told
-// the store is busy, naming the holder, after lockTimeout.
-func (inv *invocation) openStore() (*engine.DB, error) {
-	if inv.writes && !inv.creates {
-		// Only capture creates a store: gc or check --repair on a
-		// mistyped path must say so, not make an empty store there.
-		if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
-			return nil, openError(inv, engine.ErrNoStore)
-		}
-	}
-	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout})
-	if err != nil {
-		return nil, openError(inv, err)
-	}
-	if q := db.Blobs().QuarantinedAtOpen(); len(q) > 0 {
-		fmt.Fprintf(inv.errOut, "warning: the database may be older than its blob files (see sbxdb check): moved %s it does not index into %s instead of deleting them: %s; sbxdb check --repair indexes them again\n",
-			count(len(q), "file"), filepath.Join(inv.dir, engine.BlobDir, "quarantine"), strings.Join(q, ", "))
-	}
-	return db, nil
 }
 
 // openError words a failure to open the store.

@@ -11,7 +11,9 @@ var refsCmd = &command{
 	summary: "List blob keys with their reference counts",
 	detail: `One line per blob key that checkpoints use, with the number of checkpoints
 using it, in key order, then a total. A key used twice in one checkpoint counts
-once. With --json, an array of {key, references}.`,
+once. With --json, an array of {key, references}.
+
+` + viaServer,
 	run: runRefs,
 }
 

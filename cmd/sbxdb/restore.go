@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -28,7 +29,11 @@ id. Give the --exclude and --include flags that the capture was given: an
 entry that policy would not have recorded is SANDBOX_SNAPSHOT_INVALID_PATH.
 restore opens the store read-only. On a terminal a progress line shows the
 files and bytes written and the rate. With --json: {id, dir, files, dirs,
-symlinks, bytes, seconds}.`,
+symlinks, bytes, seconds}.
+
+While sbxdb serve runs for the store, restore works through it (sbxdb help
+says how the server is found), with the same output: the server writes DIR,
+named by its absolute path, on its own machine.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		fset.StringVar(&inv.thread, "thread", "", "restore the head of thread `THREAD` (then give no CHECKPOINT)")
 		policyFlags(fset, inv, true)
@@ -57,10 +62,6 @@ type restoreJSON struct {
 }
 
 func runRestore(inv *invocation, args []string) error {
-	pol, err := inv.policy()
-	if err != nil {
-		return err
-	}
 	db, err := inv.openStore()
 	if err != nil {
 		return err
@@ -79,10 +80,14 @@ func runRestore(inv *invocation, args []string) error {
 		id, dir = args[0], args[1]
 	}
 
+	abs, err := absDir(dir)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	st, err := db.Restore(inv.ctx, id, dir, &engine.RestoreOptions{
-		Policy: pol, AllowEscapingSymlinks: inv.allowEscaping,
-		Progress: inv.progressFunc("writing", start),
+	st, err := db.Restore(inv.ctx, client.RestoreRequest{
+		CheckpointID: id, Dir: abs, Excludes: inv.excludes, Includes: inv.includes,
+		AllowEscapingSymlinks: inv.allowEscaping, Progress: inv.progressFunc("writing", start),
 	})
 	if err != nil {
 		return err

@@ -14,7 +14,9 @@ var showCmd = &command{
 	summary: "Show one checkpoint: header, files, artifacts and conversation size",
 	detail: `Files list kind, size in bytes, x for executable, path, and the first 12
 hex digits of the blob key (or -> target for a symlink). With --json, the
-checkpoint in its wire shape (the TypeScript SandboxCheckpoint).`,
+checkpoint in its wire shape (the TypeScript SandboxCheckpoint).
+
+` + viaServer,
 	run: runShow,
 }
 

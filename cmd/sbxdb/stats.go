@@ -18,7 +18,9 @@ conversation) and as stored (physical: records plus the chunks checkpoints
 share), and the sharing ratio between them; the blobs' uncompressed bytes
 (each blob once) and the bytes their pack and large files take; and the
 database file's size and free pages. It reads every record header and chunk
-size, not the blobs. With --json, the same fields as an object.`,
+size, not the blobs. With --json, the same fields as an object.
+
+` + viaServer,
 	run: runStats,
 }
 
@@ -55,8 +57,9 @@ func runStats(inv *invocation, _ []string) error {
 }
 
 var migrateCmd = &command{
-	name:    "migrate",
-	summary: "Upgrade a store written by an older sbxdb to this build's format",
+	name:      "migrate",
+	exclusive: true,
+	summary:   "Upgrade a store written by an older sbxdb to this build's format",
 	detail: `Opens the store for writing, which rewrites a store of an older format in
 this build's format, in one transaction: a crash or an error leaves the store
 as it was, in its old format, readable by the build that wrote it. Format 1
@@ -65,7 +68,10 @@ format 2 (chunks for every manifest) the records stay as they are and the
 set of checkpoints whose references are not folded yet is rekeyed and
 weighed. A current store is left alone. Commands that only read refuse an
 older store and point here; commands that write migrate it themselves. It needs the store
-to itself. With --json: {from, to, seconds}.`,
+to itself. With --json: {from, to, seconds}.
+
+While sbxdb serve runs for the store, it refuses to run (exit status 1),
+naming the server: stop the server first.`,
 	run: runMigrate,
 }
 

@@ -13,7 +13,9 @@ var threadsCmd = &command{
 	summary: "List threads with head, checkpoint count, latest time and writer lease",
 	detail: `One line per thread that has checkpoints, a head, a saved transcript or a
 writer lease. LATEST is the newest createdAt of the thread's checkpoints, in
-UTC. WRITER is "live until TIME", "expired" or "none".`,
+UTC. WRITER is "live until TIME", "expired" or "none".
+
+` + viaServer,
 	run: runThreads,
 }
 

@@ -21,7 +21,9 @@ fence. Use it when a writer on another host is known to be gone. A capture
 takes over by itself the lease of a writer on this host that no longer runs.
 Prints the lease removed (fence, holder, expiry) or that there was none; the
 exit status is 0 either way. With --json: {threadId, removed, fence, holder:
-{host, boot, ns, pid, start} or null, expiresAt}.`,
+{host, boot, ns, pid, start} or null, expiresAt}.
+
+` + viaServer,
 	run: runUnlock,
 }
 

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sbxdb/sbxdb/client"
+	"github.com/sbxdb/sbxdb/engine"
+)
+
+// How a command finds a running sbxdb serve of its store.
+const (
+	// serverEnv names the environment variable that gives the server's
+	// address when --server is not given.
+	serverEnv = "SBXDB_SERVER"
+	// tokenEnv names the environment variable holding the bearer token
+	// sent to a TCP server.
+	tokenEnv = "SBXDB_TOKEN"
+	// socketName is the server's default unix socket, in the store
+	// directory.
+	socketName = "sbxdb.sock"
+)
+
+// probeTimeout bounds the health request to DIR/sbxdb.sock: a socket that
+// does not answer within it is taken for a stale one, and the command
+// opens the store's files. serverTimeout bounds the one to an address the
+// user named, which must answer. Tests change them.
+var (
+	probeTimeout  = time.Second
+	serverTimeout = 5 * time.Second
+)
+
+// server is a running sbxdb serve that answered the health request.
+type server struct {
+	addr   string // unix:PATH, tcp:HOST:PORT or http://HOST:PORT
+	client *client.Client
+	health client.Health
+}
+
+// findServer returns the server the command works through, or nil when
+// there is none and the command opens the store's files itself.
+//
+// The server is --server ADDR, else $SBXDB_SERVER: it must answer, and
+// when --db or $SBXDB_DIR names a store it must be the one the server
+// reports (its health names its store directory); without either, the
+// server's store is the command's. Without an address, the server is the
+// one listening on DIR/sbxdb.sock when it answers GET /v1/health within
+// probeTimeout; a socket file nobody answers on is a server that died
+// without removing it.
+func (inv *invocation) findServer() (*server, error) {
+	addr, named := inv.server, true
+	if addr == "" {
+		addr = os.Getenv(serverEnv)
+	}
+	if addr == "" {
+		named = false
+		sock := filepath.Join(inv.dir, socketName)
+		if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
+			return nil, nil
+		}
+		addr = "unix:" + sock
+	}
+	opts := &client.Options{}
+	if !strings.HasPrefix(addr, "unix:") {
+		opts.Token = os.Getenv(tokenEnv)
+	}
+	c, err := client.New(addr, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--server: %w", err)
+	}
+	timeout := probeTimeout
+	if named {
+		timeout = serverTimeout
+	}
+	ctx, cancel := context.WithTimeout(inv.ctx, timeout)
+	h, err := c.Health(ctx)
+	cancel()
+	if err == nil && !h.OK {
+		err = errors.New("its health is not ok")
+	}
+	if err != nil {
+		c.Close()
+		switch {
+		case inv.ctx.Err() != nil:
+			return nil, inv.ctx.Err()
+		case !named:
+			return nil, nil // a stale socket: no server
+		}
+		return nil, fmt.Errorf("server %s does not answer: %v", addr, err)
+	}
+	if named {
+		if !inv.dirGiven {
+			inv.dir = h.Store
+		} else if !sameDir(inv.dir, h.Store) {
+			c.Close()
+			return nil, fmt.Errorf("server %s serves store %s, not %s", addr, h.Store, inv.dir)
+		}
+	}
+	return &server{addr: addr, client: c, health: h}, nil
+}
+
+// sameDir reports whether a and b name the same directory: the same file
+// when both exist, else the same absolute path.
+func sameDir(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
+}
+
+// refuseServer is the error of a command that needs the store's files to
+// itself (command.exclusive) while a server holds them; nil when none
+// does.
+func (inv *invocation) refuseServer() error {
+	srv, err := inv.findServer()
+	if err != nil || srv == nil {
+		return err
+	}
+	defer srv.client.Close()
+	pid := ""
+	if path, ok := strings.CutPrefix(srv.addr, "unix:"); ok {
+		if n := socketPeerPID(path); n > 0 {
+			pid = fmt.Sprintf(" (pid %d)", n)
+		}
+	}
+	return fmt.Errorf("store %s is served by sbxdb serve%s at %s; stop it first", inv.dir, pid, srv.addr)
+}
+
+// openStore returns the store the command works on: the running server of
+// the store when there is one (findServer), else the store's files, opened
+// read-only unless the command writes (then created if the command
+// creates). It words the failures an operator meets: no store, or another
+// process holding it. Only one process at a time can hold a store's files
+// for writing, and none can read them meanwhile; the second one is told
+// the store is busy, naming the holder, after lockTimeout.
+func (inv *invocation) openStore() (store, error) {
+	srv, err := inv.findServer()
+	if err != nil {
+		return nil, err
+	}
+	if srv != nil {
+		return remoteStore{srv.client}, nil
+	}
+	if inv.writes && !inv.creates {
+		// Only capture creates a store: gc or check --repair on a
+		// mistyped path must say so, not make an empty store there.
+		if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
+			return nil, openError(inv, engine.ErrNoStore)
+		}
+	}
+	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout})
+	if err != nil {
+		return nil, openError(inv, err)
+	}
+	if q := db.Blobs().QuarantinedAtOpen(); len(q) > 0 {
+		fmt.Fprintf(inv.errOut, "warning: the database may be older than its blob files (see sbxdb check): moved %s it does not index into %s instead of deleting them: %s; sbxdb check --repair indexes them again\n",
+			count(len(q), "file"), filepath.Join(inv.dir, engine.BlobDir, "quarantine"), strings.Join(q, ", "))
+	}
+	return localStore{db}, nil
+}
