@@ -164,20 +164,25 @@ var (
 // off is a blob the server found damaged as it sent it (docs/API.md,
 // Errors), or the connection lost; either way the bytes are not good.
 func remoteBlobError(e *chain.Entry, err error) error {
-	var ce *client.Error
-	why := err.Error()
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, cas.ErrNotFound), errors.Is(err, chain.ErrMissingBlob):
+	missing := func() error {
 		return chain.Errorf(chain.ErrMissingBlob, "%q: blob %s is missing", e.Path, e.BlobKey)
+	}
+	why := err.Error()
+	var ce *client.Error
+	switch {
 	case errors.As(err, &ce):
-		if !errors.Is(err, chain.ErrInvalidBlob) && !errors.Is(err, cas.ErrCorrupt) {
+		switch ce.Code {
+		case "SBXDB_NOT_FOUND", chain.CodeMissingBlob:
+			return missing()
+		case chain.CodeInvalidBlob, "SBXDB_CORRUPT":
+			why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
+		default:
 			return err // the server's own failure: unavailable, unauthorized, …
 		}
-		why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
-	case errors.Is(err, client.ErrUnreachable):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrUnreachable):
 		return err
+	case errors.Is(err, cas.ErrNotFound), errors.Is(err, chain.ErrMissingBlob):
+		return missing()
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		why = "the server cut the body off before its end"
 	}
