@@ -69,3 +69,22 @@ func BenchmarkList1000(b *testing.B) {
 	db, _ := suite.FilledStore(b, 1000, suite.SmallFiles)
 	suite.List(b, db, 1000)
 }
+
+// BenchmarkAppendServed is BenchmarkAppendConcurrent through sbxdb serve's
+// API on a unix socket, N clients each appending to its own thread.
+func BenchmarkAppendServed(b *testing.B) {
+	for _, n := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) { suite.AppendServed(b, n) })
+	}
+}
+
+// BenchmarkBlob puts and gets 1 MiB and 64 MiB blobs in process and
+// through the socket.
+func BenchmarkBlob(b *testing.B) {
+	for _, mib := range []int{1, 64} {
+		for _, served := range []bool{false, true} {
+			b.Run(fmt.Sprintf("put/MiB=%d/served=%v", mib, served), func(b *testing.B) { suite.BlobPut(b, mib<<20, served) })
+			b.Run(fmt.Sprintf("get/MiB=%d/served=%v", mib, served), func(b *testing.B) { suite.BlobGet(b, mib<<20, served) })
+		}
+	}
+}

@@ -89,7 +89,7 @@ func main() {
 	fs.IntVar(&cfg.largeMiB, "large-mib", 0, "size of the large-file capture in MiB, 0 for the default (2048, --quick 256); -1 skips it")
 	fs.StringVar(&cfg.benchtime, "benchtime", "", "time per engine-core benchmark and run (default 2s, --quick 300ms)")
 	fs.IntVar(&cfg.gcRefs, "gc-refs", 0, "blob references of the GC stores, a multiple of 100 (default 1000000, --quick 100000)")
-	only := fs.String("only", "", "comma-separated sections to run: capture, core, gc (default all)")
+	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -106,7 +106,7 @@ func main() {
 	for _, s := range strings.Split(*only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "capture", "core", "gc":
+		case "capture", "core", "serve", "gc":
 			cfg.only[s] = true
 		default:
 			fmt.Fprintf(os.Stderr, "sbxbench: unknown section %q in --only\n", s)
@@ -215,6 +215,11 @@ func run(cfg *config) error {
 	}
 	if cfg.wants("core") {
 		if err := coreBench(rep, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.wants("serve") {
+		if err := serveBench(rep, cfg); err != nil {
 			return err
 		}
 	}
