@@ -35,8 +35,8 @@ var (
 	serverTimeout = 5 * time.Second
 )
 
-// server is a running sbxdb serve that answered the health request.
-type server struct {
+// foundServer is a running sbxdb serve that answered the health request.
+type foundServer struct {
 	addr   string // unix:PATH, tcp:HOST:PORT or http://HOST:PORT
 	client *client.Client
 	health client.Health
@@ -52,7 +52,7 @@ type server struct {
 // one listening on DIR/sbxdb.sock when it answers GET /v1/health within
 // probeTimeout; a socket file nobody answers on is a server that died
 // without removing it.
-func (inv *invocation) findServer() (*server, error) {
+func (inv *invocation) findServer() (*foundServer, error) {
 	addr, named := inv.server, true
 	if addr == "" {
 		addr = os.Getenv(serverEnv)
@@ -101,7 +101,7 @@ func (inv *invocation) findServer() (*server, error) {
 			return nil, fmt.Errorf("server %s serves store %s, not %s", addr, h.Store, inv.dir)
 		}
 	}
-	return &server{addr: addr, client: c, health: h}, nil
+	return &foundServer{addr: addr, client: c, health: h}, nil
 }
 
 // sameDir reports whether a and b name the same directory: the same file
