@@ -135,12 +135,37 @@ func (s *Server) appendCheckpoint(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	in.Checkpoint.Conversation = exactMessages(body, in.Checkpoint.Conversation)
 	head, err := s.db.Append(r.Context(), in)
 	if err != nil {
 		return nil, err
 	}
 	t := wire.Text(head)
 	return headResponse{&t}, nil
+}
+
+// exactMessages returns the conversation of an append request's body with
+// each message's bytes as the request has them, whitespace around the
+// value included: the store keeps a message byte for byte, while the strict
+// JSON path reads each without that whitespace (parsed). The members are
+// found as the strict path finds them (exact names, the last of a repeated
+// one), and parsed is kept unless every exact message is the parsed one
+// with JSON whitespace around it.
+func exactMessages(body []byte, parsed []json.RawMessage) []json.RawMessage {
+	var top, cp map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["checkpoint"], &cp) != nil {
+		return parsed
+	}
+	exact, err := wire.SplitArray(cp["conversation"])
+	if err != nil || len(exact) != len(parsed) {
+		return parsed
+	}
+	for i, m := range exact {
+		if !bytes.Equal(bytes.Trim(m, " \t\r\n"), parsed[i]) {
+			return parsed
+		}
+	}
+	return exact
 }
 
 func (s *Server) deleteHead(r *http.Request) (any, error) {

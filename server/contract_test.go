@@ -367,3 +367,53 @@ func TestResponsesKeepMessageBytes(t *testing.T) {
 		t.Errorf("stored transcript %q, %v", msgs, err)
 	}
 }
+
+// Null and absent name no checkpoint (a root, an empty thread); "" is
+// INVALID_ID (SPEC §10 Q11). Messages are stored as the request spells
+// them, whitespace around each included.
+func TestAppendNullableIDsAndExactMessages(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	l, err := f.db.AcquireWriter(context.Background(), "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := fmt.Sprintf(`{"threadId":"n","ownerToken":%q,"fence":%d}`, l.OwnerToken, l.Fence)
+	body := func(id, parent, expected, conv string) string {
+		return `{"checkpoint":{"id":"` + id + `","threadId":"n"` + parent + `,"createdAt":1,"reason":"automatic","files":[],` +
+			`"conversation":` + conv + `,"artifacts":[]}` + expected + `,"writer":` + w + `}`
+	}
+	for what, b := range map[string]string{
+		`expectedHeadId ""`:                   body("r", ``, `,"expectedHeadId":""`, `[]`),
+		`parentCheckpointId ""`:               body("r", `,"parentCheckpointId":""`, ``, `[]`),
+		`both "" and createdAt out of range`:  strings.Replace(body("r", `,"parentCheckpointId":""`, `,"expectedHeadId":""`, `[]`), `"createdAt":1`, `"createdAt":1e400`, 1),
+		`expectedHeadId 7`:                    body("r", ``, `,"expectedHeadId":7`, `[]`),
+		`parentCheckpointId "\ud800"`:         body("r", `,"parentCheckpointId":"\ud800"`, ``, `[]`),
+		`expectedHeadId "\ud800" (root)`:      body("r", ``, `,"expectedHeadId":"\ud800"`, `[]`),
+		`expectedHeadId "\ud800" before body`: body("r", ``, `,"expectedHeadId":"\ud800"`, `{"not":"an array"}`),
+	} {
+		f.refused(what, http.MethodPost, "/v1/checkpoints/append", b, http.StatusBadRequest, chain.CodeInvalidID)
+	}
+	for i, b := range []string{
+		body("r0", ``, ``, `[ {"a" : 1} ,"<&>",[1,  2] ]`), // absent: a root on an empty thread
+		body("r1", `,"parentCheckpointId":"r0"`, `,"expectedHeadId":"r0"`, `[]`),
+	} {
+		if resp, eb, b := f.do(http.MethodPost, "/v1/checkpoints/append", b); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), fmt.Sprintf(`"headId":"r%d"`, i)) {
+			t.Fatalf("append r%d: %d %+v %s", i, resp.StatusCode, eb, b)
+		}
+	}
+	f.refused("explicit null expected on a thread with a head", http.MethodPost, "/v1/checkpoints/append",
+		body("r2", `,"parentCheckpointId":null`, `,"expectedHeadId":null`, `[]`), http.StatusConflict, chain.CodeStaleHead)
+	cp, err := f.db.Get(context.Background(), "r0")
+	if err != nil || cp == nil {
+		t.Fatal(cp, err)
+	}
+	want := []string{` {"a" : 1} `, `"<&>"`, `[1,  2] `}
+	for i, m := range cp.Conversation {
+		if i >= len(want) || string(m) != want[i] {
+			t.Errorf("stored message %d = %q, want %q", i, m, want)
+		}
+	}
+	if cp.ParentID != "" {
+		t.Errorf("root's parent %q, want none", cp.ParentID)
+	}
+}
