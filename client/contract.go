@@ -12,7 +12,6 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/internal/wire"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -24,7 +23,7 @@ var (
 	_ lease.Backend = (*Client)(nil)
 )
 
-// Every string argument travels as a wire.Text, so that the server's
+// Every string argument travels as a text (wire.go), so that the server's
 // validators see exactly the Go string the caller passed (a string no JSON
 // string carries arrives as "not a string", which they refuse as they
 // refuse the string itself), and every message as its bytes are.
@@ -54,15 +53,15 @@ func (c *Client) post(ctx context.Context, path string, body []byte, out any) er
 }
 
 type idArg struct {
-	ID wire.Text `json:"id"`
+	ID text `json:"id"`
 }
 
 type threadArg struct {
-	ThreadID wire.Text `json:"threadId"`
+	ThreadID text `json:"threadId"`
 }
 
 // checkpointResponse holds one checkpoint as the server wrote it, decoded
-// by wire.DecodeCheckpoint so that messages keep their bytes.
+// by decodeCheckpoint so that messages keep their bytes.
 type checkpointResponse struct {
 	Checkpoint json.RawMessage `json:"checkpoint"`
 }
@@ -71,10 +70,10 @@ type checkpointResponse struct {
 // (POST /v1/checkpoints/get).
 func (c *Client) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
 	var out checkpointResponse
-	if err := c.call(ctx, "/v1/checkpoints/get", idArg{wire.Text(id)}, &out); err != nil {
+	if err := c.call(ctx, "/v1/checkpoints/get", idArg{text(id)}, &out); err != nil {
 		return nil, err
 	}
-	return wire.DecodeCheckpoint(out.Checkpoint)
+	return decodeCheckpoint(out.Checkpoint)
 }
 
 // List returns every checkpoint of the thread in createdAt, id-bytes
@@ -83,12 +82,12 @@ func (c *Client) List(ctx context.Context, threadID string) ([]*chain.Checkpoint
 	var out struct {
 		Checkpoints []json.RawMessage `json:"checkpoints"`
 	}
-	if err := c.call(ctx, "/v1/checkpoints/list", threadArg{wire.Text(threadID)}, &out); err != nil {
+	if err := c.call(ctx, "/v1/checkpoints/list", threadArg{text(threadID)}, &out); err != nil {
 		return nil, err
 	}
 	cps := make([]*chain.Checkpoint, len(out.Checkpoints))
 	for i, raw := range out.Checkpoints {
-		cp, err := wire.DecodeCheckpoint(raw)
+		cp, err := decodeCheckpoint(raw)
 		if err != nil {
 			return nil, err
 		}
@@ -98,7 +97,7 @@ func (c *Client) List(ctx context.Context, threadID string) ([]*chain.Checkpoint
 }
 
 type headResponse struct {
-	HeadID *wire.Text `json:"headId"`
+	HeadID *text `json:"headId"`
 }
 
 func (h headResponse) id() string {
@@ -112,7 +111,7 @@ func (h headResponse) id() string {
 // /v1/checkpoints/head).
 func (c *Client) Head(ctx context.Context, threadID string) (string, error) {
 	var out headResponse
-	if err := c.call(ctx, "/v1/checkpoints/head", threadArg{wire.Text(threadID)}, &out); err != nil {
+	if err := c.call(ctx, "/v1/checkpoints/head", threadArg{text(threadID)}, &out); err != nil {
 		return "", err
 	}
 	return out.id(), nil
@@ -122,14 +121,14 @@ func (c *Client) Head(ctx context.Context, threadID string) (string, error) {
 // in.ExpectedHeadID ("" is null, as is an empty ParentID) and returns the
 // new head id (POST /v1/checkpoints/append).
 func (c *Client) Append(ctx context.Context, in chain.AppendInput) (string, error) {
-	b := wire.AppendCheckpoint([]byte(`{"checkpoint":`), in.Checkpoint)
+	b := appendCheckpoint([]byte(`{"checkpoint":`), in.Checkpoint)
 	b = append(b, `,"expectedHeadId":`...)
 	if in.ExpectedHeadID == "" {
 		b = append(b, "null"...)
 	} else {
-		b = wire.AppendText(b, in.ExpectedHeadID)
+		b = appendText(b, in.ExpectedHeadID)
 	}
-	w, err := json.Marshal(wire.FromWriter(in.Writer))
+	w, err := json.Marshal(fromWriter(in.Writer))
 	if err != nil {
 		return "", err
 	}
@@ -145,10 +144,10 @@ func (c *Client) Append(ctx context.Context, in chain.AppendInput) (string, erro
 // /v1/checkpoints/delete-head).
 func (c *Client) DeleteHead(ctx context.Context, threadID, checkpointID string, w lease.Writer) error {
 	return c.call(ctx, "/v1/checkpoints/delete-head", struct {
-		ThreadID     wire.Text   `json:"threadId"`
-		CheckpointID wire.Text   `json:"checkpointId"`
-		Writer       wire.Writer `json:"writer"`
-	}{wire.Text(threadID), wire.Text(checkpointID), wire.FromWriter(w)}, nil)
+		ThreadID     text       `json:"threadId"`
+		CheckpointID text       `json:"checkpointId"`
+		Writer       writerJSON `json:"writer"`
+	}{text(threadID), text(checkpointID), fromWriter(w)}, nil)
 }
 
 // DeleteCheckpoints keeps the newest keep checkpoints of the thread's head
@@ -156,13 +155,13 @@ func (c *Client) DeleteHead(ctx context.Context, threadID, checkpointID string, 
 // (POST /v1/checkpoints/delete).
 func (c *Client) DeleteCheckpoints(ctx context.Context, threadID string, keep int, w lease.Writer) ([]string, error) {
 	var out struct {
-		Deleted []wire.Text `json:"deleted"`
+		Deleted []text `json:"deleted"`
 	}
 	err := c.call(ctx, "/v1/checkpoints/delete", struct {
-		ThreadID wire.Text   `json:"threadId"`
-		Keep     int         `json:"keep"`
-		Writer   wire.Writer `json:"writer"`
-	}{wire.Text(threadID), keep, wire.FromWriter(w)}, &out)
+		ThreadID text       `json:"threadId"`
+		Keep     int        `json:"keep"`
+		Writer   writerJSON `json:"writer"`
+	}{text(threadID), keep, fromWriter(w)}, &out)
 	if err != nil {
 		return nil, err
 	}
@@ -174,25 +173,25 @@ func (c *Client) DeleteCheckpoints(ctx context.Context, threadID string, keep in
 func (c *Client) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, error) {
 	var out checkpointResponse
 	err := c.call(ctx, "/v1/checkpoints/fork", struct {
-		SourceThreadID          wire.Text   `json:"sourceThreadId"`
-		SourceCheckpointID      wire.Text   `json:"sourceCheckpointId"`
-		DestinationThreadID     wire.Text   `json:"destinationThreadId"`
-		DestinationCheckpointID wire.Text   `json:"destinationCheckpointId"`
-		CreatedAt               int64       `json:"createdAt"`
-		Writer                  wire.Writer `json:"writer"`
-	}{wire.Text(in.SourceThreadID), wire.Text(in.SourceCheckpointID), wire.Text(in.DestinationThreadID),
-		wire.Text(in.DestinationCheckpointID), in.CreatedAt, wire.FromWriter(in.Writer)}, &out)
+		SourceThreadID          text       `json:"sourceThreadId"`
+		SourceCheckpointID      text       `json:"sourceCheckpointId"`
+		DestinationThreadID     text       `json:"destinationThreadId"`
+		DestinationCheckpointID text       `json:"destinationCheckpointId"`
+		CreatedAt               int64      `json:"createdAt"`
+		Writer                  writerJSON `json:"writer"`
+	}{text(in.SourceThreadID), text(in.SourceCheckpointID), text(in.DestinationThreadID),
+		text(in.DestinationCheckpointID), in.CreatedAt, fromWriter(in.Writer)}, &out)
 	if err != nil {
 		return nil, err
 	}
-	return wire.DecodeCheckpoint(out.Checkpoint)
+	return decodeCheckpoint(out.Checkpoint)
 }
 
 // Threads returns every thread that has a head, a checkpoint or a saved
 // transcript, in UTF-8 byte order (GET /v1/threads).
 func (c *Client) Threads(ctx context.Context) ([]string, error) {
 	var out struct {
-		Threads []wire.Text `json:"threads"`
+		Threads []text `json:"threads"`
 	}
 	if err := c.call(ctx, "/v1/threads", nil, &out); err != nil {
 		return nil, err
@@ -205,8 +204,8 @@ func (c *Client) Threads(ctx context.Context) ([]string, error) {
 func (c *Client) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
 	var out struct {
 		References []struct {
-			Key        wire.Text `json:"key"`
-			References int64     `json:"references"`
+			Key        text  `json:"key"`
+			References int64 `json:"references"`
 		} `json:"references"`
 	}
 	if err := c.call(ctx, "/v1/blob-references", nil, &out); err != nil {
@@ -220,7 +219,7 @@ func (c *Client) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
 }
 
 // strs converts ids from a response.
-func strs(ts []wire.Text) []string {
+func strs(ts []text) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = string(t)
@@ -248,19 +247,19 @@ func (c *Client) AcquireWriterWith(ctx context.Context, threadID string, opts le
 	if opts.Holder != nil {
 		return nil, ErrHolderNotSettable
 	}
-	var out wire.Lease
+	var out leaseJSON
 	err := c.call(ctx, "/v1/leases/acquire", struct {
-		ThreadID     wire.Text `json:"threadId"`
-		TakeOverDead bool      `json:"takeOverDead,omitempty"`
-	}{wire.Text(threadID), opts.TakeOverDead}, &out)
+		ThreadID     text `json:"threadId"`
+		TakeOverDead bool `json:"takeOverDead,omitempty"`
+	}{text(threadID), opts.TakeOverDead}, &out)
 	if err != nil {
 		return nil, err
 	}
-	return out.Lease(c), nil
+	return out.handle(c), nil
 }
 
 type writerArg struct {
-	Writer wire.Writer `json:"writer"`
+	Writer writerJSON `json:"writer"`
 }
 
 // RenewWriter extends w's live lease and returns the new expiry (POST
@@ -269,7 +268,7 @@ func (c *Client) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, er
 	var out struct {
 		ExpiresAt int64 `json:"expiresAt"`
 	}
-	if err := c.call(ctx, "/v1/leases/renew", writerArg{wire.FromWriter(w)}, &out); err != nil {
+	if err := c.call(ctx, "/v1/leases/renew", writerArg{fromWriter(w)}, &out); err != nil {
 		return time.Time{}, err
 	}
 	return time.UnixMilli(out.ExpiresAt), nil
@@ -278,21 +277,21 @@ func (c *Client) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, er
 // ReleaseWriter gives w's lease up if it is still w's (POST
 // /v1/leases/release); lease.Lease.Release calls it.
 func (c *Client) ReleaseWriter(ctx context.Context, w lease.Writer) error {
-	return c.call(ctx, "/v1/leases/release", writerArg{wire.FromWriter(w)}, nil)
+	return c.call(ctx, "/v1/leases/release", writerArg{fromWriter(w)}, nil)
 }
 
 // Writers returns the stored writer state of every thread ever leased,
 // without owner tokens (GET /v1/leases).
 func (c *Client) Writers(ctx context.Context) (map[string]lease.State, error) {
 	var out struct {
-		Leases map[string]wire.State `json:"leases"`
+		Leases map[string]stateJSON `json:"leases"`
 	}
 	if err := c.call(ctx, "/v1/leases", nil, &out); err != nil {
 		return nil, err
 	}
 	states := make(map[string]lease.State, len(out.Leases))
 	for thread, s := range out.Leases {
-		states[thread] = s.State()
+		states[thread] = s.state()
 	}
 	return states, nil
 }
@@ -302,12 +301,12 @@ func (c *Client) Writers(ctx context.Context) (map[string]lease.State, error) {
 // /v1/leases/unlock).
 func (c *Client) Unlock(ctx context.Context, threadID string) (lease.State, error) {
 	var out struct {
-		Removed wire.State `json:"removed"`
+		Removed stateJSON `json:"removed"`
 	}
-	if err := c.call(ctx, "/v1/leases/unlock", threadArg{wire.Text(threadID)}, &out); err != nil {
+	if err := c.call(ctx, "/v1/leases/unlock", threadArg{text(threadID)}, &out); err != nil {
 		return lease.State{}, err
 	}
-	return out.Removed.State(), nil
+	return out.Removed.state(), nil
 }
 
 // ---- transcripts ----
@@ -318,10 +317,10 @@ func (c *Client) LoadThread(ctx context.Context, threadID string) ([]json.RawMes
 	var out struct {
 		Messages json.RawMessage `json:"messages"`
 	}
-	if err := c.call(ctx, "/v1/transcripts/load", threadArg{wire.Text(threadID)}, &out); err != nil {
+	if err := c.call(ctx, "/v1/transcripts/load", threadArg{text(threadID)}, &out); err != nil {
 		return nil, err
 	}
-	msgs, err := wire.SplitArray(out.Messages)
+	msgs, err := splitArray(out.Messages)
 	if err != nil {
 		return nil, fmt.Errorf("client: decoding the transcript of %q: %w", threadID, err)
 	}
@@ -334,13 +333,13 @@ func (c *Client) LoadThread(ctx context.Context, threadID string) ([]json.RawMes
 // validators the store runs, in its order (the thread id, then the
 // messages), before any request.
 func (c *Client) SaveThread(ctx context.Context, threadID string, msgs []json.RawMessage) error {
-	if !wire.ValidMessages(msgs) {
+	if !validMessages(msgs) {
 		if err := chain.CheckID("threadId", threadID); err != nil {
 			return err
 		}
 		return chain.ValidateMessages(msgs)
 	}
-	b := wire.AppendText([]byte(`{"threadId":`), threadID)
-	b = wire.AppendMessages(append(b, `,"messages":`...), msgs)
+	b := appendText([]byte(`{"threadId":`), threadID)
+	b = appendMessages(append(b, `,"messages":`...), msgs)
 	return c.post(ctx, "/v1/transcripts/save", append(b, '}'), nil)
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/proc"
-	"github.com/sbxdb/sbxdb/internal/wire"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -74,7 +73,7 @@ func (s *Server) getCheckpoint(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := wire.AppendCheckpoint([]byte(`{"checkpoint":`), cp)
+	b := appendCheckpoint([]byte(`{"checkpoint":`), cp)
 	return rawJSON(append(b, '}')), nil
 }
 
@@ -94,7 +93,7 @@ func (s *Server) listCheckpoints(r *http.Request) (any, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = wire.AppendCheckpoint(b, cp)
+		b = appendCheckpoint(b, cp)
 	}
 	return rawJSON(append(b, "]}"...)), nil
 }
@@ -102,7 +101,7 @@ func (s *Server) listCheckpoints(r *http.Request) (any, error) {
 // headResponse is the response of head and append; HeadID is null for an
 // empty thread.
 type headResponse struct {
-	HeadID *wire.Text `json:"headId"`
+	HeadID *text `json:"headId"`
 }
 
 func (s *Server) headCheckpoint(r *http.Request) (any, error) {
@@ -119,7 +118,7 @@ func (s *Server) headCheckpoint(r *http.Request) (any, error) {
 	if head == "" {
 		return headResponse{}, nil
 	}
-	t := wire.Text(head)
+	t := text(head)
 	return headResponse{&t}, nil
 }
 
@@ -140,7 +139,7 @@ func (s *Server) appendCheckpoint(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := wire.Text(head)
+	t := text(head)
 	return headResponse{&t}, nil
 }
 
@@ -156,7 +155,7 @@ func exactMessages(body []byte, parsed []json.RawMessage) []json.RawMessage {
 	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["checkpoint"], &cp) != nil {
 		return parsed
 	}
-	exact, err := wire.SplitArray(cp["conversation"])
+	exact, err := splitArray(cp["conversation"])
 	if err != nil || len(exact) != len(parsed) {
 		return parsed
 	}
@@ -197,7 +196,7 @@ func (s *Server) deleteCheckpoints(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return struct {
-		Deleted []wire.Text `json:"deleted"`
+		Deleted []text `json:"deleted"`
 	}{texts(deleted)}, nil
 }
 
@@ -224,7 +223,7 @@ func (s *Server) fork(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := wire.AppendCheckpoint([]byte(`{"checkpoint":`), cp)
+	b := appendCheckpoint([]byte(`{"checkpoint":`), cp)
 	return rawJSON(append(b, '}')), nil
 }
 
@@ -234,7 +233,7 @@ func (s *Server) threads(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return struct {
-		Threads []wire.Text `json:"threads"`
+		Threads []text `json:"threads"`
 	}{texts(ids)}, nil
 }
 
@@ -244,12 +243,12 @@ func (s *Server) blobReferences(r *http.Request) (any, error) {
 		return nil, err
 	}
 	type ref struct {
-		Key        wire.Text `json:"key"`
-		References int64     `json:"references"`
+		Key        text  `json:"key"`
+		References int64 `json:"references"`
 	}
 	out := make([]ref, len(refs))
 	for i, rf := range refs {
-		out[i] = ref{wire.Text(rf.Key), rf.References}
+		out[i] = ref{text(rf.Key), rf.References}
 	}
 	return struct {
 		References []ref `json:"references"`
@@ -257,10 +256,10 @@ func (s *Server) blobReferences(r *http.Request) (any, error) {
 }
 
 // texts converts ids for a response; nil becomes [].
-func texts(ids []string) []wire.Text {
-	out := make([]wire.Text, len(ids))
+func texts(ids []string) []text {
+	out := make([]text, len(ids))
 	for i, id := range ids {
-		out[i] = wire.Text(id)
+		out[i] = text(id)
 	}
 	return out
 }
@@ -298,7 +297,7 @@ func (s *Server) acquireLease(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return wire.FromLease(l), nil
+	return fromLease(l), nil
 }
 
 func (s *Server) renewLease(r *http.Request) (any, error) {
@@ -342,8 +341,8 @@ func (s *Server) unlockLease(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return struct {
-		Removed wire.State `json:"removed"`
-	}{wire.FromState(removed)}, nil
+		Removed stateJSON `json:"removed"`
+	}{fromState(removed)}, nil
 }
 
 func (s *Server) leases(r *http.Request) (any, error) {
@@ -351,12 +350,12 @@ func (s *Server) leases(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]wire.State, len(states))
+	out := make(map[string]stateJSON, len(states))
 	for thread, st := range states {
-		out[thread] = wire.FromState(st)
+		out[thread] = fromState(st)
 	}
 	return struct {
-		Leases map[string]wire.State `json:"leases"`
+		Leases map[string]stateJSON `json:"leases"`
 	}{out}, nil
 }
 
@@ -374,12 +373,12 @@ func (s *Server) loadTranscript(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := wire.AppendMessages([]byte(`{"messages":`), msgs)
+	b := appendMessages([]byte(`{"messages":`), msgs)
 	return rawJSON(append(b, '}')), nil
 }
 
 // saveTranscript stores each message as the exact text between its
-// delimiters in the request's array (wire.SplitArray).
+// delimiters in the request's array (splitArray).
 func (s *Server) saveTranscript(r *http.Request) (any, error) {
 	var req struct {
 		ThreadID chain.WireString `json:"threadId"`
@@ -388,7 +387,7 @@ func (s *Server) saveTranscript(r *http.Request) (any, error) {
 	if err := s.decode(r, &req); err != nil {
 		return nil, err
 	}
-	msgs, err := wire.SplitArray(req.Messages)
+	msgs, err := splitArray(req.Messages)
 	if err != nil {
 		return nil, afterIDs("messages must be an array", "threadId", string(req.ThreadID))
 	}
@@ -401,10 +400,10 @@ func (s *Server) saveTranscript(r *http.Request) (any, error) {
 // ---- instances ----
 
 // instanceKey decodes {"key"}: any string, the empty one included (the
-// instance store validates nothing), carried as a wire.Text.
+// instance store validates nothing), carried as a text (wire.go).
 func (s *Server) instanceKey(r *http.Request) (string, error) {
 	var req struct {
-		Key *wire.Text `json:"key"`
+		Key *text `json:"key"`
 	}
 	if err := s.decode(r, &req); err != nil {
 		return "", err
@@ -425,21 +424,21 @@ func (s *Server) getInstance(r *http.Request) (any, error) {
 		return nil, err
 	}
 	var out struct {
-		Instance *wire.Instance `json:"instance"`
+		Instance *instanceJSON `json:"instance"`
 	}
 	if rec != nil {
-		w := wire.FromInstance(*rec)
+		w := fromInstance(*rec)
 		out.Instance = &w
 	}
 	return out, nil
 }
 
 func (s *Server) upsertInstance(r *http.Request) (any, error) {
-	var w wire.Instance
+	var w instanceJSON
 	if err := s.decode(r, &w); err != nil {
 		return nil, err
 	}
-	rec, err := w.Record()
+	rec, err := w.record()
 	if err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}

@@ -36,7 +36,7 @@ func (s *Server) allowedMethods(r *http.Request) []string {
 	return allow
 }
 
-// rawJSON is a response body encoded already (internal/wire), which handle
+// rawJSON is a response body encoded already (wire.go), which handle
 // writes as it is: encoding/json would compact the raw messages it holds.
 type rawJSON []byte
 

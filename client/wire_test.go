@@ -1,4 +1,4 @@
-package wire
+package client
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ const (
 )
 
 func TestTextRoundTrip(t *testing.T) {
-	for s, representable := range map[string]bool{
+	for s, carried := range map[string]bool{
 		"": true, "a": true, "é😀": true, "\x00": true, "<a&b>": true, "\"\\\n": true,
 		high: true, low: true, low + high: true, high + high: true, "a" + high + "b": true,
 		high + low:         false, // two halves that a JSON string would join
@@ -29,28 +29,28 @@ func TestTextRoundTrip(t *testing.T) {
 		"a\xc3":            false,
 		"\xed\xa0":         false,
 	} {
-		if got := Representable(s); got != representable {
-			t.Errorf("Representable(%q) = %v, want %v", s, got, representable)
+		if got := representable(s); got != carried {
+			t.Errorf("representable(%q) = %v, want %v", s, got, carried)
 		}
-		b, err := json.Marshal(Text(s))
+		b, err := json.Marshal(text(s))
 		if err != nil {
 			t.Fatalf("Marshal(%q): %v", s, err)
 		}
-		if isObject := strings.HasPrefix(string(b), "{"); isObject == representable {
-			t.Errorf("Text(%q) = %s: a bytes object is for what a string cannot carry", s, b)
+		if isObject := strings.HasPrefix(string(b), "{"); isObject == carried {
+			t.Errorf("text(%q) = %s: a bytes object is for what a string cannot carry", s, b)
 		}
-		var back Text
+		var back text
 		if err := json.Unmarshal(b, &back); err != nil || string(back) != s {
-			t.Errorf("Text(%q) = %s reads back as %q, %v", s, b, back, err)
+			t.Errorf("text(%q) = %s reads back as %q, %v", s, b, back, err)
 		}
 	}
 }
 
 func TestTextRefusesWhatIsNotAString(t *testing.T) {
 	for _, in := range []string{`7`, `null`, `true`, `[]`, `{}`, `{"bytes":7}`, `{"bytes":"!!"}`, "\"\xff\""} {
-		var got Text = "kept"
+		var got text = "kept"
 		if err := got.UnmarshalJSON([]byte(in)); err == nil {
-			t.Errorf("Text.UnmarshalJSON(%s) = %q, want an error", in, got)
+			t.Errorf("text.UnmarshalJSON(%s) = %q, want an error", in, got)
 		}
 	}
 }
@@ -59,7 +59,7 @@ func TestTextRefusesWhatIsNotAString(t *testing.T) {
 // carried that way is INVALID_ID, as the Go string it stands for is.
 func TestBytesFormIsNotAStringToTheStrictPath(t *testing.T) {
 	w := `{"threadId":"t","ownerToken":"x","fence":1}`
-	cp := string(AppendCheckpoint(nil, &chain.Checkpoint{ID: "\xff", ThreadID: "t", Reason: chain.ReasonAutomatic}))
+	cp := string(appendCheckpoint(nil, &chain.Checkpoint{ID: "\xff", ThreadID: "t", Reason: chain.ReasonAutomatic}))
 	_, err := chain.ParseAppendInput([]byte(`{"checkpoint":` + cp + `,"expectedHeadId":null,"writer":` + w + `}`))
 	if !errors.Is(err, chain.ErrInvalidID) {
 		t.Fatalf("ParseAppendInput of id \\xff as bytes: %v, want INVALID_ID", err)
@@ -78,25 +78,25 @@ func TestSplitArrayKeepsEachElementsBytes(t *testing.T) {
 		`[",\"]", "\\", [{}, []]]`:       {`",\"]"`, ` "\\"`, ` [{}, []]`},
 		"[\n\t{\"k\": [true, false]\n}]": {"\n\t{\"k\": [true, false]\n}"},
 	} {
-		got, err := SplitArray([]byte(in))
+		got, err := splitArray([]byte(in))
 		if err != nil {
-			t.Fatalf("SplitArray(%s): %v", in, err)
+			t.Fatalf("splitArray(%s): %v", in, err)
 		}
 		var strs []string
 		for _, m := range got {
 			strs = append(strs, string(m))
 		}
 		if d := cmp.Diff(want, strs, cmpopts.EquateEmpty()); d != "" {
-			t.Errorf("SplitArray(%s) (-want +got):\n%s", in, d)
+			t.Errorf("splitArray(%s) (-want +got):\n%s", in, d)
 		}
 	}
 	for _, in := range []string{``, `{}`, `null`, `"[1]"`, `7`} {
-		if got, err := SplitArray([]byte(in)); err == nil {
-			t.Errorf("SplitArray(%s) = %q, want an error", in, got)
+		if got, err := splitArray([]byte(in)); err == nil {
+			t.Errorf("splitArray(%s) = %q, want an error", in, got)
 		}
 	}
 	raw := []byte(`[1,2]`)
-	got, _ := SplitArray(raw)
+	got, _ := splitArray(raw)
 	_ = append(got[0], '9')
 	if string(raw) != `[1,2]` || string(got[1]) != "2" {
 		t.Errorf("appending to one element changed the next: %s", raw)
@@ -105,7 +105,7 @@ func TestSplitArrayKeepsEachElementsBytes(t *testing.T) {
 
 func TestMessagesRoundTripByteForByte(t *testing.T) {
 	msgs := []json.RawMessage{[]byte(` {"n": 1} `), []byte(`"<&>"`), []byte("{\n\t\"k\": [true,  false]\n}"), []byte(`"\u00e9"`)}
-	got, err := SplitArray(AppendMessages(nil, msgs))
+	got, err := splitArray(appendMessages(nil, msgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,16 +133,16 @@ func sample() *chain.Checkpoint {
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	for _, cp := range []*chain.Checkpoint{sample(), {ID: "r", ThreadID: "t", Reason: chain.ReasonAutomatic}} {
-		b := AppendCheckpoint(nil, cp)
+		b := appendCheckpoint(nil, cp)
 		if !json.Valid(b) {
-			t.Fatalf("AppendCheckpoint wrote invalid JSON: %s", b)
+			t.Fatalf("appendCheckpoint wrote invalid JSON: %s", b)
 		}
-		got, err := DecodeCheckpoint(b)
+		got, err := decodeCheckpoint(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d := cmp.Diff(cp, got, cmpopts.EquateEmpty()); d != "" {
-			t.Errorf("DecodeCheckpoint(AppendCheckpoint) (-want +got):\n%s", d)
+			t.Errorf("decodeCheckpoint(appendCheckpoint) (-want +got):\n%s", d)
 		}
 		// The strict path reads the same checkpoint: the shape is chain's.
 		parsed, err := chain.ParseCheckpoint(b)
@@ -150,25 +150,25 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			t.Fatalf("ParseCheckpoint(%s): %v", b, err)
 		}
 		if d := cmp.Diff(cp, parsed, cmpopts.EquateEmpty()); d != "" {
-			t.Errorf("ParseCheckpoint(AppendCheckpoint) (-want +got):\n%s", d)
+			t.Errorf("ParseCheckpoint(appendCheckpoint) (-want +got):\n%s", d)
 		}
-		// And what chain writes, DecodeCheckpoint reads.
+		// And what chain writes, decodeCheckpoint reads.
 		cb, err := json.Marshal(cp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fromChain, err := DecodeCheckpoint(cb)
+		fromChain, err := decodeCheckpoint(cb)
 		if err != nil {
 			t.Fatal(err)
 		}
 		compact := cp.Clone()
 		compact.Conversation = fromChain.Conversation // chain's writer compacts them
 		if d := cmp.Diff(compact, fromChain, cmpopts.EquateEmpty()); d != "" {
-			t.Errorf("DecodeCheckpoint(chain's JSON) (-want +got):\n%s", d)
+			t.Errorf("decodeCheckpoint(chain's JSON) (-want +got):\n%s", d)
 		}
 	}
-	if cp, err := DecodeCheckpoint([]byte(" null ")); cp != nil || err != nil {
-		t.Errorf("DecodeCheckpoint(null) = %v, %v", cp, err)
+	if cp, err := decodeCheckpoint([]byte(" null ")); cp != nil || err != nil {
+		t.Errorf("decodeCheckpoint(null) = %v, %v", cp, err)
 	}
 }
 
@@ -193,7 +193,7 @@ func TestCheckpointDefectsSurviveTheTrip(t *testing.T) {
 		if err := chain.ValidateContent(cp); !errors.Is(err, chain.ErrInvalidEntry) {
 			t.Fatalf("%s: the validators give %v, want INVALID_ENTRY", name, err)
 		}
-		if _, err := chain.ParseCheckpoint(AppendCheckpoint(nil, cp)); !errors.Is(err, chain.ErrInvalidEntry) {
+		if _, err := chain.ParseCheckpoint(appendCheckpoint(nil, cp)); !errors.Is(err, chain.ErrInvalidEntry) {
 			t.Errorf("%s: after the trip the strict path gives %v, want INVALID_ENTRY", name, err)
 		}
 	}
@@ -204,37 +204,37 @@ func TestInstanceRoundTrip(t *testing.T) {
 		{Key: "\xff", Provider: "", ProviderSandboxID: high + low, ThreadID: "\x00", UpdatedAt: -1 << 62},
 		{Key: "k", Provider: "p", ProviderSandboxID: "sb", LatestSnapshotID: "s", ThreadID: "t", LatestRunID: "r", UpdatedAt: 1},
 	} {
-		b, err := json.Marshal(FromInstance(rec))
+		b, err := json.Marshal(fromInstance(rec))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var w Instance
+		var w instanceJSON
 		if err := json.Unmarshal(b, &w); err != nil {
 			t.Fatal(err)
 		}
-		got, err := w.Record()
+		got, err := w.record()
 		if err != nil || got != rec {
 			t.Errorf("instance %+v came back as %+v, %v (wire %s)", rec, got, err, b)
 		}
 	}
 	for _, in := range []string{`{}`, `{"key":"k","provider":"p","providerSandboxId":"s","threadId":"t"}`,
 		`{"key":null,"provider":"p","providerSandboxId":"s","threadId":"t","updatedAt":1}`} {
-		var w Instance
+		var w instanceJSON
 		if err := json.Unmarshal([]byte(in), &w); err != nil {
 			t.Fatal(err)
 		}
-		if rec, err := w.Record(); err == nil {
+		if rec, err := w.record(); err == nil {
 			t.Errorf("Record of %s = %+v, want a missing member", in, rec)
 		}
 	}
 }
 
 func TestFromWriterKeepsWhatNoLeaseMatches(t *testing.T) {
-	w := FromWriter(chain.Writer{ThreadID: "\xff", OwnerToken: "\xff", Fence: chain.MaxSafeInteger + 1})
+	w := fromWriter(chain.Writer{ThreadID: "\xff", OwnerToken: "\xff", Fence: chain.MaxSafeInteger + 1})
 	if w.ThreadID != "\xff" || w.OwnerToken != "" || w.Fence != 0 {
-		t.Errorf("FromWriter = %+v", w)
+		t.Errorf("fromWriter = %+v", w)
 	}
-	b, _ := json.Marshal(FromWriter(chain.Writer{ThreadID: "t", OwnerToken: "tok", Fence: 3}))
+	b, _ := json.Marshal(fromWriter(chain.Writer{ThreadID: "t", OwnerToken: "tok", Fence: 3}))
 	var back chain.Writer
 	if err := json.Unmarshal(b, &back); err != nil || back != (chain.Writer{ThreadID: "t", OwnerToken: "tok", Fence: 3}) {
 		t.Errorf("writer %s reads back as %+v, %v", b, back, err)
