@@ -318,8 +318,15 @@ func (db *DB) AcquireWriter(ctx context.Context, threadID string) (*lease.Lease,
 // an expired one is, and the returned Lease's TookOver describes it; every
 // other live lease is still WRITER_CONFLICT. The decision is made in the
 // transaction that takes the lease, so concurrent acquirers cannot both win.
+//
+// opts.Holder, when set, is recorded as the lease's holder in place of this
+// process (a server acquiring for a client).
 func (db *DB) AcquireWriterWith(ctx context.Context, threadID string, opts lease.AcquireOptions) (*lease.Lease, error) {
-	return db.acquireWriter(ctx, threadID, proc.Self(), opts)
+	holder := proc.Self()
+	if opts.Holder != nil {
+		holder = *opts.Holder
+	}
+	return db.acquireWriter(ctx, threadID, holder, opts)
 }
 
 // acquireWriter takes the thread's writer lease recorded as held by holder.
@@ -335,7 +342,7 @@ func (db *DB) acquireWriter(ctx context.Context, threadID string, holder proc.Id
 	if err != nil {
 		return nil, err
 	}
-	l := lease.New(g.Writer, time.UnixMilli(g.ExpiresAt), db.opts.RenewAfter, leaseBackend{db})
+	l := lease.New(g.Writer, time.UnixMilli(g.ExpiresAt), db.opts.RenewAfter, db)
 	l.TookOver = g.TookOver
 	return l, nil
 }
@@ -362,20 +369,29 @@ func (db *DB) Unlock(ctx context.Context, threadID string) (lease.State, error) 
 	return removed, nil
 }
 
-// leaseBackend renews and releases leases for lease.Lease handles.
-type leaseBackend struct{ db *DB }
+// DB is the lease.Backend of the leases it hands out.
+var _ lease.Backend = (*DB)(nil)
 
-func (b leaseBackend) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, error) {
+// RenewWriter extends w's live lease to now + the lease duration and
+// returns the new expiry (SPEC §2.8). An expired, released or replaced
+// lease, or a writer no lease matches, cannot be renewed: WRITER_LOST.
+// lease.Lease.Renew calls it; a server calls it for a client's writer.
+func (db *DB) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, error) {
 	var exp int64
-	err := b.db.write(ctx, func(tx *bolt.Tx) (err error) {
-		exp, err = meta.RenewLease(tx, w, b.db.opts.nowMs(), b.db.opts.LeaseDuration.Milliseconds())
+	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
+		exp, err = meta.RenewLease(tx, w, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds())
 		return err
 	})
-	return time.UnixMilli(exp), err
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(exp), nil
 }
 
-func (b leaseBackend) ReleaseWriter(ctx context.Context, w lease.Writer) error {
-	return b.db.write(ctx, func(tx *bolt.Tx) error { return meta.ReleaseLease(tx, w) })
+// ReleaseWriter removes the thread's lease if it is still w's, expired or
+// not; otherwise it does nothing (SPEC §2.9). The fence counter stays.
+func (db *DB) ReleaseWriter(ctx context.Context, w lease.Writer) error {
+	return db.write(ctx, func(tx *bolt.Tx) error { return meta.ReleaseLease(tx, w) })
 }
 
 // nullable renders an optional id for messages: "" is null.

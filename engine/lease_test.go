@@ -274,3 +274,45 @@ func TestWriterErrorsNameHolderAndTime(t *testing.T) {
 		t.Errorf("expiry message %q holds epoch milliseconds %s", err, m)
 	}
 }
+
+// AcquireOptions.Holder names the holder a lease records: nil this
+// process, a zero Identity none, any other the process given (a server's
+// client). A recorded gone holder's lease is taken over; an unrecorded one
+// never is.
+func TestAcquireOptionsHolder(t *testing.T) {
+	me := needProc(t)
+	ctx := t.Context()
+	db := open(t, t.TempDir())
+	dead, none := goneHolder(me), proc.Identity{}
+	for thread, opts := range map[string]lease.AcquireOptions{
+		"self": {},
+		"none": {Holder: &none},
+		"dead": {Holder: &dead},
+	} {
+		if _, err := db.AcquireWriterWith(ctx, thread, opts); err != nil {
+			t.Fatalf("AcquireWriterWith(%q, %+v): %v", thread, opts, err)
+		}
+	}
+	ws, err := db.Writers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for thread, want := range map[string]proc.Identity{"self": me, "none": none, "dead": dead} {
+		if got := ws[thread].Holder; got != want {
+			t.Errorf("holder of %q = %+v, want %+v", thread, got, want)
+		}
+	}
+	if _, err := db.AcquireWriterWith(ctx, "none", lease.AcquireOptions{TakeOverDead: true}); !errors.Is(err, chain.ErrWriterConflict) {
+		t.Errorf("taking over an unrecorded holder's lease: %v, want WRITER_CONFLICT", err)
+	}
+	l, err := db.AcquireWriterWith(ctx, "dead", lease.AcquireOptions{TakeOverDead: true, Holder: &none})
+	if err != nil {
+		t.Fatalf("taking over a gone holder's lease: %v", err)
+	}
+	if l.TookOver == nil || l.TookOver.Holder != dead {
+		t.Errorf("TookOver = %+v, want the lease of %+v", l.TookOver, dead)
+	}
+	if ws, _ := db.Writers(ctx); ws["dead"].Holder != none {
+		t.Errorf("holder after the takeover = %+v, want none recorded", ws["dead"].Holder)
+	}
+}

@@ -60,6 +60,12 @@ type AcquireOptions struct {
 	// lease must expire, or be broken (meta.BreakLease, which the
 	// engine's Unlock runs).
 	TakeOverDead bool
+	// Holder is the process the lease records as its holder: nil records
+	// the acquiring process (proc.Self()); a zero Identity records none,
+	// so the lease is never taken over as dead. A server acquiring for a
+	// client sets it to the client process it can name (a unix socket's
+	// peer), or to the zero Identity when it cannot.
+	Holder *proc.Identity
 }
 
 // ConflictError is the WRITER_CONFLICT error for a thread whose live lease

@@ -33,10 +33,15 @@ import (
 // observable state (every pool thread's head, list and transcript, every pool
 // id's Get, the blob references, the pool instance records).
 //
+// TestDifferentialServed runs the same sequences with the engine behind
+// sbxdb serve's handler, reached through the Go client over a unix socket:
+// a served store must be indistinguishable from an embedded one.
+//
 // Sequence i uses seed i. Knobs (the environment variables also work under
 // "go test ./...", where the flags would reach packages that lack them):
 //
-//	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 600, 200 with -short, 2000 with SBXDB_LONG=1)
+//	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 600, 200 with -short, 2000 with SBXDB_LONG=1;
+//	                                   served: 40, 10 with -short, 2000 with SBXDB_LONG=1)
 //	-diff.seed S / SBXDB_DIFF_SEED=S   run only sequence S, e.g. to replay a failure
 //	-diff.steps N / SBXDB_DIFF_STEPS=N steps per sequence (default 60)
 //
@@ -75,10 +80,15 @@ const (
 	renewMs = 25
 )
 
-func TestDifferential(t *testing.T) {
-	seqs := *diffSeqs
-	if seqs <= 0 {
-		seqs = testkit.ScaleShort(t, 200, 600, 2000)
+func TestDifferential(t *testing.T) { differential(t, false, testkit.ScaleShort(t, 200, 600, 2000)) }
+
+func TestDifferentialServed(t *testing.T) { differential(t, true, testkit.ScaleShort(t, 10, 40, 2000)) }
+
+// differential runs seqs sequences (unless the knobs say otherwise), the
+// engine served or not.
+func differential(t *testing.T, served bool, seqs int) {
+	if *diffSeqs > 0 {
+		seqs = *diffSeqs
 	}
 	seeds := make([]int64, 0, seqs)
 	if *diffSeed >= 0 {
@@ -109,7 +119,7 @@ func TestDifferential(t *testing.T) {
 					return
 				}
 				seed := seeds[i]
-				r := &runner{seed: seed, dir: filepath.Join(dir, strconv.FormatInt(seed, 10))}
+				r := &runner{seed: seed, dir: filepath.Join(dir, strconv.FormatInt(seed, 10)), served: served}
 				msg := r.run(*diffSteps)
 				ran.Add(1)
 				steps.Add(int64(min(r.step, *diffSteps)))
@@ -161,13 +171,16 @@ type leasePair struct {
 type runner struct {
 	seed int64
 	dir  string
+	// served puts the engine behind a server and reaches it through the
+	// Go client (serveEngine).
+	served bool
 	// src, when set, replaces the PCG seeded with seed as the source of
 	// every random choice (FuzzOperations drives it from fuzz bytes).
 	src     rand.Source
 	rnd     *rand.Rand
 	clock   *clock
 	mem     *memstore.Store
-	db      *engine.DB
+	db      engine.Store // the engine, or the client of its server
 	leases  []leasePair
 	history []string
 	step    int
@@ -187,7 +200,11 @@ func (r *runner) failf(format string, args ...any) {
 // seed, the step and the whole operation history.
 func (r *runner) run(n int) (report string) {
 	src := r.src
-	replay := fmt.Sprintf("go test ./engine/memstore -run TestDifferential -diff.seed %d", r.seed)
+	test := "TestDifferential"
+	if r.served {
+		test = "TestDifferentialServed"
+	}
+	replay := fmt.Sprintf("go test ./engine/memstore -run '%s$' -diff.seed %d", test, r.seed)
 	if src == nil {
 		src = rand.NewPCG(uint64(r.seed), 0x5eedbeef)
 	} else {
@@ -206,11 +223,21 @@ func (r *runner) run(n int) (report string) {
 	// Fold reference counts after 1 to 4 pending checkpoints, so that
 	// sequences of a few dozen appends exercise folding (the default is 64).
 	dbOpts.RefFoldAfter = 1 + int(uint64(r.seed)%4)
-	if r.db, err = engine.Open(r.dir, &dbOpts); err != nil {
+	db, err := engine.Open(r.dir, &dbOpts)
+	if err != nil {
 		return fmt.Sprintf("seed %d: engine.Open: %v", r.seed, err)
 	}
+	r.db = db
+	stop := func() {}
+	if r.served {
+		if r.db, stop, err = serveEngine(db); err != nil {
+			db.Close()
+			return fmt.Sprintf("seed %d: serving the engine: %v", r.seed, err)
+		}
+	}
 	defer func() {
-		r.db.Close()
+		stop()
+		db.Close()
 		os.RemoveAll(r.dir)
 		if v := recover(); v != nil {
 			m, ok := v.(mismatch)

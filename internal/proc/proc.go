@@ -88,6 +88,25 @@ func Self() Identity {
 	return self
 }
 
+// Of returns the identity of the process pid of this host as this process
+// sees it: a pid of this process's pid namespace (as a unix socket's peer
+// credentials give it), in this boot, with its start time. It is the zero
+// Identity for pid <= 0 (unknown). Where the start time cannot be read (no
+// /proc, or the process has exited), Start is 0: Check then answers Gone
+// only while no process has the pid, never for a pid that was reused.
+func Of(pid int) Identity {
+	if pid <= 0 {
+		return Identity{}
+	}
+	me := Self()
+	if pid == me.PID {
+		return me
+	}
+	id := Identity{Host: me.Host, Boot: me.Boot, NS: me.NS, PID: pid}
+	id.Start, _ = startTime(pid)
+	return id
+}
+
 // Check tells whether the process id names still runs. It answers Gone only
 // when this process can prove it: the same host name, kernel boot and pid
 // namespace as this process, and no process with that pid, or one that

@@ -48,6 +48,35 @@ func TestExitedProcessIsGone(t *testing.T) {
 	}
 }
 
+func TestOfNamesAnotherProcess(t *testing.T) {
+	if got := Of(0); !got.IsZero() {
+		t.Fatalf("Of(0) = %+v, want the zero Identity", got)
+	}
+	if got := Of(os.Getpid()); got != Self() {
+		t.Fatalf("Of(own pid) = %+v, want Self() %+v", got, Self())
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc on this system: Check can only answer Unknown")
+	}
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id := Of(cmd.Process.Pid)
+	me := Self()
+	if id.PID != cmd.Process.Pid || id.Host != me.Host || id.Boot != me.Boot || id.NS != me.NS || id.Start == 0 {
+		t.Fatalf("Of(child %d) = %+v", cmd.Process.Pid, id)
+	}
+	if got := Check(id); got != Alive {
+		t.Fatalf("running child: Check(Of) = %v, want alive", got)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if got := Check(id); got != Gone {
+		t.Fatalf("reaped child: Check(Of) = %v, want gone", got)
+	}
+}
+
 func TestCheckNeverGuessesGone(t *testing.T) {
 	me := Self()
 	cases := map[string]struct {

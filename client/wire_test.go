@@ -1,0 +1,242 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
+)
+
+const (
+	high = "\xed\xa0\xbd" // U+D83D as the strict JSON path keeps it
+	low  = "\xed\xb8\x80" // U+DE00
+)
+
+func TestTextRoundTrip(t *testing.T) {
+	for s, carried := range map[string]bool{
+		"": true, "a": true, "é😀": true, "\x00": true, "<a&b>": true, "\"\\\n": true,
+		high: true, low: true, low + high: true, high + high: true, "a" + high + "b": true,
+		high + low:         false, // two halves that a JSON string would join
+		"\xff":             false,
+		"\xffnot a string": false,
+		"a\xc3":            false,
+		"\xed\xa0":         false,
+	} {
+		if got := representable(s); got != carried {
+			t.Errorf("representable(%q) = %v, want %v", s, got, carried)
+		}
+		b, err := json.Marshal(text(s))
+		if err != nil {
+			t.Fatalf("Marshal(%q): %v", s, err)
+		}
+		if isObject := strings.HasPrefix(string(b), "{"); isObject == carried {
+			t.Errorf("text(%q) = %s: a bytes object is for what a string cannot carry", s, b)
+		}
+		var back text
+		if err := json.Unmarshal(b, &back); err != nil || string(back) != s {
+			t.Errorf("text(%q) = %s reads back as %q, %v", s, b, back, err)
+		}
+	}
+}
+
+func TestTextRefusesWhatIsNotAString(t *testing.T) {
+	for _, in := range []string{`7`, `null`, `true`, `[]`, `{}`, `{"bytes":7}`, `{"bytes":"!!"}`, "\"\xff\""} {
+		var got text = "kept"
+		if err := got.UnmarshalJSON([]byte(in)); err == nil {
+			t.Errorf("text.UnmarshalJSON(%s) = %q, want an error", in, got)
+		}
+	}
+}
+
+// A bytes object is "not a string" to the strict JSON path: an identifier
+// carried that way is INVALID_ID, as the Go string it stands for is.
+func TestBytesFormIsNotAStringToTheStrictPath(t *testing.T) {
+	w := `{"threadId":"t","ownerToken":"x","fence":1}`
+	cp := string(appendCheckpoint(nil, &chain.Checkpoint{ID: "\xff", ThreadID: "t", Reason: chain.ReasonAutomatic}))
+	_, err := chain.ParseAppendInput([]byte(`{"checkpoint":` + cp + `,"expectedHeadId":null,"writer":` + w + `}`))
+	if !errors.Is(err, chain.ErrInvalidID) {
+		t.Fatalf("ParseAppendInput of id \\xff as bytes: %v, want INVALID_ID", err)
+	}
+	if err := chain.CheckID("id", "\xff"); !errors.Is(err, chain.ErrInvalidID) {
+		t.Fatalf("CheckID(\\xff) = %v", err)
+	}
+}
+
+func TestSplitArrayKeepsEachElementsBytes(t *testing.T) {
+	for in, want := range map[string][]string{
+		`[]`:                             {},
+		" [ \n ] ":                       {},
+		`[1]`:                            {`1`},
+		`[ 1 , {"a" : [1, 2]} ,"x"]`:     {` 1 `, ` {"a" : [1, 2]} `, `"x"`},
+		`[",\"]", "\\", [{}, []]]`:       {`",\"]"`, ` "\\"`, ` [{}, []]`},
+		"[\n\t{\"k\": [true, false]\n}]": {"\n\t{\"k\": [true, false]\n}"},
+	} {
+		got, err := splitArray([]byte(in))
+		if err != nil {
+			t.Fatalf("splitArray(%s): %v", in, err)
+		}
+		var strs []string
+		for _, m := range got {
+			strs = append(strs, string(m))
+		}
+		if d := cmp.Diff(want, strs, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("splitArray(%s) (-want +got):\n%s", in, d)
+		}
+	}
+	for _, in := range []string{``, `{}`, `null`, `"[1]"`, `7`} {
+		if got, err := splitArray([]byte(in)); err == nil {
+			t.Errorf("splitArray(%s) = %q, want an error", in, got)
+		}
+	}
+	raw := []byte(`[1,2]`)
+	got, _ := splitArray(raw)
+	_ = append(got[0], '9')
+	if string(raw) != `[1,2]` || string(got[1]) != "2" {
+		t.Errorf("appending to one element changed the next: %s", raw)
+	}
+}
+
+func TestMessagesRoundTripByteForByte(t *testing.T) {
+	msgs := []json.RawMessage{[]byte(` {"n": 1} `), []byte(`"<&>"`), []byte("{\n\t\"k\": [true,  false]\n}"), []byte(`"\u00e9"`)}
+	got, err := splitArray(appendMessages(nil, msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(msgs, got); d != "" {
+		t.Errorf("messages after the trip (-want +got):\n%s", d)
+	}
+}
+
+// sample is a checkpoint holding every field, each kind of entry, and
+// messages whose spacing encoding/json would change.
+func sample() *chain.Checkpoint {
+	return &chain.Checkpoint{
+		ID: "c2", ThreadID: "thr<é>", ParentID: "c1", CreatedAt: -chain.MaxSafeInteger,
+		Reason: chain.ReasonNamed, Label: "a & b", SourceRunID: "run-1",
+		Files: []chain.Entry{
+			{Path: "a.txt", Kind: chain.KindFile, BlobKey: testkit.FileKey(1), Size: 0},
+			{Path: "bin/x", Kind: chain.KindFile, BlobKey: testkit.FileKey(2), Size: 7, Executable: true},
+			{Path: "d", Kind: chain.KindDir},
+			{Path: "l", Kind: chain.KindSymlink, Target: "../a.txt"},
+		},
+		Conversation: []json.RawMessage{[]byte(`{"a" : 1}`), []byte(`[1,  2]`), []byte(`"<\u00e9>"`), []byte(`null`)},
+		Artifacts:    []chain.Artifact{{ArtifactID: "art", Name: "o.txt", MimeType: "text/plain", BlobKey: chain.ArtifactPrefix + strings.Repeat("a", 64), Size: 3, CreatedAt: 9}},
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	for _, cp := range []*chain.Checkpoint{sample(), {ID: "r", ThreadID: "t", Reason: chain.ReasonAutomatic}} {
+		b := appendCheckpoint(nil, cp)
+		if !json.Valid(b) {
+			t.Fatalf("appendCheckpoint wrote invalid JSON: %s", b)
+		}
+		got, err := decodeCheckpoint(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(cp, got, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("decodeCheckpoint(appendCheckpoint) (-want +got):\n%s", d)
+		}
+		// The strict path reads the same checkpoint: the shape is chain's.
+		parsed, err := chain.ParseCheckpoint(b)
+		if err != nil {
+			t.Fatalf("ParseCheckpoint(%s): %v", b, err)
+		}
+		if d := cmp.Diff(cp, parsed, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("ParseCheckpoint(appendCheckpoint) (-want +got):\n%s", d)
+		}
+		// And what chain writes, decodeCheckpoint reads.
+		cb, err := json.Marshal(cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromChain, err := decodeCheckpoint(cb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compact := cp.Clone()
+		compact.Conversation = fromChain.Conversation // chain's writer compacts them
+		if d := cmp.Diff(compact, fromChain, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("decodeCheckpoint(chain's JSON) (-want +got):\n%s", d)
+		}
+	}
+	if cp, err := decodeCheckpoint([]byte(" null ")); cp != nil || err != nil {
+		t.Errorf("decodeCheckpoint(null) = %v, %v", cp, err)
+	}
+}
+
+// What the validators refuse stays refused after the trip, with the same
+// code: the fields of another kind, a message that is not JSON, a string
+// that is not text.
+func TestCheckpointDefectsSurviveTheTrip(t *testing.T) {
+	for name, edit := range map[string]func(c *chain.Checkpoint){
+		"dir with a blob key":      func(c *chain.Checkpoint) { c.Files[2].BlobKey = testkit.FileKey(3) },
+		"dir with a size":          func(c *chain.Checkpoint) { c.Files[2].Size = 1 },
+		"dir executable":           func(c *chain.Checkpoint) { c.Files[2].Executable = true },
+		"file with a target":       func(c *chain.Checkpoint) { c.Files[0].Target = "x" },
+		"symlink without a target": func(c *chain.Checkpoint) { c.Files[3].Target = "" },
+		"file without a blob key":  func(c *chain.Checkpoint) { c.Files[0].BlobKey = "" },
+		"message not JSON":         func(c *chain.Checkpoint) { c.Conversation = append(c.Conversation, []byte(`1,2`)) },
+		"empty message":            func(c *chain.Checkpoint) { c.Conversation = append(c.Conversation, nil) },
+		"target not text":          func(c *chain.Checkpoint) { c.Files[3].Target = "\xff" },
+		"unknown kind":             func(c *chain.Checkpoint) { c.Files[2].Kind = "fifo" },
+	} {
+		cp := sample()
+		edit(cp)
+		if err := chain.ValidateContent(cp); !errors.Is(err, chain.ErrInvalidEntry) {
+			t.Fatalf("%s: the validators give %v, want INVALID_ENTRY", name, err)
+		}
+		if _, err := chain.ParseCheckpoint(appendCheckpoint(nil, cp)); !errors.Is(err, chain.ErrInvalidEntry) {
+			t.Errorf("%s: after the trip the strict path gives %v, want INVALID_ENTRY", name, err)
+		}
+	}
+}
+
+func TestInstanceRoundTrip(t *testing.T) {
+	for _, rec := range []engine.InstanceRecord{
+		{Key: "\xff", Provider: "", ProviderSandboxID: high + low, ThreadID: "\x00", UpdatedAt: -1 << 62},
+		{Key: "k", Provider: "p", ProviderSandboxID: "sb", LatestSnapshotID: "s", ThreadID: "t", LatestRunID: "r", UpdatedAt: 1},
+	} {
+		b, err := json.Marshal(fromInstance(rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w instanceJSON
+		if err := json.Unmarshal(b, &w); err != nil {
+			t.Fatal(err)
+		}
+		got, err := w.record()
+		if err != nil || got != rec {
+			t.Errorf("instance %+v came back as %+v, %v (wire %s)", rec, got, err, b)
+		}
+	}
+	for _, in := range []string{`{}`, `{"key":"k","provider":"p","providerSandboxId":"s","threadId":"t"}`,
+		`{"key":null,"provider":"p","providerSandboxId":"s","threadId":"t","updatedAt":1}`} {
+		var w instanceJSON
+		if err := json.Unmarshal([]byte(in), &w); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := w.record(); err == nil {
+			t.Errorf("Record of %s = %+v, want a missing member", in, rec)
+		}
+	}
+}
+
+func TestFromWriterKeepsWhatNoLeaseMatches(t *testing.T) {
+	w := fromWriter(chain.Writer{ThreadID: "\xff", OwnerToken: "\xff", Fence: chain.MaxSafeInteger + 1})
+	if w.ThreadID != "\xff" || w.OwnerToken != "" || w.Fence != 0 {
+		t.Errorf("fromWriter = %+v", w)
+	}
+	b, _ := json.Marshal(fromWriter(chain.Writer{ThreadID: "t", OwnerToken: "tok", Fence: 3}))
+	var back chain.Writer
+	if err := json.Unmarshal(b, &back); err != nil || back != (chain.Writer{ThreadID: "t", OwnerToken: "tok", Fence: 3}) {
+		t.Errorf("writer %s reads back as %+v, %v", b, back, err)
+	}
+}
