@@ -152,7 +152,7 @@ func runCapture(inv *invocation, args []string) error {
 	if inv.label != "" {
 		reason = chain.ReasonNamed
 	}
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ them, and are checked here against the entry's size and key as well.`,
 }
 
 func runCat(inv *invocation, args []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

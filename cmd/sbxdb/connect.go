@@ -135,14 +135,10 @@ func (inv *invocation) refuseServer() error {
 	return fmt.Errorf("store %s is served by sbxdb serve%s at %s; stop it first", inv.dir, pid, srv.addr)
 }
 
-// openStore returns the store the command works on: the running server of
-// the store when there is one (findServer), else the store's files, opened
-// read-only unless the command writes (then created if the command
-// creates). It words the failures an operator meets: no store, or another
-// process holding it. Only one process at a time can hold a store's files
-// for writing, and none can read them meanwhile; the second one is told
-// the store is busy, naming the holder, after lockTimeout.
-func (inv *invocation) openStore() (store, error) {
+// open returns the store the command works on: the running server of the
+// store when there is one (findServer), else the store's files
+// (openStore).
+func (inv *invocation) open() (store, error) {
 	srv, err := inv.findServer()
 	if err != nil {
 		return nil, err
@@ -150,6 +146,20 @@ func (inv *invocation) openStore() (store, error) {
 	if srv != nil {
 		return remoteStore{srv.client}, nil
 	}
+	db, err := inv.openStore()
+	if err != nil {
+		return nil, err
+	}
+	return localStore{db}, nil
+}
+
+// openStore opens the store's files, read-only unless the command writes
+// (then creating the store if the command creates), and words the failures
+// an operator meets: no store, or another process holding it. Only one
+// process at a time can hold a store's files for writing, and none can
+// read them meanwhile; the second one is told the store is busy, naming
+// the holder, after lockTimeout.
+func (inv *invocation) openStore() (*engine.DB, error) {
 	if inv.writes && !inv.creates {
 		// Only capture creates a store: gc or check --repair on a
 		// mistyped path must say so, not make an empty store there.
@@ -165,5 +175,5 @@ func (inv *invocation) openStore() (store, error) {
 		fmt.Fprintf(inv.errOut, "warning: the database may be older than its blob files (see sbxdb check): moved %s it does not index into %s instead of deleting them: %s; sbxdb check --repair indexes them again\n",
 			count(len(q), "file"), filepath.Join(inv.dir, engine.BlobDir, "quarantine"), strings.Join(q, ", "))
 	}
-	return localStore{db}, nil
+	return db, nil
 }

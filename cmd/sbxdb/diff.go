@@ -53,7 +53,7 @@ type diffJSON struct {
 }
 
 func runDiff(inv *invocation, args []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

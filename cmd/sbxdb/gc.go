@@ -61,7 +61,7 @@ dropped: [{key, checkpoints}], reindexed, reindexedFiles, left}.
 }
 
 func runCheck(inv *invocation, _ []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ before, after}, before, after}.
 }
 
 func runGC(inv *invocation, _ []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

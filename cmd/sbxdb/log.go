@@ -36,7 +36,7 @@ type logRow struct {
 
 func runLog(inv *invocation, args []string) error {
 	thread := args[0]
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

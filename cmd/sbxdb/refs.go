@@ -18,7 +18,7 @@ once. With --json, an array of {key, references}.
 }
 
 func runRefs(inv *invocation, _ []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

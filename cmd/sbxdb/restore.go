@@ -62,7 +62,7 @@ type restoreJSON struct {
 }
 
 func runRestore(inv *invocation, args []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ checkpoint in its wire shape (the TypeScript SandboxCheckpoint).
 }
 
 func runShow(inv *invocation, args []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ size, not the blobs. With --json, the same fields as an object.
 }
 
 func runStats(inv *invocation, _ []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

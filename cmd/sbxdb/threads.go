@@ -53,7 +53,7 @@ func (w writer) String() string {
 }
 
 func runThreads(inv *invocation, _ []string) error {
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ type unlockJSON struct {
 
 func runUnlock(inv *invocation, args []string) error {
 	thread := args[0]
-	db, err := inv.openStore()
+	db, err := inv.open()
 	if err != nil {
 		return err
 	}
