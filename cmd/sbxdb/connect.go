@@ -144,6 +144,7 @@ func (inv *invocation) open() (store, error) {
 		return nil, err
 	}
 	if srv != nil {
+		inv.served = srv.addr
 		return remoteStore{srv.client}, nil
 	}
 	db, err := inv.openStore()
@@ -176,4 +177,25 @@ func (inv *invocation) openStore() (*engine.DB, error) {
 			count(len(q), "file"), filepath.Join(inv.dir, engine.BlobDir, "quarantine"), strings.Join(q, ", "))
 	}
 	return db, nil
+}
+
+// serverError names the server in an error of its own, one the command
+// cannot meet without a server: it was unreachable, refused the token or
+// the directory, or was unavailable. Every other error reads as it does
+// without a server.
+func (inv *invocation) serverError(err error) error {
+	if inv.served == "" {
+		return err
+	}
+	if errors.Is(err, client.ErrUnreachable) {
+		return fmt.Errorf("server %s: %w", inv.served, err)
+	}
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		switch ce.Code {
+		case "SBXDB_UNAUTHORIZED", "SBXDB_FORBIDDEN", "SBXDB_UNAVAILABLE":
+			return fmt.Errorf("server %s: %w (%s)", inv.served, err, ce.Code)
+		}
+	}
+	return err
 }

@@ -141,6 +141,7 @@ type invocation struct {
 	dir      string // --db
 	dirGiven bool   // --db or $SBXDB_DIR named the store
 	server   string // --server
+	served   string // the address of the server the command went through
 	json     bool   // --json
 	out      io.Writer
 	errOut   io.Writer // standard error, for the progress line
@@ -242,6 +243,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			err = errors.New("interrupted")
 		}
+		err = inv.serverError(err)
 		fmt.Fprintf(stderr, "sbxdb: %s\n", message(err))
 		return 1
 	}
