@@ -135,6 +135,40 @@ func parseObjectKey(key string) (objectKey, error) {
 	return objectKey{key: key}, nil
 }
 
+// CheckObjectKey returns the error PutObject, OpenObject, StatObject and
+// DeleteObject give key when it is neither a content-addressed blob key
+// nor a valid plain object key (it matches ErrInvalidObject), or nil. A
+// client checks a key with it before building the key's URL: a path with
+// an empty, "." or ".." segment does not reach the server unchanged.
+func CheckObjectKey(key string) error {
+	_, err := parseObjectKey(key)
+	return err
+}
+
+// CheckPutObject returns the error PutObject gives key and opts before it
+// reads a byte of the body (it matches ErrInvalidObject), or nil.
+func CheckPutObject(key string, opts PutObjectOptions) error {
+	_, err := checkPut(key, opts)
+	return err
+}
+
+// checkPut runs PutObject's checks of its arguments.
+func checkPut(key string, opts PutObjectOptions) (objectKey, error) {
+	k, err := parseObjectKey(key)
+	if err != nil {
+		return k, err
+	}
+	if opts.Size < -1 {
+		return k, fmt.Errorf("%w: size %d", ErrInvalidObject, opts.Size)
+	}
+	if !k.ca {
+		if err := checkObjectAttrs(opts.ContentType, opts.CustomMetadata); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
 // checkObjectAttrs refuses a content type or custom metadata PutObject does
 // not keep (PutObjectOptions says what it keeps).
 func checkObjectAttrs(contentType string, md map[string]string) error {
@@ -199,17 +233,9 @@ func digestOf(blobKey string) string { return blobKey[strings.LastIndexByte(blob
 // whose reader fails stores nothing. The body is streamed: memory does not
 // grow with it past cas.MaxPacked.
 func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutObjectOptions) (ObjectInfo, error) {
-	k, err := parseObjectKey(key)
+	k, err := checkPut(key, opts)
 	if err != nil {
 		return ObjectInfo{}, err
-	}
-	if opts.Size < -1 {
-		return ObjectInfo{}, fmt.Errorf("%w: size %d", ErrInvalidObject, opts.Size)
-	}
-	if !k.ca {
-		if err := checkObjectAttrs(opts.ContentType, opts.CustomMetadata); err != nil {
-			return ObjectInfo{}, err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return ObjectInfo{}, err
