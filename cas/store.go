@@ -393,6 +393,45 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
 	return out, err
 }
 
+// InfoIn returns what the index, read in tx (a transaction of the DB the
+// store was opened with), says of key; ok is false when it holds no entry.
+// It changes nothing: a caller that relies on the blob refreshes its upload
+// time through a Batch.
+func InfoIn(tx *bolt.Tx, key string) (info Info, ok bool, err error) {
+	e, ok, err := lookup(tx, key)
+	if !ok || err != nil {
+		return Info{}, false, err
+	}
+	return e.info(key), true, nil
+}
+
+// ListIn returns, in key byte order, up to limit blobs whose key starts
+// with prefix and sorts after after, read in tx: one page of a listing
+// whose memory is bounded by limit, not by the store.
+func ListIn(tx *bolt.Tx, prefix, after string, limit int) ([]Info, error) {
+	b := tx.Bucket(bucketIndex)
+	if b == nil || limit <= 0 {
+		return nil, nil
+	}
+	start := prefix
+	if after >= prefix {
+		start = after
+	}
+	var out []Info
+	c := b.Cursor()
+	for k, v := c.Seek([]byte(start)); k != nil && bytes.HasPrefix(k, []byte(prefix)) && len(out) < limit; k, v = c.Next() {
+		if string(k) == after {
+			continue
+		}
+		e, err := decodeEntry(string(k), v)
+		if err != nil {
+			return nil, corrupt(string(k), "index entry: "+err.Error())
+		}
+		out = append(out, e.info(string(k)))
+	}
+	return out, nil
+}
+
 // Get returns the verified bytes of key: an error matching ErrNotFound when
 // it is not stored, ErrCorrupt when what is stored does not hash to the key
 // or has the wrong size. It never returns wrong bytes.

@@ -58,7 +58,7 @@ var byCode = map[string]error{
 	"SBXDB_FORBIDDEN":          ErrForbidden,
 	"SBXDB_NOT_FOUND":          cas.ErrNotFound,
 	"SBXDB_METHOD_NOT_ALLOWED": ErrBadRequest,
-	"SBXDB_BLOB_IN_USE":        cas.ErrPinned,
+	"SBXDB_BLOB_IN_USE":        engine.ErrBlobInUse,
 	"SBXDB_TOO_LARGE":          chain.ErrTooLarge,
 	"SBXDB_RANGE":              ErrRange,
 	"SBXDB_CORRUPT":            chain.ErrCorrupt,

@@ -21,7 +21,8 @@ type CheckStoreOptions struct {
 	VerifyBlobs bool
 	// Repair rewrites the blob and chunk reference counts from the
 	// checkpoints when they disagree (SPEC §10 Q15), deleting chunks no
-	// checkpoint uses; drops from the blob index every blob the check found
+	// checkpoint uses, and the hold counts from the objects and artifact
+	// records when they disagree; drops from the blob index every blob the check found
 	// damaged or missing (read again first: see cas.Store.DropDamaged), so
 	// that the next capture of the same bytes stores them again, and
 	// forgets packs whose files are gone; stores again every intact blob
@@ -58,6 +59,8 @@ const (
 	FindingMetaPage       = "meta-page"  // the database opened on its older meta page
 	FindingPending        = "pending"    // the pending set's weight or threads are off (a warning: they only time folds)
 	FindingQuarantine     = "quarantine" // blob files moved aside because the database may be older than them (a warning)
+	FindingHold           = "hold"       // stored hold count ≠ recount from the objects and artifact records
+	FindingArtifactIndex  = "artifact-index"
 )
 
 // Finding is one problem Check found.
@@ -77,10 +80,16 @@ type CheckReport struct {
 	Threads     int `json:"threads"`
 	Checkpoints int `json:"checkpoints"`
 	Chunks      int `json:"chunks"`   // distinct chunks the checkpoints use
-	BlobKeys    int `json:"blobKeys"` // distinct keys referenced
+	BlobKeys    int `json:"blobKeys"` // distinct keys checkpoints reference
 	Blobs       int `json:"blobs"`    // blobs stored
-	// Unreferenced counts stored blobs no checkpoint names: what a sweep
-	// deletes once they are older than its window. Not a problem.
+	// Objects and ArtifactRecords count the plain objects and artifact
+	// records, and HeldKeys the distinct blob keys they name.
+	Objects         int `json:"objects"`
+	ArtifactRecords int `json:"artifactRecords"`
+	HeldKeys        int `json:"heldKeys"`
+	// Unreferenced counts stored blobs no checkpoint, object or artifact
+	// record names: what a sweep deletes once they are older than its
+	// window. Not a problem.
 	Unreferenced int `json:"unreferenced"`
 	// OrphanFiles counts large blob files no index entry names (left by
 	// a crash); gc removes them. Not a problem either.
@@ -124,7 +133,9 @@ func (r *CheckReport) Clean() bool {
 // Check verifies the store (sbxdb check, SPEC §10 Q15): every record
 // decodes; the thread index and the records agree; heads name stored
 // checkpoints of their thread; reference counts equal a recomputation from
-// every checkpoint (distinct keys per checkpoint); every referenced blob is
+// every checkpoint (distinct keys per checkpoint); the artifact indexes
+// match the artifact records, and hold counts equal a recomputation from
+// the objects and artifact records; every referenced or held blob is
 // stored; the blob index matches its files, and with VerifyBlobs every
 // blob's bytes match its key. Dangling parents (left by retention) and
 // checkpoints off every head chain are warnings, and so is each file in
@@ -139,7 +150,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	add := func(sev, kind, subject, format string, args ...any) {
 		r.Findings = append(r.Findings, Finding{sev, kind, subject, fmt.Sprintf(format, args...)})
 	}
-	var recount map[string]int64
+	var recount, objects, records map[string]int64
 	var recovered string
 	err := db.view(func(tx *bolt.Tx) error {
 		if raw := tx.Bucket(meta.BucketMeta).Get(meta.KeyRecovered); raw != nil {
@@ -150,7 +161,10 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 			recovered = string(p)
 		}
 		var err error
-		recount, err = db.checkChains(ctx, tx, r, add)
+		if recount, err = db.checkChains(ctx, tx, r, add); err != nil {
+			return err
+		}
+		objects, records, err = checkHolds(ctx, tx, r, add)
 		return err
 	})
 	switch {
@@ -166,8 +180,17 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	r.BlobKeys = len(recount)
 
-	// Blobs: the referenced ones are stored; the store's own check.
-	keys := slices.Sorted(maps.Keys(recount))
+	// Blobs: the referenced and held ones are stored; the store's own check.
+	named := maps.Clone(recount)
+	held := map[string]bool{}
+	for _, m := range []map[string]int64{objects, records} {
+		for k := range m {
+			named[k] += 0
+			held[k] = true
+		}
+	}
+	r.HeldKeys = len(held)
+	keys := slices.Sorted(maps.Keys(named))
 	missing, err := db.blobs.Missing(ctx, keys)
 	if err != nil {
 		return nil, err
@@ -177,15 +200,24 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		return nil, err
 	}
 	for _, k := range missing {
-		add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored: %s (storing the same bytes again, as a capture of them does, heals them)",
-			recount[k], listIDs(naming[k]))
+		switch {
+		case !held[k]:
+			add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored: %s (storing the same bytes again, as a capture of them does, heals them)",
+				recount[k], listIDs(naming[k]))
+		case recount[k] == 0 && objects[k] == 0:
+			// A host may save the record before (or without) its bytes.
+			add(SeverityWarning, FindingMissingBlob, k, "named by %d artifact records, not stored", records[k])
+		default:
+			add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints and held by %d objects and %d artifact records, not stored: %s (storing the same bytes again heals them)",
+				recount[k], objects[k], records[k], listIDs(naming[k]))
+		}
 	}
 	u, err := db.blobs.Usage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r.Blobs = u.Blobs
-	r.Unreferenced = u.Blobs - (len(recount) - len(missing))
+	r.Unreferenced = u.Blobs - (len(named) - len(missing))
 	if r.OrphanFiles, err = db.blobs.Orphans(ctx); err != nil {
 		return nil, err
 	}
@@ -243,6 +275,19 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 			return r, fmt.Errorf("weighing the pending set: %w", err)
 		}
 		r.Repaired = len(findingsOf(r, FindingPending))
+	}
+	if wrong := len(findingsOf(r, FindingHold)); opts.Repair && wrong > 0 {
+		err := db.write(ctx, func(tx *bolt.Tx) error {
+			objects, records, _, err := meta.CountHolds(tx, true) // a damaged record stops the repair
+			if err != nil {
+				return err
+			}
+			return meta.RebuildHolds(tx, objects, records)
+		})
+		if err != nil {
+			return r, fmt.Errorf("repairing hold counts: %w", err)
+		}
+		r.Repaired += wrong
 	}
 	if opts.Repair {
 		if err := db.repairBlobs(ctx, r, blobProblems, damaged); err != nil {
@@ -493,6 +538,54 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 		add(SeverityError, FindingRefCount, key, "%s", detail)
 	}
 	return counts, nil
+}
+
+// checkHolds checks the plain objects and artifact records in tx: every
+// record decodes, the artifact indexes match the records, and the stored
+// hold counts equal a recount. It returns the recount: per blob key, how
+// many objects and how many artifact records name it.
+func checkHolds(ctx context.Context, tx *bolt.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (objects, records map[string]int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	objects, records, damaged, err := meta.CountHolds(tx, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	counts := maps.Clone(objects)
+	for k, n := range records {
+		counts[k] += n
+	}
+	for _, p := range damaged {
+		add(SeverityError, FindingRecord, p.Bucket+"/"+p.Key, "%s", p.Detail)
+	}
+	r.Objects = tx.Bucket(meta.BucketObjects).Stats().KeyN
+	r.ArtifactRecords = tx.Bucket(meta.BucketArtifactRecords).Stats().KeyN
+	problems, err := meta.CheckArtifactIndexes(tx)
+	if err != nil {
+		add(SeverityError, FindingArtifactIndex, "", "artifact indexes unreadable: %v", err)
+	}
+	for _, p := range problems {
+		add(SeverityError, FindingArtifactIndex, p.Bucket+"/"+p.Key, "%s", p.Detail)
+	}
+	stored, err := meta.Holds(tx)
+	if err != nil {
+		add(SeverityError, FindingHold, "", "stored hold counts unreadable: %v", err)
+		return objects, records, nil
+	}
+	seen := make(map[string]bool, len(stored))
+	for _, h := range stored {
+		seen[h.Key] = true
+		if want := counts[h.Key]; h.References != want {
+			add(SeverityError, FindingHold, h.Key, "stored %d, objects and artifact records name it %d times", h.References, want)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		if !seen[k] {
+			add(SeverityError, FindingHold, k, "stored 0, objects and artifact records name it %d times", counts[k])
+		}
+	}
+	return objects, records, nil
 }
 
 // countRefs recomputes every key's count from the stored checkpoints.

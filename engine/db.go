@@ -1,6 +1,7 @@
 // Package engine is the public facade of sbxdb: Open a store directory and
 // get a *DB that implements the SandboxCheckpointStore contract, its fork and
-// retention capabilities, thread transcripts and the instance store. Each
+// retention capabilities, thread transcripts and the instance store, and
+// keeps blobs, plain objects and artifact records beside them. Each
 // write is one bbolt transaction composing the chain and lease packages;
 // concurrent writes share transactions through group commit (commit.go).
 package engine

@@ -94,3 +94,14 @@ func (db *DB) DamageChunks() error {
 // StagingName is the name a restore by process id gives its staging
 // directory, without the random part MkdirTemp adds.
 func StagingName(id proc.Identity) string { return stagingName(id) }
+
+// SetHoldCount forces the hold count of a blob key; 0 removes it.
+func (db *DB) SetHoldCount(key string, n int64) error {
+	return db.bolt.Update(func(tx *bolt.Tx) error {
+		old, err := meta.HoldCount(tx, key)
+		if err != nil {
+			return err
+		}
+		return meta.AddHold(tx, key, n-old)
+	})
+}

@@ -89,8 +89,8 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 }
 
 // destinationEmpty returns FORK_DESTINATION_NOT_EMPTY if the thread has a
-// saved transcript (even an empty one), a checkpoint or a head, or if the
-// checkpoint id is used in any thread.
+// saved transcript (even an empty one), a checkpoint, a head or an artifact
+// record (SPEC §3.2), or if the checkpoint id is used in any thread.
 func destinationEmpty(tx *bolt.Tx, threadID, checkpointID string) error {
 	notEmpty := func(why string) error {
 		return chain.Errorf(chain.ErrForkDestinationNotEmpty, "fork destination thread %q %s", threadID, why)
@@ -107,6 +107,9 @@ func destinationEmpty(tx *bolt.Tx, threadID, checkpointID string) error {
 		return err
 	} else if head != "" {
 		return notEmpty("has a head")
+	}
+	if meta.ThreadHasArtifactRecords(tx, threadID) {
+		return notEmpty("has artifact records")
 	}
 	if meta.CheckpointExists(tx, checkpointID) {
 		return notEmpty("cannot take checkpoint id " + nullable(checkpointID) + ": it is used")

@@ -18,9 +18,16 @@ import (
 // a capture pins every key it relies on from the moment it finds the blob
 // stored until its append has committed or failed (cas/pins.go), and the
 // sweep deletes in transactions of the group commit, where each key is
-// checked again, count 0 and not pinned, at the moment of deletion. Those
+// checked again at the moment of deletion: no checkpoint references it, no
+// plain object or artifact record holds it (meta.HoldCount), it is not
+// pinned, and its upload time is still outside the window (a put or a
+// StatObject that refreshed it after the listing keeps it). Those
 // transactions are the lock appends take, so a sweep never holds a capture
 // up for longer than one of them. OlderThan stays as an independent guard.
+//
+// The marks are the checkpoints' references and the holds of objects and
+// artifact records together; the contract's BlobReferences lists the
+// checkpoints' alone.
 
 // SweepOptions configures DB.Sweep; see gc.SweepInput.
 type SweepOptions struct {
@@ -51,32 +58,117 @@ func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]i
 	}
 	db.gcMu.Lock()
 	defer db.gcMu.Unlock()
+	// One clock reading for the listing's window and the re-check at
+	// deletion, which keeps a blob uploaded at or after now−OlderThan.
+	now := db.opts.Now()
 	return gc.Sweep(ctx, gc.SweepInput{
 		References: checkedRefs{db: db, without: without},
-		Blobs:      &sweepBlobs{db: db},
+		Blobs:      &sweepBlobs{db: db, deadline: now.Add(-opts.OlderThan)},
 		OlderThan:  opts.OlderThan,
 		Immediate:  opts.Immediate,
-		Now:        db.opts.Now,
+		Now:        func() time.Time { return now },
 		DryRun:     opts.DryRun,
 	})
 }
 
-// checkedRefs reads the references for a sweep and refuses when one names
-// a blob the store does not hold. The blob index is read after the
-// references, and only a sweep deletes (one at a time), so a key missing
-// then was missing for good.
+// markedRefs returns, in key byte order, the checkpoints' reference counts
+// and every blob key the sweep must keep for what names it: those counts
+// plus the holds of plain objects and artifact records, read in one
+// transaction.
+func (db *DB) markedRefs(ctx context.Context) (cps, all []chain.BlobRef, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	err = db.view(func(tx *bolt.Tx) error {
+		if cps, err = meta.References(tx); err != nil {
+			return err
+		}
+		holds, err := meta.Holds(tx)
+		all = mergeRefs(cps, holds)
+		return err
+	})
+	return cps, all, err
+}
+
+// mergeRefs merges two lists of counts in key byte order, summing a key's
+// counts.
+func mergeRefs(a, b []chain.BlobRef) []chain.BlobRef {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]chain.BlobRef, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i].Key < b[j].Key:
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j].Key < a[i].Key:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, chain.BlobRef{Key: a[i].Key, References: a[i].References + b[j].References})
+			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+// blobUse is the in-use test of a delete from the blob store, inside the
+// deleting transaction: a key is in use while a checkpoint references it
+// or a plain object or artifact record holds it, and, unless deadline is
+// zero, while its upload time is not before deadline. pending, if set,
+// caches the pending checkpoints across the transactions of one sweep.
+func (db *DB) blobUse(pending *meta.PendingCache, deadline time.Time) cas.InUse {
+	return func(tx *bolt.Tx) (func(string) (bool, error), error) {
+		var rc *meta.RefCounter
+		if pending != nil {
+			var err error
+			if rc, err = pending.Counter(tx); err != nil {
+				return nil, err
+			}
+		} else {
+			rc = meta.NewRefCounter(tx)
+		}
+		return func(key string) (bool, error) {
+			if n, err := meta.HoldCount(tx, key); n > 0 || err != nil {
+				return true, err
+			}
+			if !deadline.IsZero() {
+				info, ok, err := cas.InfoIn(tx, key)
+				if err != nil {
+					return true, err
+				}
+				if ok && !info.Uploaded.Before(deadline) {
+					return true, nil // refreshed since the listing
+				}
+			}
+			return rc.Referenced(key)
+		}, nil
+	}
+}
+
+// checkedRefs reads the marks for a sweep (markedRefs) and refuses when a
+// checkpoint references a blob the store does not hold. The blob index is
+// read after the references, and only a sweep deletes (one at a time), so
+// a key missing then was missing for good. A held blob that is missing
+// does not stop a sweep: an artifact record may name bytes a host has not
+// stored (yet), and check reports an object's missing blob.
 type checkedRefs struct {
 	db      *DB
 	without map[string]int64 // references a dry-run retention would drop
 }
 
 func (r checkedRefs) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
-	refs, err := r.db.BlobReferences(ctx)
+	cps, refs, err := r.db.markedRefs(ctx)
+	if err == nil {
+		err = r.db.point("sweep.marked") // a test may call the store here
+	}
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(refs))
-	for i, ref := range refs {
+	keys := make([]string, len(cps))
+	for i, ref := range cps {
 		keys[i] = ref.Key
 	}
 	missing, err := r.db.blobs.Missing(ctx, keys)
@@ -103,9 +195,10 @@ func (r checkedRefs) BlobReferences(ctx context.Context) ([]chain.BlobRef, error
 // sweepBlobs is the blob store as the sweep sees it: DeleteKeys deletes in
 // one group-commit transaction per group, re-checking each key there.
 type sweepBlobs struct {
-	db      *DB
-	pending meta.PendingCache // one sweep's transactions run one at a time
-	warm    bool
+	db       *DB
+	deadline time.Time         // a blob uploaded at or after it is kept
+	pending  meta.PendingCache // one sweep's transactions run one at a time
+	warm     bool
 }
 
 func (b *sweepBlobs) List(ctx context.Context, prefix string) ([]cas.Info, error) {
@@ -117,9 +210,10 @@ func (b *sweepBlobs) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// DeleteKeys deletes keys whose count is 0 at the moment of deletion. The
-// count is read in the delete transaction itself, the pending part from a
-// cache that decodes each pending checkpoint once per sweep.
+// DeleteKeys deletes keys that are unused at the moment of deletion
+// (blobUse): no reference, no hold, no upload since the deadline. The
+// counts are read in the delete transaction itself, the pending part from
+// a cache that decodes each pending checkpoint once per sweep.
 func (b *sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, error) {
 	if !b.warm {
 		// Decode the pending checkpoints in a read transaction, outside
@@ -129,13 +223,7 @@ func (b *sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, e
 			return nil, err
 		}
 	}
-	return b.db.blobs.DeleteUnused(ctx, keys, func(tx *bolt.Tx) (func(string) (bool, error), error) {
-		rc, err := b.pending.Counter(tx)
-		if err != nil {
-			return nil, err
-		}
-		return rc.Referenced, nil
-	})
+	return b.db.blobs.DeleteUnused(ctx, keys, b.db.blobUse(&b.pending, b.deadline))
 }
 
 // Repack rewrites the blob packs whose dead share is at least threshold

@@ -21,9 +21,15 @@ import (
 //	3  a manifest of at most 2 KiB inline in its record; refs_pending
 //	   keyed by createdAt and id, naming threads, its sequence a weight.
 //	   Every format-2 record reads the same; the pending set is rekeyed
+//	4  plain objects and artifact records, and blob_holds counting the
+//	   blobs they name. New buckets only, but a format-3 build would
+//	   misread a store using them: its sweep would delete every blob only
+//	   an object or artifact record holds, and its check would not see
+//	   them. A format-3 store upgrades by gaining the empty buckets
 //
-// A writable Open migrates an older store in one transaction (migrate).
-const FormatVersion = 3
+// A writable Open migrates an older store in one transaction (migrate);
+// a read-only Open refuses one, naming sbxdb migrate.
+const FormatVersion = 4
 
 // initLayout creates the buckets of a new store and stamps its format, or
 // checks the format of an existing one, migrating an older store when tx
@@ -46,7 +52,8 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	if err != nil {
 		return err
 	}
-	if (v == 1 || v == 2) && tx.Writable() {
+	older := v >= 1 && v < FormatVersion
+	if older && tx.Writable() {
 		err := migrate(tx, v)
 		if err == nil {
 			err = beforeCommit()
@@ -54,10 +61,10 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 		if err != nil {
 			return fmt.Errorf("migrating the store from format %d to %d: %w", v, FormatVersion, err)
 		}
-		v = FormatVersion
+		v, older = FormatVersion, false
 	}
 	switch {
-	case v == 1 || v == 2:
+	case older:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", ErrFormat, v, FormatVersion)
 	case v != FormatVersion:
 		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
@@ -86,23 +93,26 @@ func formatOf(mb *bolt.Bucket) (uint64, error) {
 	return v, nil
 }
 
-// migrate upgrades a store of format from (1 or 2) to FormatVersion inside
-// tx: from format 1, the new buckets and every record rewritten as chunks;
-// then the pending set rekeyed and weighed, and the new format stamp. One transaction,
-// so a crash leaves the store as it was, whole.
+// migrate upgrades a store of format from (1 to 3) to FormatVersion inside
+// tx: the buckets the later formats added; from format 1, every record
+// rewritten as chunks; from formats 1 and 2, the pending set rekeyed and
+// weighed; then the new format stamp. One transaction, so a crash leaves
+// the store as it was, whole.
 func migrate(tx *bolt.Tx, from uint64) error {
-	if from == 1 {
-		for _, name := range meta.Buckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
+	for _, name := range meta.Buckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
 		}
+	}
+	if from == 1 {
 		if err := meta.MigrateRecords(tx); err != nil {
 			return err
 		}
 	}
-	if err := meta.UpgradePending(tx); err != nil {
-		return err
+	if from <= 2 {
+		if err := meta.UpgradePending(tx); err != nil {
+			return err
+		}
 	}
 	v := binary.AppendUvarint(nil, FormatVersion)
 	return tx.Bucket(meta.BucketMeta).Put(meta.KeyFormat, meta.Seal(meta.BucketMeta, meta.KeyFormat, v))

@@ -357,3 +357,43 @@ func danglingPending(t *testing.T, foldAfter int) {
 	defer db.Close()
 	damagedThenRepaired(t, db)
 }
+
+// format3Fixture is a store written by the format-3 engine (commit
+// 28c0f7c) running history: the layout before plain objects and artifact
+// records.
+const format3Fixture = "testdata/format3"
+
+// A format-3 store upgrades by gaining the buckets of objects, artifact
+// records and their holds; a format-3 build, which would sweep the blobs
+// they hold, refuses the format-4 store.
+func TestMigrateFormat3(t *testing.T) {
+	ctx := context.Background()
+	old := fixtureCopy(t, format3Fixture)
+	want := holdersUnrecorded(viewOf(t, replayed(t)))
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
+		t.Fatalf("read-only Open of a format-3 store: %v; want ErrFormat naming sbxdb migrate", err)
+	}
+	failMigration(t, old)
+	from, to, err := engine.Migrate(ctx, old, historyOptions())
+	if err != nil || from != 3 || to != engine.FormatVersion {
+		t.Fatalf("Migrate = %d, %d, %v; want 3, %d (format 3 left by the failed one)", from, to, err, engine.FormatVersion)
+	}
+	db, err := engine.Open(old, historyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// Its lease records the process that wrote the fixture as its holder.
+	if diff := cmp.Diff(want, holdersUnrecorded(viewOf(t, db))); diff != "" {
+		t.Errorf("migrated store differs from the history replayed (-replayed +migrated):\n%s", diff)
+	}
+	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated from format 3")
+	// The new buckets work.
+	if _, err := db.PutObject(ctx, "notes/a", strings.NewReader("note"), engine.PutObjectOptions{Size: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ArtifactRecords().Save(ctx, engine.ArtifactRecord{ArtifactID: "a1", RunID: "r", ThreadID: "t1", Name: "n", MimeType: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated, with an object and a record")
+}

@@ -1,15 +1,64 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/meta"
+	bolt "go.etcd.io/bbolt"
 )
 
-// ErrBlobInUse refuses to delete a content-addressed blob that a
-// checkpoint, a plain object or an artifact record references, or that a
-// capture in flight has pinned.
-var ErrBlobInUse = errors.New("sbxdb: blob is in use")
+// Blobs and plain objects (docs/API.md, Blobs and objects): the object-store
+// face of the blob store that sbxdb serve offers hosts.
+//
+// A key under sandbox-files/sha256/ or sandbox-artifacts/sha256/ is a
+// content-addressed blob, stored and read as the blob store keeps it. Any
+// other valid key is a plain object: a record in bucket objects naming the
+// blob that holds its bytes (sandbox-artifacts/sha256/<hex of the bytes>,
+// so equal bodies are stored once, compressed and verified on every read
+// like any blob), with its content type and custom metadata. The record
+// holds its blob (meta.AddHold) from the transaction that writes it until
+// the one that removes it, so a sweep keeps the bytes while the object
+// exists and takes them at the first sweep after it is gone and nothing
+// else names them.
+//
+// Durability order: a put writes the body through a cas.Batch, which makes
+// the bytes durable before its transaction commits, and the object's
+// record commits in that same transaction (Batch.CommitWith): a record
+// never names bytes that are not on disk, and bytes written for a put that
+// fails are never indexed.
+
+var (
+	// ErrBlobInUse refuses to delete a content-addressed blob that a
+	// checkpoint, a plain object or an artifact record references, or that
+	// a capture in flight has pinned.
+	ErrBlobInUse = errors.New("sbxdb: blob is in use")
+	// ErrInvalidObject refuses an object key, content type, custom
+	// metadata, declared size or listing limit the store does not take
+	// (SBXDB_BAD_REQUEST on the wire). Nothing is read or changed.
+	ErrInvalidObject = errors.New("sbxdb: invalid object request")
+)
+
+// Limits of plain objects and listings.
+const (
+	// MaxObjectKeyBytes is the longest plain object key, in bytes.
+	MaxObjectKeyBytes = 1024
+	// MaxObjectMetaBytes bounds a plain object's content type, and
+	// separately the names and values of its custom metadata together.
+	MaxObjectMetaBytes = 8 << 10
+	// MaxListObjects is the largest page ListObjects returns.
+	MaxListObjects = 1000
+)
 
 // ObjectInfo describes a stored blob or plain object (docs/API.md, Blobs
 // and objects).
@@ -27,68 +76,491 @@ type ObjectInfo struct {
 // PutObjectOptions describe the bytes given to PutObject.
 type PutObjectOptions struct {
 	// ContentType and CustomMetadata are kept with a plain object; a
-	// content-addressed key keeps neither.
+	// content-addressed key keeps neither. The content type is at most
+	// MaxObjectMetaBytes of UTF-8 text without control characters;
+	// metadata names are 1 or more of a-z, 0-9, '-', '_' and '.' (HTTP
+	// header names carry them, and those ignore case), values are text
+	// as for the content type, and names and values together are at most
+	// MaxObjectMetaBytes.
 	ContentType    string
 	CustomMetadata map[string]string
 	// Size, when not -1, is the length the body must have.
 	Size int64
 }
 
-// PutObject stores the bytes of r under key. TODO(objects): implemented by
-// the objects change.
+// objectKey is a parsed key: a content-addressed blob key (ca) or a plain
+// object key.
+type objectKey struct {
+	key string
+	ca  bool
+	ns  cas.Namespace
+	sum [32]byte
+}
+
+// parseObjectKey classifies key, refusing with ErrInvalidObject (and, for
+// a key under a blob namespace that is not a blob key, cas.ErrInvalidKey
+// too) a key that is neither a blob key nor a valid plain key: 1 to
+// MaxObjectKeyBytes bytes of UTF-8 with no NUL and no empty, "." or ".."
+// segment (so no leading, trailing or doubled "/": an HTTP path could not
+// carry the key unchanged).
+func parseObjectKey(key string) (objectKey, error) {
+	if strings.HasPrefix(key, chain.FilePrefix) || strings.HasPrefix(key, chain.ArtifactPrefix) {
+		ns, sum, err := cas.ParseKey(key)
+		if err != nil {
+			return objectKey{}, fmt.Errorf("%w: %w", ErrInvalidObject, err)
+		}
+		return objectKey{key: key, ca: true, ns: ns, sum: sum}, nil
+	}
+	bad := func(why string) (objectKey, error) {
+		return objectKey{}, fmt.Errorf("%w: object key %q %s", ErrInvalidObject, key, why)
+	}
+	switch {
+	case key == "":
+		return bad("is empty")
+	case len(key) > MaxObjectKeyBytes:
+		return objectKey{}, fmt.Errorf("%w: object key of %d bytes is longer than %d", ErrInvalidObject, len(key), MaxObjectKeyBytes)
+	case !utf8.ValidString(key):
+		return bad("is not UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return bad("contains NUL")
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		switch seg {
+		case "":
+			return bad(`has an empty segment (a leading, trailing or doubled "/")`)
+		case ".", "..":
+			return bad(fmt.Sprintf("has a %q segment", seg))
+		}
+	}
+	return objectKey{key: key}, nil
+}
+
+// CheckObjectKey returns the error PutObject, OpenObject, StatObject and
+// DeleteObject give key when it is neither a content-addressed blob key
+// nor a valid plain object key (it matches ErrInvalidObject), or nil. A
+// client checks a key with it before building the key's URL: a path with
+// an empty, "." or ".." segment does not reach the server unchanged.
+func CheckObjectKey(key string) error {
+	_, err := parseObjectKey(key)
+	return err
+}
+
+// CheckPutObject returns the error PutObject gives key and opts before it
+// reads a byte of the body (it matches ErrInvalidObject), or nil.
+func CheckPutObject(key string, opts PutObjectOptions) error {
+	_, err := checkPut(key, opts)
+	return err
+}
+
+// checkPut runs PutObject's checks of its arguments.
+func checkPut(key string, opts PutObjectOptions) (objectKey, error) {
+	k, err := parseObjectKey(key)
+	if err != nil {
+		return k, err
+	}
+	if opts.Size < -1 {
+		return k, fmt.Errorf("%w: size %d", ErrInvalidObject, opts.Size)
+	}
+	if !k.ca {
+		if err := checkObjectAttrs(opts.ContentType, opts.CustomMetadata); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// checkObjectAttrs refuses a content type or custom metadata PutObject does
+// not keep (PutObjectOptions says what it keeps).
+func checkObjectAttrs(contentType string, md map[string]string) error {
+	if err := checkHeaderText("content type", contentType); err != nil {
+		return err
+	}
+	total := 0
+	for name, v := range md {
+		total += len(name) + len(v)
+		if name == "" || strings.TrimLeft(name, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" {
+			return fmt.Errorf("%w: metadata name %q: want 1 or more of a-z, 0-9, '-', '_', '.'", ErrInvalidObject, name)
+		}
+		if err := checkHeaderText("metadata "+name, v); err != nil {
+			return err
+		}
+	}
+	if total > MaxObjectMetaBytes {
+		return fmt.Errorf("%w: custom metadata of %d bytes is more than %d", ErrInvalidObject, total, MaxObjectMetaBytes)
+	}
+	return nil
+}
+
+// checkHeaderText refuses text an HTTP header value could not carry
+// unchanged: invalid UTF-8, control characters, surrounding blanks, or more
+// than MaxObjectMetaBytes.
+func checkHeaderText(what, s string) error {
+	switch {
+	case len(s) > MaxObjectMetaBytes:
+		return fmt.Errorf("%w: %s of %d bytes is longer than %d", ErrInvalidObject, what, len(s), MaxObjectMetaBytes)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not UTF-8", ErrInvalidObject, what, s)
+	case strings.TrimSpace(s) != s:
+		return fmt.Errorf("%w: %s %q starts or ends with a blank", ErrInvalidObject, what, s)
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%w: %s %q holds a control character", ErrInvalidObject, what, s)
+	}
+	return nil
+}
+
+// blobInfo is the ObjectInfo of a content-addressed blob.
+func blobInfo(i cas.Info) ObjectInfo {
+	return ObjectInfo{Key: i.Key, Size: i.Size, Uploaded: i.Uploaded.UnixMilli(), SHA256: digestOf(i.Key)}
+}
+
+// objectInfo is the ObjectInfo of a plain object's record.
+func objectInfo(key string, o *meta.Object) ObjectInfo {
+	return ObjectInfo{Key: key, Size: o.Size, Uploaded: o.Uploaded, SHA256: digestOf(o.BlobKey),
+		ContentType: o.ContentType, CustomMetadata: maps.Clone(o.Metadata)}
+}
+
+// digestOf returns the hex digest a blob key ends with.
+func digestOf(blobKey string) string { return blobKey[strings.LastIndexByte(blobKey, '/')+1:] }
+
+// PutObject stores the bytes of r under key and returns what it stored.
+// For a content-addressed key, the body's sha256 must be the key's digest
+// and, when opts.Size is not -1, its length opts.Size: else the error
+// matches cas.ErrKeyMismatch and nothing is stored. Bytes stored already
+// are not written again; their upload time is refreshed. For a plain key,
+// the bytes go into a blob and the record (content type, metadata, upload
+// time) replaces any earlier one in the transaction that indexes them; a
+// body of another length than opts.Size is refused as for a blob. A body
+// whose reader fails stores nothing. The body is streamed: memory does not
+// grow with it past cas.MaxPacked.
 func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutObjectOptions) (ObjectInfo, error) {
-	return ObjectInfo{}, errors.ErrUnsupported
+	k, err := checkPut(key, opts)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ObjectInfo{}, err
+	}
+	if db.c == nil {
+		return ObjectInfo{}, ErrReadOnly
+	}
+	if err := db.writeRefused(); err != nil {
+		return ObjectInfo{}, err
+	}
+	b := db.blobs.NewBatch()
+	defer b.Close() // until the record naming the blob has committed or failed
+	ns := cas.Artifacts
+	if k.ca {
+		ns = k.ns
+	}
+	res, err := addBody(ctx, b, ns, k, &sizedReader{r: r, key: key, want: opts.Size})
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if k.ca && res.Key != key {
+		return ObjectInfo{}, &cas.Error{Key: key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body's sha256 is %x", res.Sum)}
+	}
+	if k.ca {
+		if err := b.Commit(ctx); err != nil {
+			return ObjectInfo{}, err
+		}
+		var info ObjectInfo
+		err := db.view(func(tx *bolt.Tx) error { // pinned still: a sweep cannot have taken it
+			i, ok, err := cas.InfoIn(tx, key)
+			if err == nil && !ok {
+				err = &cas.Error{Key: key, Err: cas.ErrNotFound, Detail: "gone after its put committed"}
+			}
+			info = blobInfo(i)
+			return err
+		})
+		return info, err
+	}
+	rec := &meta.Object{BlobKey: res.Key, Size: res.Size, ContentType: opts.ContentType}
+	if len(opts.CustomMetadata) > 0 {
+		rec.Metadata = maps.Clone(opts.CustomMetadata)
+	}
+	err = b.CommitWith(ctx, func(tx *bolt.Tx) error {
+		rec.Uploaded = db.opts.nowMs()
+		return meta.PutObject(tx, key, rec)
+	})
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	return objectInfo(key, rec), nil
 }
 
-// OpenObject returns a reader of key's verified bytes.
+// addBody adds the bytes of r to b in namespace ns: a body of at most
+// cas.MaxPacked bytes (read into memory) to a pack, checked against a
+// content-addressed key before anything is written; a longer one streamed
+// into a file of its own (the caller compares its key).
+func addBody(ctx context.Context, b *cas.Batch, ns cas.Namespace, k objectKey, r io.Reader) (cas.AddResult, error) {
+	var buf bytes.Buffer
+	_, err := io.CopyN(&buf, r, cas.MaxPacked+1)
+	if err == io.EOF {
+		data := buf.Bytes()
+		if sum := sha256.Sum256(data); k.ca && sum != k.sum {
+			return cas.AddResult{}, &cas.Error{Key: k.key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body's sha256 is %x", sum)}
+		}
+		return b.Add(ctx, ns, data)
+	}
+	if err != nil {
+		return cas.AddResult{}, err
+	}
+	return b.AddReader(ctx, ns, io.MultiReader(&buf, r))
+}
+
+// sizedReader reads a body that must be want bytes long (-1: any length):
+// a longer or shorter one fails with a cas.ErrKeyMismatch error once that
+// is known, reading at most one byte past want.
+type sizedReader struct {
+	r       io.Reader
+	key     string
+	want, n int64
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	if s.want >= 0 && int64(len(p)) > s.want-s.n+1 {
+		p = p[:s.want-s.n+1]
+	}
+	n, err := s.r.Read(p)
+	s.n += int64(n)
+	switch {
+	case s.want >= 0 && s.n > s.want:
+		return 0, s.mismatch("more than")
+	case err == io.EOF && s.want >= 0 && s.n < s.want:
+		return n, s.mismatch(fmt.Sprintf("%d bytes, fewer than", s.n))
+	}
+	return n, err
+}
+
+func (s *sizedReader) mismatch(what string) error {
+	return &cas.Error{Key: s.key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body is %s the %d bytes declared", what, s.want)}
+}
+
+// OpenObject returns a reader of key's verified bytes and what is stored
+// under key. A key that is not stored is an error matching cas.ErrNotFound.
+// Stored bytes that do not match their blob key are an error matching
+// chain.ErrInvalidBlob and cas.ErrCorrupt: from OpenObject when that is
+// known at once (a blob stored in a pack), else from the Read that would
+// have returned io.EOF (a blob of its own file, verified as it streams):
+// a caller must treat what it read as unverified until Read returns
+// io.EOF. A plain object whose blob is missing is an error matching
+// chain.ErrMissingBlob (the store is damaged; sbxdb check says more).
 func (db *DB) OpenObject(ctx context.Context, key string) (io.ReadCloser, ObjectInfo, error) {
-	return nil, ObjectInfo{}, errors.ErrUnsupported
+	k, err := parseObjectKey(key)
+	if err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	prev := ""
+	for {
+		info, blobKey, err := db.lookupObject(ctx, k)
+		if err != nil {
+			return nil, ObjectInfo{}, err
+		}
+		r, err := db.blobs.Open(ctx, blobKey)
+		switch {
+		case err == nil:
+			return &objectReader{r: r}, info, nil
+		case !k.ca && errors.Is(err, cas.ErrNotFound) && blobKey != prev:
+			// Overwritten or deleted, and swept, since the record was
+			// read: read it again.
+			prev = blobKey
+			continue
+		case !k.ca && errors.Is(err, cas.ErrNotFound):
+			return nil, ObjectInfo{}, chain.Errorf(chain.ErrMissingBlob, "object %q: its blob %s is missing", key, blobKey)
+		}
+		return nil, ObjectInfo{}, invalidBlob(err)
+	}
 }
 
-// StatObject describes key, refreshing a content-addressed blob's upload
-// time.
+// lookupObject reads what is stored under k and the key of the blob
+// holding its bytes.
+func (db *DB) lookupObject(ctx context.Context, k objectKey) (info ObjectInfo, blobKey string, err error) {
+	if err := ctx.Err(); err != nil {
+		return ObjectInfo{}, "", err
+	}
+	err = db.view(func(tx *bolt.Tx) error {
+		if k.ca {
+			i, ok, err := cas.InfoIn(tx, k.key)
+			if err == nil && !ok {
+				err = &cas.Error{Key: k.key, Err: cas.ErrNotFound}
+			}
+			info, blobKey = blobInfo(i), k.key
+			return err
+		}
+		o, err := meta.GetObject(tx, k.key)
+		if err == nil && o == nil {
+			err = &cas.Error{Key: k.key, Err: cas.ErrNotFound, Detail: "no such object"}
+		}
+		if err == nil {
+			info, blobKey = objectInfo(k.key, o), o.BlobKey
+		}
+		return err
+	})
+	return info, blobKey, err
+}
+
+// damagedBlobError is a failed read of stored bytes: it matches both the
+// contract's code (chain.ErrInvalidBlob) and the blob store's error.
+type damagedBlobError struct{ err error }
+
+func (e *damagedBlobError) Error() string   { return chain.CodeInvalidBlob + ": " + e.err.Error() }
+func (e *damagedBlobError) Unwrap() []error { return []error{chain.ErrInvalidBlob, e.err} }
+
+// invalidBlob makes an error that says stored bytes are damaged
+// (cas.ErrCorrupt) match chain.ErrInvalidBlob too.
+func invalidBlob(err error) error {
+	if err != nil && errors.Is(err, cas.ErrCorrupt) {
+		return &damagedBlobError{err}
+	}
+	return err
+}
+
+// objectReader is a blob reader whose damage errors match
+// chain.ErrInvalidBlob.
+type objectReader struct{ r *cas.Reader }
+
+func (o *objectReader) Read(p []byte) (int, error) {
+	n, err := o.r.Read(p)
+	return n, invalidBlob(err)
+}
+
+// WriteTo lets io.Copy use the blob reader's own (see cas.Reader.WriteTo).
+func (o *objectReader) WriteTo(w io.Writer) (int64, error) {
+	n, err := o.r.WriteTo(w)
+	return n, invalidBlob(err)
+}
+
+func (o *objectReader) Close() error { return o.r.Close() }
+
+// StatObject describes what is stored under key (an error matching
+// cas.ErrNotFound when nothing is). It reads no bytes. A content-addressed
+// blob's upload time is refreshed, on a writable store, as if its bytes
+// had been put again: a host that finds a blob present and skips its
+// upload relies on it as an upload would, so the sweep's olderThan window
+// runs from the StatObject (docs/API.md, HEAD refreshes). That costs a
+// write transaction per call, the one the skipped put would have cost.
 func (db *DB) StatObject(ctx context.Context, key string) (ObjectInfo, error) {
-	return ObjectInfo{}, errors.ErrUnsupported
+	k, err := parseObjectKey(key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if k.ca && db.c != nil {
+		if err := db.refreshBlob(ctx, key); err != nil {
+			return ObjectInfo{}, err
+		}
+	}
+	info, _, err := db.lookupObject(ctx, k)
+	return info, err
 }
 
-// DeleteObject deletes key.
+// refreshBlob sets key's upload time to now through a batch that pins it
+// meanwhile; a key not stored is an error matching cas.ErrNotFound.
+func (db *DB) refreshBlob(ctx context.Context, key string) error {
+	b := db.blobs.NewBatch()
+	defer b.Close()
+	missing, _, err := b.Lookup(ctx, []string{key})
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		// Absent, or its entry is damaged: lookupObject says which.
+		return nil
+	}
+	b.Refresh([]string{key})
+	return b.Commit(ctx)
+}
+
+// DeleteObject deletes key; a key not stored is not an error. A plain
+// object's record goes, and with it its hold on its blob: the bytes go at
+// the next sweep that finds nothing else naming them. A content-addressed
+// blob is deleted only when no checkpoint, plain object or artifact record
+// names it and no capture in flight has pinned it; otherwise the error
+// matches ErrBlobInUse (and cas.ErrPinned for a pin) and nothing changes.
 func (db *DB) DeleteObject(ctx context.Context, key string) error {
-	return errors.ErrUnsupported
+	k, err := parseObjectKey(key)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if db.c == nil {
+		return ErrReadOnly
+	}
+	if !k.ca {
+		return db.write(ctx, func(tx *bolt.Tx) error {
+			_, err := meta.DeleteObject(tx, key)
+			return err
+		})
+	}
+	deleted, err := db.blobs.DeleteUnused(ctx, []string{key}, db.blobUse(nil, time.Time{}))
+	if err != nil || len(deleted) == 1 {
+		return err
+	}
+	stored := false
+	err = db.view(func(tx *bolt.Tx) error {
+		_, ok, err := cas.InfoIn(tx, key)
+		stored = ok
+		if errors.Is(err, cas.ErrCorrupt) {
+			stored, err = true, nil // DeleteUnused reads the entry too: it would have said
+		}
+		return err
+	})
+	switch {
+	case err != nil || !stored:
+		return err
+	case db.blobs.Pinned(key):
+		return fmt.Errorf("%w: %s: %w", ErrBlobInUse, key, cas.ErrPinned)
+	}
+	return fmt.Errorf("%w: %s is referenced by a checkpoint, a plain object or an artifact record", ErrBlobInUse, key)
 }
 
-// ListObjects lists up to limit keys starting with prefix and after cursor.
+// ListObjects lists, in key byte order, up to limit (1 to MaxListObjects)
+// blobs and plain objects whose key starts with prefix and sorts after
+// cursor ("" to start), and returns the cursor of the next page: the last
+// key listed, or "" when nothing is left. One read transaction; memory
+// bounded by limit.
 func (db *DB) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]ObjectInfo, string, error) {
-	return nil, "", errors.ErrUnsupported
+	if limit < 1 || limit > MaxListObjects {
+		return nil, "", fmt.Errorf("%w: limit %d is not from 1 to %d", ErrInvalidObject, limit, MaxListObjects)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	out := make([]ObjectInfo, 0, min(limit+1, 64))
+	err := db.view(func(tx *bolt.Tx) error {
+		blobs, err := cas.ListIn(tx, prefix, cursor, limit+1)
+		if err != nil {
+			return err
+		}
+		i := 0
+		// Blob keys and plain keys are disjoint: merge the two in order,
+		// stopping one past the page to learn whether more follow.
+		err = meta.ForEachObject(tx, prefix, cursor, func(key string, o *meta.Object, err error) (bool, error) {
+			if err != nil {
+				return false, err
+			}
+			for ; i < len(blobs) && blobs[i].Key < key && len(out) <= limit; i++ {
+				out = append(out, blobInfo(blobs[i]))
+			}
+			if len(out) > limit {
+				return false, nil
+			}
+			out = append(out, objectInfo(key, o))
+			return len(out) <= limit, nil
+		})
+		for ; i < len(blobs) && len(out) <= limit; i++ {
+			out = append(out, blobInfo(blobs[i]))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].Key
+	}
+	return out, next, nil
 }
-
-// ArtifactRecord is the metadata a host keeps beside a generated file.
-type ArtifactRecord struct {
-	ArtifactID string `json:"artifactId"`
-	RunID      string `json:"runId"`
-	ThreadID   string `json:"threadId"`
-	BlobKey    string `json:"blobKey,omitempty"`
-	Name       string `json:"name"`
-	MimeType   string `json:"mimeType"`
-	Size       int64  `json:"size"`
-	SourceURL  string `json:"sourceUrl,omitempty"`
-	CreatedAt  int64  `json:"createdAt"` // epoch ms
-}
-
-// ArtifactRecords is the store of artifact records.
-type ArtifactRecords interface {
-	// Save inserts or overwrites the record of rec.ArtifactID.
-	Save(ctx context.Context, rec ArtifactRecord) error
-	// Get returns the record, or nil and no error when the id is unknown.
-	Get(ctx context.Context, artifactID string) (*ArtifactRecord, error)
-	// ListForRun and ListForThread return the records of a run or a
-	// thread by createdAt, then artifactId bytes; [] when there are none.
-	ListForRun(ctx context.Context, runID string) ([]ArtifactRecord, error)
-	ListForThread(ctx context.Context, threadID string) ([]ArtifactRecord, error)
-	// Delete removes the record; a missing id is not an error.
-	Delete(ctx context.Context, artifactID string) error
-	// DeleteForRun removes every record of the run and says how many.
-	DeleteForRun(ctx context.Context, runID string) (int, error)
-}
-
-// ArtifactRecords returns the artifact records kept in the same file.
-func (db *DB) ArtifactRecords() ArtifactRecords { return nil }

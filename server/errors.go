@@ -51,6 +51,8 @@ var sentinels = []struct {
 	err  error
 	code string
 }{
+	{engine.ErrInvalidObject, CodeBadRequest},
+	{engine.ErrBlobInUse, CodeBlobInUse},
 	{chain.ErrTooLarge, CodeTooLarge},
 	{cas.ErrKeyMismatch, CodeBlobMismatch},
 	{cas.ErrPinned, CodeBlobInUse},

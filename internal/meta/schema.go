@@ -3,13 +3,14 @@
 //
 // The engine owns the database and its transactions; every function here
 // that takes a *bolt.Tx runs inside the caller's. meta stores the model of
-// package chain (checkpoints, heads, transcripts, blob reference counts) and
-// the writer state of package lease, and knows nothing of blob bytes, which
-// the blob store (package cas) keeps beside it. The layout is drawn once,
+// package chain (checkpoints, heads, transcripts, blob reference counts),
+// the writer state of package lease, and the records that name blobs beside
+// checkpoints (plain objects, artifact records); it knows nothing of blob
+// bytes, which the blob store (package cas) keeps beside it. The layout is drawn once,
 // in schema.go, above the bucket names.
 package meta
 
-// The layout of sbx.db, format version 3 (engine.FormatVersion says what
+// The layout of sbx.db, format version 4 (engine.FormatVersion says what
 // older formats held and how they are migrated). Each bucket is a top-level
 // bbolt bucket; beneath it, its keys → their values. <x> is the bytes of
 // string x; be64 is 8 bytes big-endian; identifiers never contain NUL, so
@@ -70,6 +71,31 @@ package meta
 //	│                                 holding the full key, so that the empty
 //	│                                 key and keys past bbolt's 32 KiB limit are
 //	│                                 stored too (engine/instances.go)
+//	├── objects
+//	│   └── <object key> → object record
+//	│                                 a plain object (a key outside the blob
+//	│                                 namespaces): the key of the blob holding
+//	│                                 its bytes, size, content type, custom
+//	│                                 metadata, upload time (objects.go)
+//	├── artifact_records
+//	│   └── <artifactId> → artifact record
+//	│                                 the metadata a host keeps beside a
+//	│                                 generated file (artifact_records.go)
+//	├── artifact_runs
+//	│   └── <runId> 0x00 be64(createdAt xor 1<<63) <artifactId> → empty
+//	├── artifact_threads
+//	│   └── <threadId> 0x00 be64(createdAt xor 1<<63) <artifactId> → empty
+//	│                                 one key per record in each: a run's or a
+//	│                                 thread's records are one range scan in
+//	│                                 list order (createdAt, then id bytes)
+//	├── blob_holds
+//	│   └── <blob key> → uvarint      how many objects and artifact records
+//	│                                 name the blob (> 0): a sweep keeps it.
+//	│                                 Kept apart from refs, which counts
+//	│                                 checkpoints only (the contract's
+//	│                                 listBlobReferences); updated in the
+//	│                                 transaction that writes the record
+//	│                                 (holds.go)
 //	└── cas_meta, cas_index, cas_packs
 //	                                  the blob store's index, in the same file;
 //	                                  drawn and declared in cas/format.go
@@ -89,10 +115,17 @@ var (
 
 	BucketWriters   = []byte("writers")
 	BucketInstances = []byte("instances")
+
+	BucketObjects         = []byte("objects")
+	BucketArtifactRecords = []byte("artifact_records")
+	BucketArtifactRuns    = []byte("artifact_runs")
+	BucketArtifactThreads = []byte("artifact_threads")
+	BucketBlobHolds       = []byte("blob_holds")
 )
 
 // Buckets lists the buckets above that the engine creates at Open; the
 // blob store creates its own.
 var Buckets = [][]byte{BucketMeta, BucketWriters, BucketInstances,
 	BucketCheckpoints, BucketChunks, BucketChunkRefs, BucketThreadIndex,
-	BucketHeads, BucketRefs, BucketPendingRefs, BucketTranscripts}
+	BucketHeads, BucketRefs, BucketPendingRefs, BucketTranscripts,
+	BucketObjects, BucketArtifactRecords, BucketArtifactRuns, BucketArtifactThreads, BucketBlobHolds}
