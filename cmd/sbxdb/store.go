@@ -156,7 +156,7 @@ func (re *remoteEntry) Close() error { return re.r.Close() }
 
 var (
 	errTooLong = errors.New("the server sent more bytes than the blob has")
-	errDigest  = errors.New("the bytes do not hash to the key")
+	errDigest  = fmt.Errorf("%w: sha256 of the bytes does not match the key", cas.ErrCorrupt)
 )
 
 // remoteBlobError words a failure to read an entry's blob from a server
@@ -176,6 +176,7 @@ func remoteBlobError(e *chain.Entry, err error) error {
 			return missing()
 		case chain.CodeInvalidBlob, "SBXDB_CORRUPT":
 			why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
+		why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as cas.Error words it
 		default:
 			return err // the server's own failure: unavailable, unauthorized, …
 		}

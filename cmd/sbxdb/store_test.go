@@ -32,7 +32,7 @@ func TestRemoteEntry(t *testing.T) {
 	}{
 		{"whole", strings.NewReader(content), ""},
 		{"one byte at a time", iotest.OneByteReader(strings.NewReader(content)), ""},
-		{"other bytes", strings.NewReader("HELLO\n"), damaged + "the bytes do not hash to the key"},
+		{"other bytes", strings.NewReader("HELLO\n"), damaged + "blob corrupt: sha256 of the bytes does not match the key"},
 		{"cut off", strings.NewReader(content[:3]), damaged + "the server cut the body off before its end"},
 		{"too long", strings.NewReader(content + "x"), damaged + "the server sent more bytes than the blob has"},
 		{"read error", io.MultiReader(strings.NewReader("he"), iotest.ErrReader(errors.New("connection reset"))), damaged + "connection reset"},
@@ -67,8 +67,8 @@ func TestRemoteBlobError(t *testing.T) {
 			"SANDBOX_SNAPSHOT_MISSING_BLOB: " + prefix + " is missing"},
 		{cas.ErrNotFound, chain.ErrMissingBlob, "SANDBOX_SNAPSHOT_MISSING_BLOB: " + prefix + " is missing"},
 		{unavailable, nil, "shutting down"},
-		{&client.Error{Status: 422, Code: chain.CodeInvalidBlob, Message: "SANDBOX_SNAPSHOT_INVALID_BLOB: blob x is damaged: checksum"}, chain.ErrInvalidBlob,
-			"SANDBOX_SNAPSHOT_INVALID_BLOB: " + prefix + " is damaged: blob x is damaged: checksum"},
+		{&client.Error{Status: 422, Code: chain.CodeInvalidBlob, Message: "SANDBOX_SNAPSHOT_INVALID_BLOB: cas: " + e.BlobKey + ": blob corrupt: checksum"}, chain.ErrInvalidBlob,
+			"SANDBOX_SNAPSHOT_INVALID_BLOB: " + prefix + " is damaged: blob corrupt: checksum"},
 		{client.ErrUnreachable, nil, client.ErrUnreachable.Error()},
 		{io.ErrUnexpectedEOF, chain.ErrInvalidBlob, "SANDBOX_SNAPSHOT_INVALID_BLOB: " + prefix + " is damaged: the server cut the body off before its end"},
 	} {
