@@ -218,15 +218,18 @@ func (s *Server) Serve(ctx context.Context, ls ...net.Listener) error {
 	defer scancel()
 	if hs.Shutdown(sctx) != nil {
 		cancel() // the requests still running see their context end
-		s.requests.wait(cancelWait)
-		hs.Close()
+		cctx, ccancel := context.WithTimeout(context.Background(), cancelWait)
+		defer ccancel()
+		if hs.Shutdown(cctx) != nil {
+			hs.Close()
+		}
 	}
 	for ; running > 0; running-- {
 		if e := <-errc; err == nil {
 			err = e
 		}
 	}
-	s.requests.wait(0)
+	s.requests.wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

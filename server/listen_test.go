@@ -61,7 +61,7 @@ func TestListenUnix(t *testing.T) {
 		t.Errorf("AddrString = %q", got)
 	}
 	// A live socket is refused, naming it.
-	go func() {
+	go func(l net.Listener) {
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -69,7 +69,7 @@ func TestListenUnix(t *testing.T) {
 			}
 			c.Close()
 		}
-	}()
+	}(l)
 	if _, err := Listen("unix:" + path); !errors.Is(err, ErrSocketInUse) || !strings.Contains(err.Error(), path) {
 		t.Errorf("a second Listen: %v, want ErrSocketInUse naming %s", err, path)
 	}

@@ -279,26 +279,13 @@ func (t *tracker) done() {
 	}
 }
 
-// wait returns once no request is being served, or once timeout (when
-// positive) has passed; it reports whether none is.
-func (t *tracker) wait(timeout time.Duration) bool {
+// wait returns once no request is being served.
+func (t *tracker) wait() {
 	t.mu.Lock()
 	idle := t.idle
 	n := t.n
 	t.mu.Unlock()
-	if n == 0 {
-		return true
-	}
-	if timeout <= 0 {
+	if n > 0 {
 		<-idle
-		return true
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-idle:
-		return true
-	case <-timer.C:
-		return false
 	}
 }

@@ -98,8 +98,7 @@ func TestRequestCap(t *testing.T) {
 	s.hooks.waiting = func() { waiting <- struct{}{} }
 	_, url := tcp(t, s, "")
 
-	first := make(chan reply, 1)
-	go func() { first <- do(t, httpClient, "GET", url+"/test/block", "") }()
+	first := sendAsync(httpClient, "GET", url+"/test/block")
 	<-b.entered
 
 	// The health probe takes no slot.
@@ -119,15 +118,14 @@ func TestRequestCap(t *testing.T) {
 	}
 	// One that gets the slot while it waits is served.
 	s.slotWait = time.Hour
-	second := make(chan reply, 1)
-	go func() { second <- do(t, httpClient, "GET", url+"/v1/stats", "") }()
+	second := sendAsync(httpClient, "GET", url+"/v1/stats")
 	<-waiting
 	b.release <- struct{}{}
-	if r := <-first; r.status != 200 {
-		t.Errorf("the blocked request: %d", r.status)
+	if r := <-first; r.err != nil || r.status != 200 {
+		t.Errorf("the blocked request: %d, %v", r.status, r.err)
 	}
-	if r := <-second; r.status != 200 {
-		t.Errorf("the request that waited: %d %s", r.status, r.body)
+	if r := <-second; r.err != nil || r.status != 200 {
+		t.Errorf("the request that waited: %d %s, %v", r.status, r.body, r.err)
 	}
 }
 
@@ -148,13 +146,12 @@ func TestServeGrace(t *testing.T) {
 	s := New(db, Options{Grace: time.Hour})
 	b := newBlocker(s)
 	u := unix(t, s)
-	got := make(chan reply, 1)
-	go func() { got <- do(t, u.http, "GET", "http://sbxdb/test/block", "") }()
+	got := sendAsync(u.http, "GET", "http://sbxdb/test/block")
 	<-b.entered
 	u.stop()
 	b.release <- struct{}{}
-	if r := <-got; r.status != 200 {
-		t.Errorf("the request in flight: %d %s", r.status, r.body)
+	if r := <-got; r.err != nil || r.status != 200 {
+		t.Errorf("the request in flight: %d %s, %v", r.status, r.body, r.err)
 	}
 	if err := <-u.served; err != nil {
 		t.Errorf("Serve: %v", err)
@@ -172,8 +169,7 @@ func TestServeCancelsAfterGrace(t *testing.T) {
 	s := New(db, Options{Grace: -1})
 	b := newBlocker(s)
 	u := unix(t, s)
-	got := make(chan reply, 1)
-	go func() { got <- do(t, u.http, "GET", "http://sbxdb/test/block", "") }()
+	got := sendAsync(u.http, "GET", "http://sbxdb/test/block")
 	<-b.entered
 	u.stop()
 	if err := <-u.served; err != nil {
@@ -186,6 +182,9 @@ func TestServeCancelsAfterGrace(t *testing.T) {
 		t.Fatal("Serve returned before the cancelled handler did")
 	}
 	r := <-got
+	if r.err != nil {
+		t.Fatalf("the cancelled request: %v", r.err)
+	}
 	if r.status != 503 || r.code(t) != CodeUnavailable || !strings.Contains(string(r.body), "shutting down") {
 		t.Errorf("the cancelled request: %d %s", r.status, r.body)
 	}

@@ -102,30 +102,56 @@ func (r reply) code(t *testing.T) string {
 	return e.Code
 }
 
-// do sends a raw request through hc to base+path.
+// do sends a raw request through hc to url.
 func do(t *testing.T, hc *http.Client, method, url string, body string, header ...string) reply {
 	t.Helper()
+	r, err := send(hc, method, url, body, header...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// send is do for another goroutine than the test's: it returns its error.
+func send(hc *http.Client, method, url string, body string, header ...string) (reply, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return reply{}, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, url, err)
+		return reply{}, fmt.Errorf("%s %s: reading the body: %w", method, url, err)
 	}
-	return reply{resp.StatusCode, resp.Header, b}
+	return reply{resp.StatusCode, resp.Header, b}, nil
+}
+
+// sent is the reply of a send, or its error.
+type sent struct {
+	reply
+	err error
+}
+
+// sendAsync sends a request from a new goroutine; its reply arrives on
+// the channel returned.
+func sendAsync(hc *http.Client, method, url string) <-chan sent {
+	ch := make(chan sent, 1)
+	go func() {
+		r, err := send(hc, method, url, "")
+		ch <- sent{r, err}
+	}()
+	return ch
 }
 
 // lines splits a progress stream into its JSON objects, each with exactly
