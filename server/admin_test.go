@@ -113,7 +113,7 @@ func TestSweep(t *testing.T) {
 	w := writer(t, db, "main")
 	dir := tree(t, 20, 100)
 	s := New(db, Options{})
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	ctx := context.Background()
 	res, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, ID: "cp1"})
 	if err != nil {
@@ -159,7 +159,7 @@ func TestCheck(t *testing.T) {
 	db := openDB(t)
 	w := writer(t, db, "main")
 	s := New(db, Options{})
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	ctx := context.Background()
 	if _, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: tree(t, 30, 50), ID: "cp1"}); err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestCaptureAndRestore(t *testing.T) {
 	db := openDB(t)
 	w := writer(t, db, "main")
 	dir := tree(t, 50, 3000)
-	u := unix(t, New(db, Options{}))
+	u := serveUnix(t, New(db, Options{}))
 	ctx := context.Background()
 
 	var last engine.Progress
@@ -288,7 +288,7 @@ func TestCaptureErrorMidStream(t *testing.T) {
 	lost := w
 	lost.Fence++
 	dir := tree(t, 5, 10)
-	u := unix(t, New(db, Options{}))
+	u := serveUnix(t, New(db, Options{}))
 	ctx := context.Background()
 
 	_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: lost, Dir: dir, Progress: func(engine.Progress) {}})
@@ -365,7 +365,7 @@ func TestCaptureCancelledWithTheRequest(t *testing.T) {
 			<-r.Context().Done()
 		})
 	}
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, ID: "cp1", Progress: func(engine.Progress) {}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("capture: %v, want context.Canceled", err)

@@ -200,7 +200,7 @@ func TestAllowDirs(t *testing.T) {
 	if h := head(t, db, "main"); h != "cp1" {
 		t.Fatalf("head %q, want cp1", h)
 	}
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	if _, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: filepath.Join(outside, "ws"), ID: "cp2"}); err != nil {
 		t.Errorf("capture on the unix socket: %v", err)
 	}

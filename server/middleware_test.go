@@ -60,7 +60,7 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("gc with the token: %v, %d checkpoints", err, count())
 	}
 	// A unix socket needs no token.
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	if _, err := u.c.Stats(ctx); err != nil {
 		t.Errorf("stats on the unix socket: %v", err)
 	}
@@ -145,7 +145,7 @@ func TestServeGrace(t *testing.T) {
 	db := openDB(t)
 	s := New(db, Options{Grace: time.Hour})
 	b := newBlocker(s)
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	got := sendAsync(u.http, "GET", "http://sbxdb/test/block")
 	<-b.entered
 	u.stop()
@@ -168,7 +168,7 @@ func TestServeCancelsAfterGrace(t *testing.T) {
 	db := openDB(t)
 	s := New(db, Options{Grace: -1})
 	b := newBlocker(s)
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	got := sendAsync(u.http, "GET", "http://sbxdb/test/block")
 	<-b.entered
 	u.stop()
@@ -302,7 +302,7 @@ func TestMetrics(t *testing.T) {
 	db := openDB(t)
 	writer(t, db, "live")
 	s := New(db, Options{})
-	u := unix(t, s)
+	u := serveUnix(t, s)
 	ctx := context.Background()
 	if _, err := u.c.Stats(ctx); err != nil {
 		t.Fatal(err)

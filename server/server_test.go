@@ -57,8 +57,8 @@ type unixServer struct {
 	served chan error // Serve's result
 }
 
-// unix serves s on a unix socket until the test ends (or stop).
-func unix(t *testing.T, s *Server) *unixServer {
+// serveUnix serves s on a unix socket until the test ends (or stop).
+func serveUnix(t *testing.T, s *Server) *unixServer {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.sock")
 	l, err := Listen("unix:" + path)
