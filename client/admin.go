@@ -1,17 +1,20 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/lease"
 )
-
-// TODO(admin): every method below is a stub until the admin change.
 
 // Health is what GET /v1/health answers.
 type Health struct {
@@ -21,30 +24,76 @@ type Health struct {
 	Store   string `json:"store"` // the store directory
 }
 
+// Health asks the server whether it serves, and which store. It needs no
+// token.
 func (c *Client) Health(ctx context.Context) (Health, error) {
-	return Health{}, errors.ErrUnsupported
+	var h Health
+	err := c.call(ctx, "/v1/health", nil, &h)
+	return h, err
 }
 
+// Stats returns what the store holds and what it costs on disk
+// (engine.DB.Stats).
 func (c *Client) Stats(ctx context.Context) (*engine.StoreStats, error) {
-	return nil, errors.ErrUnsupported
+	var st engine.StoreStats
+	if err := c.call(ctx, "/v1/stats", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
+// GC runs retention, the sweep and repacking on the server (engine.DB.GC).
+// Durations travel in milliseconds: a positive OlderThan is rounded up to
+// the next one.
 func (c *Client) GC(ctx context.Context, opts engine.GCOptions) (*engine.GCResult, error) {
-	return nil, errors.ErrUnsupported
+	in := map[string]any{
+		"retain": opts.Retain, "keep": opts.Keep, "threads": adminStrings(opts.Threads),
+		"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate,
+		"repackThreshold": opts.RepackThreshold, "dryRun": opts.DryRun,
+	}
+	var res engine.GCResult
+	if err := c.call(ctx, "/v1/gc", in, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
+// Sweep deletes the blobs nothing references that are older than
+// opts.OlderThan (engine.DB.Sweep), rounded up to a millisecond.
 func (c *Client) Sweep(ctx context.Context, opts engine.SweepOptions) (gc.SweepResult, error) {
-	return gc.SweepResult{}, errors.ErrUnsupported
+	in := map[string]any{"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate, "dryRun": opts.DryRun}
+	var res gc.SweepResult
+	err := c.call(ctx, "/v1/sweep", in, &res)
+	return res, err
 }
 
+// Check verifies the store (engine.DB.Check). With opts.Progress set, the
+// response is a progress stream whose reports it receives.
 func (c *Client) Check(ctx context.Context, opts engine.CheckStoreOptions) (*engine.CheckReport, error) {
-	return nil, errors.ErrUnsupported
+	in := map[string]any{"verifyBlobs": opts.VerifyBlobs, "repair": opts.Repair}
+	var progress func(json.RawMessage) error
+	if opts.Progress != nil {
+		progress = func(raw json.RawMessage) error {
+			var p struct{ Done, Total int }
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			opts.Progress(p.Done, p.Total)
+			return nil
+		}
+	}
+	var rep engine.CheckReport
+	if err := c.maintain(ctx, "/v1/check", in, progress, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
 }
 
 // CaptureRequest asks the server to capture a directory on its machine
 // (POST /v1/capture). The caller holds Writer's lease and renews it.
 type CaptureRequest struct {
-	Writer       lease.Writer
+	Writer lease.Writer
+	// Dir is an absolute path on the server's machine.
 	Dir          string
 	ID, Label    string
 	Reason       chain.Reason
@@ -62,19 +111,166 @@ type CaptureRequest struct {
 	Progress func(engine.Progress)
 }
 
+// Capture records the directory in.Dir of the server's machine as a new
+// checkpoint on the head of the writer's thread (engine.DB.Capture). If
+// ctx ends before the server answers, the server cancels the capture,
+// which then appends nothing unless its commit had begun.
 func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.CaptureResult, error) {
-	return nil, errors.ErrUnsupported
+	body := map[string]any{
+		"writer": in.Writer, "dir": in.Dir, "id": chain.WireString(in.ID), "label": chain.WireString(in.Label),
+		"reason": chain.WireString(in.Reason), "createdAt": in.CreatedAt, "sourceRunId": chain.WireString(in.SourceRunID),
+		"excludes": in.Excludes, "includes": in.Includes, "secrets": adminStrings(in.Secrets),
+		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "failOnChange": in.FailOnChange, "rehash": in.Rehash,
+	}
+	if in.Conversation != nil {
+		body["conversation"] = in.Conversation
+	}
+	if in.Artifacts != nil {
+		body["artifacts"] = in.Artifacts
+	}
+	var out struct {
+		Checkpoint *chain.Checkpoint       `json:"checkpoint"`
+		Stats      engine.CaptureStats     `json:"stats"`
+		Warnings   []engine.CaptureWarning `json:"warnings"`
+	}
+	if err := c.maintain(ctx, "/v1/capture", body, workProgress(in.Progress), &out); err != nil {
+		return nil, err
+	}
+	return &engine.CaptureResult{Checkpoint: out.Checkpoint, Stats: out.Stats, Warnings: out.Warnings}, nil
 }
 
 // RestoreRequest asks the server to restore a checkpoint into a directory
 // on its machine (POST /v1/restore).
 type RestoreRequest struct {
+	// Dir is an absolute path on the server's machine.
 	CheckpointID, Dir     string
 	Excludes, Includes    []string
 	AllowEscapingSymlinks bool
 	Progress              func(engine.Progress)
 }
 
+// Restore writes the tree of a checkpoint into in.Dir on the server's
+// machine (engine.DB.Restore).
 func (c *Client) Restore(ctx context.Context, in RestoreRequest) (engine.RestoreStats, error) {
-	return engine.RestoreStats{}, errors.ErrUnsupported
+	body := map[string]any{
+		"checkpointId": chain.WireString(in.CheckpointID), "dir": in.Dir, "excludes": in.Excludes, "includes": in.Includes,
+		"allowEscapingSymlinks": in.AllowEscapingSymlinks,
+	}
+	var st engine.RestoreStats
+	err := c.maintain(ctx, "/v1/restore", body, workProgress(in.Progress), &st)
+	return st, err
+}
+
+// workProgress decodes the progress lines of capture and restore for fn;
+// nil when fn is.
+func workProgress(fn func(engine.Progress)) func(json.RawMessage) error {
+	if fn == nil {
+		return nil
+	}
+	return func(raw json.RawMessage) error {
+		var p struct {
+			Files      int   `json:"files"`
+			TotalFiles int   `json:"totalFiles"`
+			Bytes      int64 `json:"bytes"`
+			TotalBytes int64 `json:"totalBytes"`
+			Done       bool  `json:"done"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return err
+		}
+		fn(engine.Progress{Files: p.Files, TotalFiles: p.TotalFiles, Bytes: p.Bytes, TotalBytes: p.TotalBytes, Done: p.Done})
+		return nil
+	}
+}
+
+// maintain posts in to path and decodes the result into out. With progress
+// set it asks for a progress stream (docs/API.md, Maintenance) and hands
+// progress each report; a stream bounds nothing by Options.Timeout, since
+// its reports show it alive. An error line is the server's error, and a
+// stream that ends without a result is ErrUnreachable (the server went
+// away).
+func (c *Client) maintain(ctx context.Context, path string, in any, progress func(json.RawMessage) error, out any) error {
+	if progress == nil {
+		return c.call(ctx, path, in, out)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("client: encoding the request to %s: %w", path, err)
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := (&http.Client{Transport: c.http.Transport}).Do(req)
+	if err != nil {
+		return transportError(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return responseError(resp)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-ndjson") {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("client: decoding the response of %s: %w", path, err)
+		}
+		return nil
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var line struct {
+			Progress json.RawMessage `json:"progress"`
+			Result   json.RawMessage `json:"result"`
+			Error    *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("%w: the progress stream of %s ended without a result: %v", ErrUnreachable, path, err)
+		}
+		switch {
+		case line.Error != nil:
+			// The stream's 200 went out before the failure: the error
+			// has no status of its own.
+			return wireError(0, line.Error.Code, line.Error.Message)
+		case line.Result != nil:
+			if err := json.Unmarshal(line.Result, out); err != nil {
+				return fmt.Errorf("client: decoding the result of %s: %w", path, err)
+			}
+			return nil
+		case line.Progress != nil:
+			if err := progress(line.Progress); err != nil {
+				return fmt.Errorf("client: decoding a progress report of %s: %w", path, err)
+			}
+		}
+	}
+}
+
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// adminStrings is ss as request members that cross JSON without loss
+// (chain.WireString); nil stays null.
+func adminStrings(ss []string) []chain.WireString {
+	if ss == nil {
+		return nil
+	}
+	out := make([]chain.WireString, len(ss))
+	for i, s := range ss {
+		out[i] = chain.WireString(s)
+	}
+	return out
 }

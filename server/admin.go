@@ -1,3 +1,489 @@
 package server
 
-func (s *Server) adminRoutes() {}
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/gc"
+	"github.com/sbxdb/sbxdb/workspace"
+)
+
+// ndjson is the media type of a progress stream (docs/API.md, Maintenance).
+const ndjson = "application/x-ndjson"
+
+// progressInterval is how often a progress stream carries a line.
+const progressInterval = 100 * time.Millisecond
+
+func (s *Server) adminRoutes() {
+	s.handle(healthRoute, s.health)
+	s.mux.Handle("GET /metrics", s.metrics.handler())
+	s.handle("GET /v1/stats", func(r *http.Request) (any, error) { return s.db.Stats(r.Context()) })
+	s.mux.HandleFunc("POST /v1/gc", s.gc)
+	s.mux.HandleFunc("POST /v1/sweep", s.sweep)
+	s.mux.HandleFunc("POST /v1/check", s.check)
+	s.mux.HandleFunc("POST /v1/capture", s.capture)
+	s.mux.HandleFunc("POST /v1/restore", s.restore)
+}
+
+// healthJSON is the body of GET /v1/health.
+type healthJSON struct {
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+	Format  int    `json:"format"` // engine.FormatVersion
+	Store   string `json:"store"`  // the store directory, absolute
+}
+
+func (s *Server) health(r *http.Request) (any, error) {
+	dir := s.db.Dir()
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return healthJSON{OK: true, Version: s.opts.Version, Format: engine.FormatVersion, Store: dir}, nil
+}
+
+// gcRequest is the body of POST /v1/gc.
+type gcRequest struct {
+	Retain          bool               `json:"retain"`
+	Keep            int                `json:"keep"`
+	Threads         []chain.WireString `json:"threads"`
+	OlderThanMs     int64              `json:"olderThanMs"`
+	Immediate       bool               `json:"immediate"`
+	RepackThreshold float64            `json:"repackThreshold"`
+	DryRun          bool               `json:"dryRun"`
+}
+
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
+	var in gcRequest
+	if err := s.decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	olderThan, err := millis("olderThanMs", in.OlderThanMs)
+	switch {
+	case err != nil:
+	case in.Keep < 0:
+		err = errorf(CodeBadRequest, "keep is %d; it must be 0 or more", in.Keep)
+	case !(in.RepackThreshold >= 0 && in.RepackThreshold <= 1):
+		err = errorf(CodeBadRequest, "repackThreshold is %v; it must be from 0 to 1", in.RepackThreshold)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	opts := engine.GCOptions{Retain: in.Retain, Keep: in.Keep, OlderThan: olderThan, Immediate: in.Immediate,
+		RepackThreshold: in.RepackThreshold, DryRun: in.DryRun}
+	for _, t := range in.Threads {
+		opts.Threads = append(opts.Threads, string(t))
+	}
+	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
+		res, err := s.db.GC(ctx, opts)
+		if err != nil {
+			return nil, badOptions(err)
+		}
+		if !in.DryRun {
+			freed := res.Sweep.Bytes + max(0, res.Repack.Before-res.Repack.After)
+			s.metrics.gcRuns.WithLabelValues("gc").Inc()
+			s.metrics.gcFreed.WithLabelValues("gc").Add(float64(freed))
+		}
+		return res, nil
+	})
+}
+
+// sweepRequest is the body of POST /v1/sweep.
+type sweepRequest struct {
+	OlderThanMs int64 `json:"olderThanMs"`
+	Immediate   bool  `json:"immediate"`
+	DryRun      bool  `json:"dryRun"`
+}
+
+func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
+	var in sweepRequest
+	if err := s.decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	olderThan, err := millis("olderThanMs", in.OlderThanMs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	opts := engine.SweepOptions{OlderThan: olderThan, Immediate: in.Immediate, DryRun: in.DryRun}
+	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
+		res, err := s.db.Sweep(ctx, opts)
+		if err != nil {
+			return nil, badOptions(err)
+		}
+		if !in.DryRun {
+			s.metrics.gcRuns.WithLabelValues("sweep").Inc()
+			s.metrics.gcFreed.WithLabelValues("sweep").Add(float64(res.Bytes))
+		}
+		return res, nil
+	})
+}
+
+// millis is a duration given in milliseconds, which must be 0 or more and
+// fit a time.Duration.
+func millis(name string, ms int64) (time.Duration, error) {
+	if ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return 0, errorf(CodeBadRequest, "%s is %d; it must be from 0 to %d", name, ms, math.MaxInt64/int64(time.Millisecond))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// badOptions gives the sweep's refusal of its options (a zero window
+// without immediate) its code: the request is at fault.
+func badOptions(err error) error {
+	if errors.Is(err, gc.ErrInvalidOptions) {
+		return errorf(CodeBadRequest, "%v", err)
+	}
+	return err
+}
+
+// checkRequest is the body of POST /v1/check.
+type checkRequest struct {
+	VerifyBlobs bool `json:"verifyBlobs"`
+	Repair      bool `json:"repair"`
+}
+
+// checkProgress is a progress line of POST /v1/check: blobs verified so far
+// and in all.
+type checkProgress struct {
+	Done  int `json:"done"`
+	Total int `json:"total"`
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request) {
+	var in checkRequest
+	if err := s.decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
+		return s.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: in.VerifyBlobs, Repair: in.Repair,
+			Progress: func(done, total int) { progress(checkProgress{done, total}) }})
+	})
+}
+
+// progressJSON is a progress line of capture and restore: engine.Progress
+// with the JSON names of the wire.
+type progressJSON struct {
+	Files      int   `json:"files"`
+	TotalFiles int   `json:"totalFiles"`
+	Bytes      int64 `json:"bytes"`
+	TotalBytes int64 `json:"totalBytes"`
+	Done       bool  `json:"done"`
+}
+
+func wireProgress(p engine.Progress) progressJSON {
+	return progressJSON{Files: p.Files, TotalFiles: p.TotalFiles, Bytes: p.Bytes, TotalBytes: p.TotalBytes, Done: p.Done}
+}
+
+// captureRequest is the body of POST /v1/capture. Identifiers, strings the
+// engine checks and integers are decoded without loss (chain.WireString,
+// chain.WireInt), so that the engine decides every contract error.
+type captureRequest struct {
+	Writer                chain.Writer       `json:"writer"`
+	Dir                   string             `json:"dir"`
+	ID                    chain.WireString   `json:"id"`
+	Label                 chain.WireString   `json:"label"`
+	Reason                chain.WireString   `json:"reason"`
+	CreatedAt             chain.WireInt      `json:"createdAt"`
+	SourceRunID           chain.WireString   `json:"sourceRunId"`
+	Conversation          []json.RawMessage  `json:"conversation"`
+	Artifacts             []artifactJSON     `json:"artifacts"`
+	Excludes              []string           `json:"excludes"`
+	Includes              []string           `json:"includes"`
+	Secrets               []chain.WireString `json:"secrets"`
+	AllowEscapingSymlinks bool               `json:"allowEscapingSymlinks"`
+	FailOnChange          bool               `json:"failOnChange"`
+	Rehash                bool               `json:"rehash"`
+}
+
+// artifactJSON is a checkpoint artifact in a capture request (chain.Artifact
+// on the wire).
+type artifactJSON struct {
+	ArtifactID chain.WireString `json:"artifactId"`
+	Name       chain.WireString `json:"name"`
+	MimeType   chain.WireString `json:"mimeType"`
+	BlobKey    chain.WireString `json:"blobKey"`
+	Size       chain.WireInt    `json:"size"`
+	CreatedAt  chain.WireInt    `json:"createdAt"`
+}
+
+// captureResult is the result of POST /v1/capture.
+type captureResult struct {
+	Checkpoint *chain.Checkpoint       `json:"checkpoint"`
+	Stats      engine.CaptureStats     `json:"stats"`
+	Warnings   []engine.CaptureWarning `json:"warnings"`
+}
+
+func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
+	var in captureRequest
+	if err := s.decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	dir, err := s.directory(r, "capture", in.Dir)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	pol, err := policy(in.Excludes, in.Includes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ci := engine.CaptureInput{
+		Writer: in.Writer, Dir: dir, ID: string(in.ID), Label: string(in.Label), Reason: chain.Reason(in.Reason),
+		CreatedAt: int64(in.CreatedAt), SourceRunID: string(in.SourceRunID), Conversation: in.Conversation,
+		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange, Rehash: in.Rehash,
+	}
+	for _, a := range in.Artifacts {
+		ci.Artifacts = append(ci.Artifacts, chain.Artifact{ArtifactID: string(a.ArtifactID), Name: string(a.Name),
+			MimeType: string(a.MimeType), BlobKey: string(a.BlobKey), Size: int64(a.Size), CreatedAt: int64(a.CreatedAt)})
+	}
+	for _, v := range in.Secrets {
+		ci.Secrets = append(ci.Secrets, string(v))
+	}
+	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
+		ci.Progress = func(p engine.Progress) { progress(wireProgress(p)) }
+		res, err := s.db.Capture(ctx, ci)
+		if err != nil {
+			return nil, err
+		}
+		s.metrics.appends.Inc()
+		warnings := res.Warnings
+		if warnings == nil {
+			warnings = []engine.CaptureWarning{}
+		}
+		return captureResult{Checkpoint: res.Checkpoint, Stats: res.Stats, Warnings: warnings}, nil
+	})
+}
+
+// restoreRequest is the body of POST /v1/restore.
+type restoreRequest struct {
+	CheckpointID          chain.WireString `json:"checkpointId"`
+	Dir                   string           `json:"dir"`
+	Excludes              []string         `json:"excludes"`
+	Includes              []string         `json:"includes"`
+	AllowEscapingSymlinks bool             `json:"allowEscapingSymlinks"`
+}
+
+func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
+	var in restoreRequest
+	if err := s.decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	dir, err := s.directory(r, "restore", in.Dir)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	pol, err := policy(in.Excludes, in.Includes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
+		return s.db.Restore(ctx, string(in.CheckpointID), dir, &engine.RestoreOptions{
+			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks,
+			Progress: func(p engine.Progress) { progress(wireProgress(p)) },
+		})
+	})
+}
+
+// policy is the default workspace policy extended by the request's globs.
+func policy(excludes, includes []string) (workspace.Policy, error) {
+	pol, err := workspace.Policy{}.WithGlobs(excludes, includes)
+	if err != nil {
+		return pol, errorf(CodeBadRequest, "%v", err)
+	}
+	return pol, nil
+}
+
+// directory checks the directory a capture or restore names and returns
+// the path to give the engine. It must be absolute: the client's working
+// directory means nothing here. On a unix socket it is used as given. On
+// any other connection it is resolved first (symlinks in the part that
+// exists, then Clean), must lie below one of Options.AllowDirs, and the
+// resolved path is what the engine is given, so that the directory checked
+// is the directory touched.
+func (s *Server) directory(r *http.Request, op, dir string) (string, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return "", errorf(CodeBadRequest, "%s: dir %q is not an absolute path", op, dir)
+	}
+	if connOf(r.Context()).Unix {
+		return dir, nil
+	}
+	if len(s.allowDirs) == 0 {
+		return "", errorf(CodeForbidden, "%s of %s: this listener may touch no directory", op, dir)
+	}
+	resolved, err := resolveExisting(dir)
+	if err != nil {
+		return "", errorf(CodeForbidden, "%s of %s: %v", op, dir, err)
+	}
+	for _, p := range s.allowDirs {
+		if within(p, resolved) {
+			return resolved, nil
+		}
+	}
+	return "", errorf(CodeForbidden, "%s of %s: %s lies outside every directory this listener may touch", op, dir, resolved)
+}
+
+// resolveExisting resolves the symlinks of the longest part of the clean
+// absolute path p that exists, and joins the rest to it. The rest holds no
+// ".." (Clean removed them) and nothing that exists, so no symlink: a
+// dangling symlink is refused, since what it would lead to is not known.
+func resolveExisting(p string) (string, error) {
+	p = filepath.Clean(p)
+	rest := ""
+	for {
+		r, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if _, lerr := os.Lstat(p); lerr == nil {
+			return "", fmt.Errorf("%s is a symlink to nothing", p)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+}
+
+// within reports whether the clean path p is prefix or lies below it.
+func within(prefix, p string) bool {
+	rel, err := filepath.Rel(prefix, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// stream runs op, whose result is written as the response: as JSON alone,
+// or, when the request accepts application/x-ndjson, as a stream of lines
+// (docs/API.md, Maintenance). The stream carries {"progress": P} every
+// progressInterval once op has reported a P (the latest one; op may report
+// more often), then the last P reported if no line carried it, then
+// {"result": R} or {"error": {"code", "message"}}. Its status is 200
+// whatever op returns: errors found before op runs are the caller's to
+// write.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, progress func(any)) (any, error)) {
+	hook := s.hooks.progress
+	if !accepts(r, ndjson) {
+		res, err := op(r.Context(), func(any) {
+			if hook != nil {
+				hook(r)
+			}
+		})
+		if err != nil {
+			writeError(w, s.stopped(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+
+	w.Header().Set("Content-Type", ndjson)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	line := func(v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			b, _ = json.Marshal(map[string]ErrorBody{"error": {Code: CodeInternal, Message: "encoding the response: " + err.Error()}})
+		}
+		w.Write(append(b, '\n'))
+		rc.Flush()
+	}
+	rc.Flush()
+
+	var (
+		mu     sync.Mutex
+		latest any
+		seq    int // reports so far
+		sent   int // the report the last line carried
+	)
+	// send writes the latest report: on every tick once there is one,
+	// and at the end if no line carried it yet.
+	send := func(again bool) {
+		mu.Lock()
+		p, n := latest, seq
+		mu.Unlock()
+		if n > sent || (again && n > 0) {
+			line(map[string]any{"progress": p})
+			sent = n
+		}
+	}
+	stop, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(progressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				send(true)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop); <-exited }) }
+	defer halt() // op panicked: the ticker must not write to a dead response
+	res, err := op(r.Context(), func(p any) {
+		mu.Lock()
+		latest = p
+		seq++
+		mu.Unlock()
+		if hook != nil {
+			hook(r)
+		}
+	})
+	halt()
+	send(false)
+	if err != nil {
+		err = s.stopped(err)
+		line(map[string]ErrorBody{"error": {Code: Code(err), Message: err.Error()}})
+		return
+	}
+	line(map[string]any{"result": res})
+}
+
+// stopped words the error of an operation that Serve cancelled.
+func (s *Server) stopped(err error) error {
+	if errors.Is(err, context.Canceled) && s.stopping.Load() {
+		return errorf(CodeUnavailable, "cancelled: the server is shutting down (%v)", err)
+	}
+	return err
+}
+
+// accepts reports whether the request's Accept header names mediaType.
+func accepts(r *http.Request, mediaType string) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), mediaType) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -15,7 +15,11 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -23,24 +27,67 @@ import (
 // limit (chain.MaxRecordBytes) with room for the request around it.
 const DefaultMaxJSONBytes = 256<<20 + 1<<20
 
+// Defaults of the Options that have one.
+const (
+	DefaultMaxRequests = 256
+	DefaultGrace       = 30 * time.Second
+)
+
 // Options configure a Server. The zero value serves with the defaults.
 type Options struct {
 	// Logger receives one structured line per request; nil logs nothing.
 	Logger *slog.Logger
 	// MaxJSONBytes bounds a JSON request body; 0 means DefaultMaxJSONBytes.
 	MaxJSONBytes int64
-	// MaxRequests bounds the requests served at once; 0 means 256.
+	// MaxRequests bounds the requests served at once; 0 means
+	// DefaultMaxRequests. A request that finds them all busy waits up to
+	// 5 s for one to finish, then is SBXDB_UNAVAILABLE.
 	MaxRequests int
 	// Version is reported by /v1/health.
 	Version string
+	// Token, when set, must be sent as "Authorization: Bearer Token" by
+	// every request that does not come on a unix socket, /v1/health
+	// excepted.
+	Token string
+	// AllowDirs are the directories below which a request that does not
+	// come on a unix socket may capture or restore. Each is resolved
+	// (symlinks, then Clean) when the server is made; none means that
+	// such requests may touch no directory.
+	AllowDirs []string
+	// Registry receives the server's metrics, served at /metrics; nil
+	// makes a private registry for this server (with the Go runtime's and
+	// the process's collectors).
+	Registry *prometheus.Registry
+	// Grace is how long Serve lets requests in flight finish once it is
+	// told to stop, before it cancels them; 0 means DefaultGrace, and a
+	// negative one none: they are cancelled at once.
+	Grace time.Duration
 }
 
 // Server serves one store. Its handler is safe for concurrent use.
 type Server struct {
-	db      *engine.DB
-	opts    Options
-	mux     *http.ServeMux
-	handler http.Handler
+	db        *engine.DB
+	opts      Options
+	allowDirs []string // opts.AllowDirs resolved
+	mux       *http.ServeMux
+	handler   http.Handler
+	metrics   *metrics
+
+	slots    chan struct{} // one per request being served (MaxRequests)
+	slotWait time.Duration // how long a request waits for a slot
+	stopping atomic.Bool   // Serve was told to stop: new requests are refused
+	requests tracker       // the requests being served
+
+	hooks hooks // test hooks; all nil when serving
+}
+
+// hooks let tests stop a request at a chosen point.
+type hooks struct {
+	// waiting is called when a request starts waiting for a slot.
+	waiting func()
+	// progress is called with the request's context each time an
+	// operation reports progress.
+	progress func(r *http.Request)
 }
 
 // New returns a server of db. The caller keeps db open while the server
@@ -50,12 +97,32 @@ func New(db *engine.DB, opts Options) *Server {
 		opts.MaxJSONBytes = DefaultMaxJSONBytes
 	}
 	if opts.MaxRequests <= 0 {
-		opts.MaxRequests = 256
+		opts.MaxRequests = DefaultMaxRequests
 	}
-	s := &Server{db: db, opts: opts, mux: http.NewServeMux()}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
+	}
+	s := &Server{db: db, opts: opts, mux: http.NewServeMux(),
+		slots: make(chan struct{}, opts.MaxRequests), slotWait: 5 * time.Second}
+	for _, d := range opts.AllowDirs {
+		s.allowDirs = append(s.allowDirs, resolvePrefix(d))
+	}
+	s.metrics = newMetrics(s, opts.Registry)
 	s.routes()
-	s.handler = s.mux
+	s.handler = s.middleware(s.mux)
 	return s
+}
+
+// resolvePrefix returns dir absolute, its symlinks resolved, and clean; a
+// directory that does not exist is only made absolute and clean.
+func resolvePrefix(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
+	return filepath.Clean(dir)
 }
 
 // ServeHTTP serves one request.

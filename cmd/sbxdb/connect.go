@@ -21,9 +21,6 @@ const (
 	// tokenEnv names the environment variable holding the bearer token
 	// sent to a TCP server.
 	tokenEnv = "SBXDB_TOKEN"
-	// socketName is the server's default unix socket, in the store
-	// directory.
-	socketName = "sbxdb.sock"
 )
 
 // probeTimeout bounds the health request to DIR/sbxdb.sock: a socket that

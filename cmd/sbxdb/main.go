@@ -132,7 +132,7 @@ type command struct {
 }
 
 // commands is the command table, in the order `sbxdb help` lists it.
-var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd, migrateCmd, unlockCmd}
+var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd, migrateCmd, unlockCmd, serveCmd}
 
 // invocation is one run of a command: its common flags, the command's own
 // flags, and its output.

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/sbxdb/sbxdb/server"
+)
+
+// socketName is the default listener's socket, in the store directory.
+const socketName = "sbxdb.sock"
+
+var serveCmd = &command{
+	name:    "serve",
+	writes:  true,
+	creates: true,
+	noJSON:  true,
+	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
+		"[--log-format text|json] [--grace DUR] [--max-requests N]",
+	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
+	detail: `serve opens the store for writing (creating it if it does not exist) and
+serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
+it runs, no other process can open the store; every client goes through
+the server.
+
+--listen ADDR (repeatable) is unix:PATH or tcp:HOST:PORT. Without it the
+server listens on one unix socket, DIR/sbxdb.sock. A unix socket is made
+with mode 0600: only the store's user can connect, and needs no token. A
+socket file left by a server that died is replaced; one where a server
+answers is an error naming it. A TCP listener requires --token-file FILE,
+whose content (trimmed) every request but GET /v1/health must send as
+"Authorization: Bearer TOKEN"; its host must be a loopback address
+(127.0.0.1, ::1, localhost) unless --allow-remote. Port 0 picks a free
+port. One line per listener, "listening on ADDR", goes to standard output
+once the server accepts.
+
+Capture and restore of a directory (POST /v1/capture, /v1/restore) are
+served on unix sockets; on TCP only for a directory that, symlinks
+resolved, lies below an --allow-dirs PREFIX (repeatable; it must exist).
+
+Each request is logged on standard error (request id, method, route,
+status, duration, bytes in and out) as text or, with --log-format json,
+JSON. At most --max-requests requests are served at once (default 256); one
+more waits up to 5 s, then is refused with 503. GET /metrics serves
+Prometheus metrics.
+
+On SIGINT or SIGTERM the server stops accepting, lets the requests in
+flight finish for up to --grace (default 30s; 0 cancels them at once),
+cancels the rest (a write is one transaction: a cancelled one leaves
+nothing), closes the store, removes its socket files and exits 0.`,
+	flags: func(fset *flag.FlagSet, inv *invocation) {
+		f := &serveFlags{grace: server.DefaultGrace, maxRequests: server.DefaultMaxRequests, logFormat: "text"}
+		fset.Var(&f.listen, "listen", "listen on `ADDR`, unix:PATH or tcp:HOST:PORT (repeatable; default unix:DIR/"+socketName+")")
+		fset.StringVar(&f.tokenFile, "token-file", "", "read the bearer token TCP clients must send from `FILE`")
+		fset.BoolVar(&f.allowRemote, "allow-remote", false, "allow a TCP listener on a host that is not loopback")
+		fset.Var(&f.allowDirs, "allow-dirs", "let TCP clients capture and restore below `PREFIX` (repeatable)")
+		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
+		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
+		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		inv.ctx = withServeFlags(inv.ctx, f)
+	},
+	check: func(inv *invocation, args []string) error {
+		if err := serveFlagsOf(inv).check(); err != nil {
+			return err
+		}
+		return checkCount(args, 0, "")
+	},
+	run: runServe,
+}
+
+// serveFlags are the flags of serve. They travel in the invocation's
+// context (withServeFlags), so that the invocation keeps only the flags
+// the other commands share.
+type serveFlags struct {
+	listen      stringList
+	tokenFile   string
+	allowRemote bool
+	allowDirs   stringList
+	logFormat   string
+	grace       time.Duration
+	maxRequests int
+}
+
+type serveFlagsKey struct{}
+
+func withServeFlags(ctx context.Context, f *serveFlags) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithValue(ctx, serveFlagsKey{}, f)
+}
+
+func serveFlagsOf(inv *invocation) *serveFlags {
+	return inv.ctx.Value(serveFlagsKey{}).(*serveFlags)
+}
+
+// check reports flags that do not go together: usage errors.
+func (f *serveFlags) check() error {
+	switch {
+	case f.logFormat != "text" && f.logFormat != "json":
+		return fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	case f.grace < 0:
+		return fmt.Errorf("--grace %s: must not be negative", f.grace)
+	case f.maxRequests < 1:
+		return fmt.Errorf("--max-requests %d: must be at least 1", f.maxRequests)
+	}
+	for _, addr := range f.listen {
+		network, address, err := server.ParseAddr(addr)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %s", addr, strings.TrimPrefix(err.Error(), "server: "))
+		}
+		if network != "tcp" {
+			continue
+		}
+		if f.tokenFile == "" {
+			return fmt.Errorf("--listen %s: a TCP listener requires --token-file", addr)
+		}
+		if !f.allowRemote && !server.IsLoopback(address) {
+			return fmt.Errorf("--listen %s: the host is not a loopback address; --allow-remote allows it", addr)
+		}
+	}
+	return nil
+}
+
+func runServe(inv *invocation, _ []string) error {
+	f := serveFlagsOf(inv)
+	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version()}
+	if f.grace == 0 {
+		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
+	}
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		if opts.Token = strings.TrimSpace(string(b)); opts.Token == "" {
+			return fmt.Errorf("--token-file %s: the file holds no token", f.tokenFile)
+		}
+	}
+	for _, d := range f.allowDirs {
+		if st, err := os.Stat(d); err != nil {
+			return fmt.Errorf("--allow-dirs: %w", err)
+		} else if !st.IsDir() {
+			return fmt.Errorf("--allow-dirs %s: not a directory", d)
+		}
+		opts.AllowDirs = append(opts.AllowDirs, d)
+	}
+	var h slog.Handler = slog.NewTextHandler(inv.errOut, nil)
+	if f.logFormat == "json" {
+		h = slog.NewJSONHandler(inv.errOut, nil)
+	}
+	opts.Logger = slog.New(h)
+
+	db, err := inv.openStore()
+	if err != nil {
+		return err
+	}
+	addrs := f.listen
+	if len(addrs) == 0 {
+		addrs = stringList{"unix:" + filepath.Join(inv.dir, socketName)}
+	}
+	var ls []net.Listener
+	closeAll := func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}
+	for _, addr := range addrs {
+		l, err := server.Listen(addr)
+		if err != nil {
+			closeAll()
+			db.Close()
+			return errors.New(strings.TrimPrefix(err.Error(), "server: "))
+		}
+		ls = append(ls, l)
+	}
+	for _, l := range ls {
+		fmt.Fprintf(inv.out, "listening on %s\n", server.AddrString(l))
+	}
+	opts.Logger.Info("serving", "store", db.Dir(), "version", opts.Version)
+	err = server.New(db, opts).Serve(inv.ctx, ls...)
+	closeAll()
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	opts.Logger.Info("stopped")
+	return err
+}
+
+// version names this build for /v1/health: its module version, "(devel)"
+// for a build from a source tree.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sbxdb/sbxdb/engine"
+)
+
+// appendRoute is the endpoint whose successes count as appends, beside
+// the captures admin.go counts.
+const appendRoute = "POST /v1/checkpoints/append"
+
+// metrics are the series GET /metrics serves (docs/API.md, Service). The
+// request series are labelled by route pattern, never by path, so their
+// number stays bounded whatever clients send. What the engine counts
+// itself (write transactions) and what the store holds (live leases) is
+// read at scrape time by storeCollector, not kept here.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec   // by route and status code
+	duration *prometheus.HistogramVec // by route
+	bytesIn  *prometheus.CounterVec   // request body bytes read, by route
+	bytesOut *prometheus.CounterVec   // response body bytes written, by route
+	inFlight prometheus.Gauge
+	appends  prometheus.Counter
+	gcRuns   *prometheus.CounterVec // by kind: gc or sweep
+	gcFreed  *prometheus.CounterVec // blob bytes freed, by kind
+}
+
+func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbxdb_http_requests_total", Help: "Requests served, by route pattern and HTTP status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sbxdb_http_request_duration_seconds", Help: "Time from a request's arrival to the end of its response, by route pattern.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1 ms to 262 s
+		}, []string{"route"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbxdb_http_request_bytes_total", Help: "Request body bytes read, by route pattern.",
+		}, []string{"route"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbxdb_http_response_bytes_total", Help: "Response body bytes written, by route pattern.",
+		}, []string{"route"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sbxdb_http_requests_in_flight", Help: "Requests being served, waiting for a slot included.",
+		}),
+		appends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sbxdb_appends_total", Help: "Checkpoints appended through the append and capture endpoints.",
+		}),
+		gcRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbxdb_gc_runs_total", Help: "Garbage collections (gc) and sweeps (sweep) completed, dry runs excluded.",
+		}, []string{"kind"}),
+		gcFreed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbxdb_gc_freed_bytes_total", Help: "Blob bytes on disk freed by sweeps and repacks, by kind of run.",
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.bytesIn, m.bytesOut, m.inFlight, m.appends, m.gcRuns, m.gcFreed, newStoreCollector(s.db))
+	return m
+}
+
+// request records one request.
+func (m *metrics) request(route string, status int, d time.Duration, in, out int64) {
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+	m.bytesIn.WithLabelValues(route).Add(float64(in))
+	m.bytesOut.WithLabelValues(route).Add(float64(out))
+	if route == appendRoute && status == http.StatusOK {
+		m.appends.Inc()
+	}
+}
+
+// handler serves the registry in the Prometheus text format. A collector
+// that fails (the store closing under a scrape) leaves out its own series
+// only.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// storeCollector reads at scrape time what the engine counts and what the
+// store holds, so that no write path carries instrumentation.
+type storeCollector struct {
+	db                    *engine.DB
+	txs, held, liveLeases *prometheus.Desc
+}
+
+func newStoreCollector(db *engine.DB) *storeCollector {
+	return &storeCollector{
+		db: db,
+		txs: prometheus.NewDesc("sbxdb_write_transactions_total",
+			"Write transactions run since the store was opened; the group commit puts every write queued while one commits into the next.", nil, nil),
+		held: prometheus.NewDesc("sbxdb_write_lock_held_seconds_total",
+			"Time write transactions held the store's single write lock, commit and fsync included.", nil, nil),
+		liveLeases: prometheus.NewDesc("sbxdb_writer_leases_live",
+			"Writer leases live now (held and not expired).", nil, nil),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.txs
+	ch <- c.held
+	ch <- c.liveLeases
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ws := c.db.WriteStats()
+	ch <- prometheus.MustNewConstMetric(c.txs, prometheus.CounterValue, float64(ws.Transactions))
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.CounterValue, ws.Held.Seconds())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	states, err := c.db.Writers(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.liveLeases, err)
+		return
+	}
+	now, live := time.Now().UnixMilli(), 0
+	for _, st := range states {
+		if st.Live(now) {
+			live++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.liveLeases, prometheus.GaugeValue, float64(live))
+}
