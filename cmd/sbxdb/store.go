@@ -176,7 +176,7 @@ func remoteBlobError(e *chain.Entry, err error) error {
 			return missing()
 		case chain.CodeInvalidBlob, "SBXDB_CORRUPT":
 			why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
-		why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as cas.Error words it
+			why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as cas.Error words it
 		default:
 			return err // the server's own failure: unavailable, unauthorized, …
 		}
