@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
@@ -127,7 +128,7 @@ func wantTree(t *testing.T, got, want tree) {
 // standard output, and returns its one line of standard error.
 func fail(t *testing.T, args ...string) string {
 	t.Helper()
-	code, out, errOut := cli(args...)
+	code, out, errOut := cli(t, args...)
 	if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbxdb: ") || strings.Count(errOut, "\n") != 1 {
 		t.Fatalf("sbxdb %s: exit %d, stdout %q, stderr %q; want exit 1 and one error line", strings.Join(args, " "), code, out, errOut)
 	}
@@ -418,13 +419,13 @@ func TestCatDamagedBlob(t *testing.T) {
 	db.Close()
 
 	// Packed blobs are checked before any byte is written.
-	code, out, errOut := cli("cat", "cp1", "small.bin", "--db", store)
+	code, out, errOut := cli(t, "cat", "cp1", "small.bin", "--db", store)
 	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"small.bin\": blob " + fileKey(small) + " is damaged: "; code != 1 || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("cat of a damaged packed blob: exit %d, %d bytes out, stderr %q; want %q…", code, len(out), errOut, want)
 	}
 	// A large blob streams: the damage shows at its end, after bytes were
 	// written; the exit status says to discard them.
-	code, out, errOut = cli("cat", "cp1", "big.bin", "--db", store)
+	code, out, errOut = cli(t, "cat", "cp1", "big.bin", "--db", store)
 	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"big.bin\": blob " + fileKey(big) + " is damaged: "; code != 1 || len(out) > len(big) || !strings.HasPrefix(errOut, want) {
 		t.Errorf("cat of a damaged large blob: exit %d, %d bytes out, stderr %q; want %q…", code, len(out), errOut, want)
 	}
@@ -506,6 +507,7 @@ func TestCaptureWriterConflict(t *testing.T) {
 // TestCommandsOnABusyStore: every command that opens the store says it is
 // busy, naming the holder, instead of waiting for it.
 func TestCommandsOnABusyStore(t *testing.T) {
+	localOnly(t) // a store this process holds; a server holding it is no busy store
 	store, ws := captured(t, "cp1")
 	db, err := engine.Open(store, &engine.Options{NoSync: true})
 	if err != nil {
@@ -574,7 +576,7 @@ func TestWorkspaceUsage(t *testing.T) {
 		{[]string{"cat", "cp1"}, "sbxdb cat: missing PATH"},
 		{[]string{"cat", "cp1", "README.md", "--json"}, "sbxdb cat: flag provided but not defined: -json"},
 	} {
-		code, out, errOut := cli(append(tc.args, "--db", store)...)
+		code, out, errOut := cli(t, append(tc.args, "--db", store)...)
 		first, rest, _ := strings.Cut(errOut, "\n")
 		if code != 2 || out != "" || first != tc.err || !strings.HasPrefix(rest, "usage: sbxdb "+tc.args[0]+" ") || strings.Count(rest, "\n") != 1 {
 			t.Errorf("sbxdb %q: exit %d, stdout %q, stderr %q; want exit 2, %q and a usage line", tc.args, code, out, errOut, tc.err)
@@ -604,9 +606,18 @@ func TestWorkspaceUsage(t *testing.T) {
 	}
 }
 
+// TestWithLease holds leases of the store's files and, through the API,
+// of a server: both renew, release on an interrupt and report a lost
+// lease the same way.
 func TestWithLease(t *testing.T) {
+	t.Run("files", func(t *testing.T) { testWithLease(t, false) })
+	t.Run("server", func(t *testing.T) { testWithLease(t, true) })
+}
+
+func testWithLease(t *testing.T, served bool) {
 	var skew atomic.Int64 // added to the store's clock
-	db, err := engine.Open(filepath.Join(t.TempDir(), "store"), &engine.Options{
+	store := filepath.Join(t.TempDir(), "store")
+	db, err := engine.Open(store, &engine.Options{
 		NoSync: true, LeaseDuration: time.Second, RenewAfter: 5 * time.Millisecond,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 	})
@@ -614,6 +625,17 @@ func TestWithLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	var via leaser = db
+	if served {
+		sock := filepath.Join(store, socketName)
+		serveOnSocket(t, db, sock, nil)
+		c, err := client.New("unix:"+sock, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		via = c
+	}
 	held := func(thread string) bool {
 		t.Helper()
 		ws, err := db.Writers(t.Context())
@@ -625,7 +647,7 @@ func TestWithLease(t *testing.T) {
 
 	// Interrupted: the lease is released all the same.
 	ctx, cancel := context.WithCancel(t.Context())
-	err = withLease(ctx, db, "main", io.Discard, func(ctx context.Context, w lease.Writer) error {
+	err = withLease(ctx, via, "main", io.Discard, func(ctx context.Context, w lease.Writer) error {
 		if w.ThreadID != "main" || !held("main") {
 			t.Errorf("no lease held: %+v", w)
 		}
@@ -638,7 +660,7 @@ func TestWithLease(t *testing.T) {
 	}
 
 	// Renewed while the work runs, past the lease duration.
-	err = withLease(t.Context(), db, "main", io.Discard, func(ctx context.Context, w lease.Writer) error {
+	err = withLease(t.Context(), via, "main", io.Discard, func(ctx context.Context, w lease.Writer) error {
 		// The clock passes the first expiry in steps shorter than the
 		// lease, each followed by renewals.
 		for range 10 {
@@ -653,7 +675,7 @@ func TestWithLease(t *testing.T) {
 
 	// Lost: a renewal fails once the lease has expired; the work is
 	// cancelled and the loss is the error.
-	err = withLease(t.Context(), db, "lost", io.Discard, func(ctx context.Context, w lease.Writer) error {
+	err = withLease(t.Context(), via, "lost", io.Discard, func(ctx context.Context, w lease.Writer) error {
 		skew.Add(int64(time.Hour))
 		select {
 		case <-ctx.Done():
@@ -668,7 +690,7 @@ func TestWithLease(t *testing.T) {
 
 	// The work's error wins; a conflict acquires nothing.
 	boom := errors.New("boom")
-	if err := withLease(t.Context(), db, "main", io.Discard, func(context.Context, lease.Writer) error { return boom }); err != boom || held("main") {
+	if err := withLease(t.Context(), via, "main", io.Discard, func(context.Context, lease.Writer) error { return boom }); err != boom || held("main") {
 		t.Errorf("failing work: %v, lease held %v", err, held("main"))
 	}
 	l, err := db.AcquireWriter(t.Context(), "taken")
@@ -676,7 +698,7 @@ func TestWithLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	err = withLease(t.Context(), db, "taken", io.Discard, func(context.Context, lease.Writer) error { ran = true; return nil })
+	err = withLease(t.Context(), via, "taken", io.Discard, func(context.Context, lease.Writer) error { ran = true; return nil })
 	if ran || !errors.Is(err, chain.ErrWriterConflict) || !held("taken") {
 		t.Errorf("conflict: ran %v, %v", ran, err)
 	}

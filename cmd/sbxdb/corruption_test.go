@@ -262,7 +262,7 @@ func TestCorruptCheckCommand(t *testing.T) {
 			t.Parallel()
 			store := dmgCopy(t, src)
 			subject, detail := tc.damage(t, store)
-			code, out, errOut := cli("check", "--db", store, "--verify-blobs", "--json")
+			code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--json")
 			switch {
 			case tc.refused:
 				if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbxdb: corrupt") || !strings.Contains(errOut, dbFile(store)) || strings.Count(errOut, "\n") != 1 {
@@ -299,7 +299,7 @@ func TestCorruptCheckCommand(t *testing.T) {
 				t.Fatalf("no finding names %s %s: %+v", subject, detail, rep.Findings)
 			}
 			// The text form says so too, on a line of its own.
-			if code, out, _ := cli("check", "--db", store, "--verify-blobs"); code != 1 || !strings.Contains(out, subject) {
+			if code, out, _ := cli(t, "check", "--db", store, "--verify-blobs"); code != 1 || !strings.Contains(out, subject) {
 				t.Errorf("check (text): exit %d, %q; want %s named", code, out, subject)
 			}
 		})

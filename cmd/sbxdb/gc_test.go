@@ -32,7 +32,7 @@ func TestCheckCommand(t *testing.T) {
 	// A damaged pack is an error, and exit status 1.
 	packs, _ := filepath.Glob(filepath.Join(store, "blobs", "packs", "*.pack"))
 	flipLast(t, packs[0])
-	code, out, errOut := cli("check", "--db", store, "--verify-blobs", "--json")
+	code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--json")
 	var rep engine.CheckReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Clean() || errOut != "sbxdb: the store has problems (see above)\n" {
 		t.Fatalf("check of a damaged store: exit %d, %q, %q", code, out, errOut)
@@ -49,13 +49,13 @@ func TestCheckCommand(t *testing.T) {
 
 func TestGCCommand(t *testing.T) {
 	store := versions(t, 6)
-	if code, _, errOut := cli("gc", "--db", store, "--keep", "2"); code != 2 || !strings.Contains(errOut, "--older-than is required") {
+	if code, _, errOut := cli(t, "gc", "--db", store, "--keep", "2"); code != 2 || !strings.Contains(errOut, "--older-than is required") {
 		t.Fatalf("gc without --older-than: exit %d, %q", code, errOut)
 	}
-	if code, _, errOut := cli("gc", "--db", store, "--older-than", "-1h"); code != 2 || !strings.Contains(errOut, "negative") {
+	if code, _, errOut := cli(t, "gc", "--db", store, "--older-than", "-1h"); code != 2 || !strings.Contains(errOut, "negative") {
 		t.Fatalf("gc --older-than -1h: exit %d, %q", code, errOut)
 	}
-	if code, _, _ := cli("gc", "--db", store, "--older-than", "1h", "--thread", "main"); code != 2 {
+	if code, _, _ := cli(t, "gc", "--db", store, "--older-than", "1h", "--thread", "main"); code != 2 {
 		t.Fatalf("--thread without --keep: exit %d", code)
 	}
 
@@ -119,11 +119,11 @@ func TestGCFlags(t *testing.T) {
 	out := ok(t, "gc", "--db", store, "--keep", "0", "--older-than", "7d")
 	wantMatch(t, out, `(?m)^retention: deleted 3 checkpoints in 1 thread$`)
 	for _, bad := range []string{"1x", "-1d", "d"} {
-		if code, _, errOut := cli("gc", "--db", store, "--older-than", bad); code != 2 || !strings.Contains(errOut, bad) {
+		if code, _, errOut := cli(t, "gc", "--db", store, "--older-than", bad); code != 2 || !strings.Contains(errOut, bad) {
 			t.Errorf("--older-than %s: exit %d, %q", bad, code, errOut)
 		}
 	}
-	if code, _, _ := cli("gc", "--db", store, "--older-than", "1h", "--keep", "-1"); code != 2 {
+	if code, _, _ := cli(t, "gc", "--db", store, "--older-than", "1h", "--keep", "-1"); code != 2 {
 		t.Errorf("--keep -1: exit %d", code)
 	}
 }
@@ -172,7 +172,7 @@ func TestCheckRepairExitStatus(t *testing.T) {
 	}
 	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(tx, fileKey("same\n"), 2) })
 	raw.Close()
-	code, out, _ := cli("check", "--db", store)
+	code, out, _ := cli(t, "check", "--db", store)
 	if code != 1 || !strings.Contains(out, "refcount") {
 		t.Fatalf("check of stale counts: exit %d, %q", code, out)
 	}

@@ -23,14 +23,14 @@ func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
 	path, off, _ := dmgPack(t, store, fileKey(content))
 	testkit.FlipByte(t, path, off+64+10)
 
-	code, out, errOut := cli("check", "--db", store, "--verify-blobs", "--repair")
+	code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--repair")
 	if code != 1 || errOut == "" {
 		t.Fatalf("check --repair of a damaged blob: exit %d, stderr %q", code, errOut)
 	}
 	wantMatch(t, out, `(?m)^repaired: dropped 1 damaged blob from the index`)
 	wantMatch(t, out, `(?m)^\s+`+fileKey(content)+`\s+needed by cp1$`)
 	wantMatch(t, out, `(?m)^after the repair: 1 error`)
-	if code, out, _ := cli("check", "--db", store); code != 1 || !strings.Contains(out, "missing-blob") || !strings.Contains(out, "cp1") {
+	if code, out, _ := cli(t, "check", "--db", store); code != 1 || !strings.Contains(out, "missing-blob") || !strings.Contains(out, "cp1") {
 		t.Fatalf("check after the repair: exit %d, %q", code, out)
 	}
 
@@ -47,6 +47,7 @@ func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
 // index does not name into quarantine and says so on stderr; check lists
 // them, and check --repair indexes them again.
 func TestOpenWarnsOfQuarantine(t *testing.T) {
+	localOnly(t) // the warning is of this process opening the files
 	store, ws := filepath.Join(t.TempDir(), "store"), t.TempDir()
 	makeTree(t, ws, tree{"a.txt": strings.Repeat("alpha ", 500)})
 	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1")
@@ -78,7 +79,7 @@ func TestOpenWarnsOfQuarantine(t *testing.T) {
 	}
 	testkit.FlipByte(t, db, newer+16+16)
 
-	code, out, errOut := cli("check", "--db", store, "--repair")
+	code, out, errOut := cli(t, "check", "--db", store, "--repair")
 	if !strings.Contains(errOut, "quarantine") || !strings.Contains(errOut, ".pack") {
 		t.Errorf("no warning of the quarantine on stderr: %q", errOut)
 	}

@@ -106,8 +106,26 @@ func newStore(t *testing.T) string {
 	return dir
 }
 
-// cli runs the command line and returns its exit status and outputs.
-func cli(args ...string) (code int, stdout, stderr string) {
+// cli runs the command line and returns its exit status and outputs. It
+// runs it through a server too, on a copy of the store (twin), and fails
+// t when the two runs differ.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	tw := newTwin(t, args)
+	if tw != nil {
+		defer tw.stop(t)
+		tw.run(t)
+	}
+	code, stdout, stderr = runArgs(args)
+	if tw != nil {
+		tw.compare(t, code, stdout, stderr)
+	}
+	return code, stdout, stderr
+}
+
+// runArgs runs a command line in this process, and returns its exit status
+// and outputs.
+func runArgs(args []string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	code = run(args, &out, &errOut)
 	return code, out.String(), errOut.String()
@@ -116,7 +134,7 @@ func cli(args ...string) (code int, stdout, stderr string) {
 // ok runs a command line that must succeed, and returns its output.
 func ok(t *testing.T, args ...string) string {
 	t.Helper()
-	code, out, errOut := cli(args...)
+	code, out, errOut := cli(t, args...)
 	if code != 0 || errOut != "" {
 		t.Fatalf("sbxdb %s: exit %d, stderr %q", strings.Join(args, " "), code, errOut)
 	}
@@ -333,7 +351,7 @@ func TestDefaultDir(t *testing.T) {
 	}
 	t.Setenv(dirEnv, "")
 	t.Chdir(t.TempDir())
-	if code, _, errOut := cli("refs"); code != 1 || errOut != "sbxdb: no sbxdb store at .sbxdb\n" {
+	if code, _, errOut := cli(t, "refs"); code != 1 || errOut != "sbxdb: no sbxdb store at .sbxdb\n" {
 		t.Errorf("refs without a store: exit %d, %q", code, errOut)
 	}
 }
@@ -363,7 +381,17 @@ func TestHelp(t *testing.T) {
 	if ok(t, "--help") != list {
 		t.Error("--help differs from help")
 	}
-	if code, out, errOut := cli(); code != 2 || out != "" || errOut != list {
+	for _, s := range []string{"--server ADDR", "$SBXDB_SERVER", "$SBXDB_TOKEN", "DIR/sbxdb.sock"} {
+		if !strings.Contains(list, s) {
+			t.Errorf("help lacks %q", s)
+		}
+	}
+	for _, c := range commands {
+		if out := ok(t, c.name, "-h"); !strings.Contains(out, "sbxdb serve") || !strings.Contains(out, "-server ADDR") {
+			t.Errorf("%s -h says nothing of a running server:\n%s", c.name, out)
+		}
+	}
+	if code, out, errOut := cli(t); code != 2 || out != "" || errOut != list {
 		t.Errorf("no arguments: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
@@ -394,7 +422,7 @@ func TestFailures(t *testing.T) {
 		{[]string{"refs", "--db", empty}, 1, "sbxdb: no sbxdb store at " + empty + "\n"},
 		{[]string{"refs", "--db", notDir}, 1, "sbxdb: no sbxdb store at " + notDir + "\n"},
 	} {
-		code, out, errOut := cli(tc.args...)
+		code, out, errOut := cli(t, tc.args...)
 		if tc.code == 2 {
 			first, rest, _ := strings.Cut(errOut, "\n")
 			if first != tc.err || !strings.HasPrefix(rest, "usage: sbxdb ") || strings.Count(rest, "\n") != 1 {
@@ -410,6 +438,7 @@ func TestFailures(t *testing.T) {
 }
 
 func TestBusy(t *testing.T) {
+	localOnly(t) // a store this process holds; a server holding it is no busy store
 	dir := newStore(t)
 	db, err := engine.Open(dir, &engine.Options{NoSync: true})
 	if err != nil {
@@ -419,7 +448,7 @@ func TestBusy(t *testing.T) {
 	defer func(d time.Duration) { lockTimeout = d }(lockTimeout)
 	lockTimeout = 100 * time.Millisecond
 
-	code, out, errOut := cli("threads", "--db", dir)
+	code, out, errOut := cli(t, "threads", "--db", dir)
 	if want := "sbxdb: store " + dir + " is busy: held by another process (pid "; code != 1 || out != "" ||
 		!strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("busy store: exit %d, stdout %q, stderr %q; want exit 1 and %q…", code, out, errOut, want)

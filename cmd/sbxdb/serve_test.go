@@ -346,7 +346,7 @@ func serveLease(t *testing.T, store string) lease.Writer {
 // clean, and returns the ids of thread main's checkpoints and its head.
 func serveCheck(t *testing.T, store string) (ids map[string]bool, head string) {
 	t.Helper()
-	if code, out, errOut := cli("check", "--verify-blobs", "--db", store); code != 0 {
+	if code, out, errOut := cli(t, "check", "--verify-blobs", "--db", store); code != 0 {
 		t.Fatalf("sbxdb check --verify-blobs: exit %d\n%s%s", code, out, errOut)
 	}
 	db, err := engine.Open(store, &engine.Options{ReadOnly: true})

@@ -63,7 +63,7 @@ func TestCaptureTakesOverAKilledWritersLease(t *testing.T) {
 	child.Process.Signal(syscall.SIGKILL)
 	child.Wait()
 
-	code, out, errOut := cli("capture", ws, "--db", store, "--thread", "main", "--id", "cp2")
+	code, out, errOut := cli(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp2")
 	if code != 0 {
 		t.Fatalf("capture after the holder was killed: exit %d, %q", code, errOut)
 	}
