@@ -115,6 +115,9 @@ type command struct {
 	// exclusive marks a command that needs the store's files to itself
 	// (compact, migrate): it refuses to run while a server holds them.
 	exclusive bool
+	// serves marks the command that is the server (serve): it has no
+	// --server flag.
+	serves bool
 	// noJSON leaves out the --json flag, for a command whose output is not
 	// a report (cat).
 	noJSON bool
@@ -296,7 +299,9 @@ func (c *command) flagSet(inv *invocation) *flag.FlagSet {
 	fset := flag.NewFlagSet("sbxdb "+c.name, flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
 	fset.StringVar(&inv.dir, "db", "", "the store directory `DIR` (default $"+dirEnv+", else "+fallbackDir+")")
-	fset.StringVar(&inv.server, "server", "", "work through the sbxdb serve at `ADDR`, unix:PATH or tcp:HOST:PORT (default $"+serverEnv+", else DIR/"+socketName+" when it answers)")
+	if !c.serves {
+		fset.StringVar(&inv.server, "server", "", "work through the sbxdb serve at `ADDR`, unix:PATH or tcp:HOST:PORT (default $"+serverEnv+", else DIR/"+socketName+" when it answers)")
+	}
 	if !c.noJSON {
 		fset.BoolVar(&inv.json, "json", false, "print JSON instead of a table")
 	}

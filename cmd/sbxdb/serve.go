@@ -24,6 +24,7 @@ var serveCmd = &command{
 	writes:  true,
 	creates: true,
 	noJSON:  true,
+	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
 		"[--log-format text|json] [--grace DUR] [--max-requests N]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
