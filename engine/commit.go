@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
-	"time"
-
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -41,8 +41,12 @@ type committer struct {
 	db      *DB
 	queue   chan *writeReq
 	batches atomic.Int64 // shared transactions committed, for tests and stats
-	txs     atomic.Int64 // write transactions run, committed or not
-	held    atomic.Int64 // nanoseconds spent inside them (bbolt's write lock)
+	// sizes[i] counts the shared transactions committed with at most
+	// BatchBounds[i] writes (and more than BatchBounds[i-1]).
+	sizes  [len(BatchBounds)]atomic.Int64
+	writes atomic.Int64 // the writes those transactions carried
+	txs    atomic.Int64 // write transactions run, committed or not
+	held   atomic.Int64 // nanoseconds spent inside them (bbolt's write lock)
 
 	mu     sync.RWMutex // held for reading while enqueueing; close takes it
 	closed bool
@@ -124,6 +128,9 @@ func (c *committer) run(batch []*writeReq) {
 	})
 	if err == nil {
 		c.batches.Add(1)
+		i, _ := slices.BinarySearch(BatchBounds[:], len(batch))
+		c.sizes[i].Add(1)
+		c.writes.Add(int64(len(batch)))
 		for i, req := range batch {
 			req.done <- results[i]
 		}
@@ -226,6 +233,10 @@ func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 	return err
 }
 
+// BatchBounds are the upper bounds of WriteStats.Batches' buckets: the
+// number of writes a shared transaction carried, up to maxBatch.
+var BatchBounds = [...]int{1, 2, 4, 8, 16, 32, 64, 128, maxBatch}
+
 // WriteStats counts the write transactions of a DB since Open.
 type WriteStats struct {
 	// Transactions run (committed or rolled back), each holding bbolt's
@@ -234,6 +245,13 @@ type WriteStats struct {
 	// Held is the total time they held it, commit and fsync included: the
 	// time every other writer of the store had to wait.
 	Held time.Duration
+	// Batches[i] counts the transactions the group commit shared among
+	// at most BatchBounds[i] writes (and more than BatchBounds[i-1]),
+	// committed; a batch whose shared transaction failed and whose writes
+	// then ran alone is not counted.
+	Batches [len(BatchBounds)]int64
+	// BatchedWrites is the number of writes those transactions carried.
+	BatchedWrites int64
 }
 
 // WriteStats returns the write transactions run since Open; the zero value
@@ -242,7 +260,11 @@ func (db *DB) WriteStats() WriteStats {
 	if db.c == nil {
 		return WriteStats{}
 	}
-	return WriteStats{Transactions: db.c.txs.Load(), Held: time.Duration(db.c.held.Load())}
+	ws := WriteStats{Transactions: db.c.txs.Load(), Held: time.Duration(db.c.held.Load()), BatchedWrites: db.c.writes.Load()}
+	for i := range ws.Batches {
+		ws.Batches[i] = db.c.sizes[i].Load()
+	}
+	return ws
 }
 
 // close fails every later write with ErrClosed, lets queued writes finish

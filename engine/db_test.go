@@ -71,7 +71,7 @@ func TestGroupCommitSharesTransaction(t *testing.T) {
 		results <- err
 	}()
 	<-entered
-	before := db.Batches()
+	before, statsBefore := db.Batches(), db.WriteStats()
 	var wg sync.WaitGroup
 	for i, in := range []chain.AppendInput{
 		{Checkpoint: checkpoint("a", "u1", ""), Writer: leases["u1"]},
@@ -106,6 +106,15 @@ func TestGroupCommitSharesTransaction(t *testing.T) {
 	}
 	if got := db.Batches() - before; got != 2 {
 		t.Errorf("transactions for the first append and three queued ones: %d, want 2", got)
+	}
+	// WriteStats counts them by size: one of 1 write, one of 3 (the
+	// bucket of at most 4).
+	var grew [len(engine.BatchBounds)]int64
+	for i, n := range db.WriteStats().Batches {
+		grew[i] = n - statsBefore.Batches[i]
+	}
+	if want := [len(engine.BatchBounds)]int64{0: 1, 2: 1}; grew != want {
+		t.Errorf("batches by size grew by %v, want %v (bounds %v)", grew, want, engine.BatchBounds)
 	}
 	for _, th := range []string{"u0", "u1", "u2"} {
 		if h, _ := db.Head(ctx, th); h == "" {

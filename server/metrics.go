@@ -93,6 +93,7 @@ func (m *metrics) handler() http.Handler {
 type storeCollector struct {
 	db                    *engine.DB
 	txs, held, liveLeases *prometheus.Desc
+	batches               *prometheus.Desc
 }
 
 func newStoreCollector(db *engine.DB) *storeCollector {
@@ -102,6 +103,8 @@ func newStoreCollector(db *engine.DB) *storeCollector {
 			"Write transactions run since the store was opened; the group commit puts every write queued while one commits into the next.", nil, nil),
 		held: prometheus.NewDesc("sbxdb_write_lock_held_seconds_total",
 			"Time write transactions held the store's single write lock, commit and fsync included.", nil, nil),
+		batches: prometheus.NewDesc("sbxdb_write_batch_size",
+			"Writes per transaction the group commit shared, by committed transaction.", nil, nil),
 		liveLeases: prometheus.NewDesc("sbxdb_writer_leases_live",
 			"Writer leases live now (held and not expired).", nil, nil),
 	}
@@ -110,6 +113,7 @@ func newStoreCollector(db *engine.DB) *storeCollector {
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.txs
 	ch <- c.held
+	ch <- c.batches
 	ch <- c.liveLeases
 }
 
@@ -117,6 +121,12 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ws := c.db.WriteStats()
 	ch <- prometheus.MustNewConstMetric(c.txs, prometheus.CounterValue, float64(ws.Transactions))
 	ch <- prometheus.MustNewConstMetric(c.held, prometheus.CounterValue, ws.Held.Seconds())
+	buckets, count := map[float64]uint64{}, uint64(0)
+	for i, n := range ws.Batches {
+		count += uint64(n)
+		buckets[float64(engine.BatchBounds[i])] = count
+	}
+	ch <- prometheus.MustNewConstHistogram(c.batches, count, float64(ws.BatchedWrites), buckets)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	states, err := c.db.Writers(ctx)

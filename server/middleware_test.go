@@ -319,6 +319,11 @@ func TestMetrics(t *testing.T) {
 		`sbxdb_appends_total 0`,
 		`sbxdb_write_transactions_total `,
 		`sbxdb_write_lock_held_seconds_total `,
+		// Two transactions of one write each so far: the new store's
+		// and the lease taken above.
+		`sbxdb_write_batch_size_bucket{le="1"} 2`,
+		`sbxdb_write_batch_size_bucket{le="256"} 2`,
+		`sbxdb_write_batch_size_sum 2`,
 		`sbxdb_writer_leases_live 1`,
 		`go_goroutines `,
 		`process_open_fds `,
