@@ -186,7 +186,7 @@ func run(cfg *config) error {
 	var st workload.Stats
 	tree := filepath.Join(cfg.work, "tree")
 	cli := ""
-	if cfg.wants("capture") {
+	if cfg.wants("capture") || cfg.wants("serve") {
 		t0 := time.Now()
 		var err error
 		if st, err = workload.Generate(tree, spec); err != nil {
@@ -221,6 +221,11 @@ func run(cfg *config) error {
 	if cfg.wants("serve") {
 		if err := serveBench(rep, cfg); err != nil {
 			return err
+		}
+		if cli != "" {
+			if err := cliServedBench(rep, cfg, tree, cli); err != nil {
+				return err
+			}
 		}
 	}
 	if gc != nil {

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sbxdb/sbxdb/bench/suite"
 )
@@ -70,8 +77,8 @@ func serveBench(rep *Report, cfg *config) error {
 
 	rep.setSection(fmt.Sprintf("sbxdb serve: the API over a unix socket against the engine in process, fsync on, %s per benchmark and run", cfg.benchtime))
 	for _, n := range []int{1, 8, 64} {
-		local := rep.add(fmt.Sprintf("serve.append.local%d", n), fmt.Sprintf("Append in process, %d writers", n), "appends/s", appends(fmt.Sprintf("local%d", n)), "")
-		served := rep.add(fmt.Sprintf("serve.append.served%d", n), fmt.Sprintf("Append through the socket, %d clients", n), "appends/s", appends(fmt.Sprintf("served%d", n)), "one HTTP request per append")
+		local := rep.add(fmt.Sprintf("serve.append.local%d", n), fmt.Sprintf("Append in process, %d writer%s", n, plural(n)), "appends/s", appends(fmt.Sprintf("local%d", n)), "")
+		served := rep.add(fmt.Sprintf("serve.append.served%d", n), fmt.Sprintf("Append through the socket, %d client%s", n, plural(n)), "appends/s", appends(fmt.Sprintf("served%d", n)), "one HTTP request per append")
 		x := rep.ratio(served, local.ID, "÷ in process")
 		if n == 64 {
 			x.want(">=", 0.7)
@@ -86,4 +93,102 @@ func serveBench(rep *Report, cfg *config) error {
 		}
 	}
 	return nil
+}
+
+// cliServedBench times `sbxdb capture` (first capture, fresh store) and
+// `sbxdb restore` of the benchmark tree as whole processes, each run once
+// on the files and once with `sbxdb serve` running on the store (started
+// and stopped outside the timing), alternating which goes first. Through a
+// server the CLI sends the directory's path and the server reads and writes
+// the files, so the ratio is the cost of the round trips and of the
+// server's process, not of moving bytes over the socket.
+func cliServedBench(rep *Report, cfg *config, tree, cli string) error {
+	var local, served, localRestore, servedRestore []float64
+	for i := range cfg.runs {
+		progress("CLI with and without a server, run %d of %d", i+1, cfg.runs)
+		for j := range 2 {
+			withServer := (i+j)%2 == 1
+			store := filepath.Join(cfg.work, fmt.Sprintf("cli-store-%d-%v", i, withServer))
+			var stop func() error
+			if withServer {
+				var err error
+				if stop, err = startServe(cli, store); err != nil {
+					return err
+				}
+			}
+			settle()
+			capture, err := timeCommand(cli, "capture", tree, "--thread", "cli", "--db", store)
+			if err != nil {
+				return err
+			}
+			settle()
+			restore, err := timeCommand(cli, "restore", "--thread", "cli", filepath.Join(store+"-restored"), "--db", store)
+			if err != nil {
+				return err
+			}
+			if stop != nil {
+				if err := stop(); err != nil {
+					return err
+				}
+				served, servedRestore = append(served, capture), append(servedRestore, restore)
+			} else {
+				local, localRestore = append(local, capture), append(localRestore, restore)
+			}
+		}
+	}
+	rep.setSection("sbxdb CLI with `sbxdb serve` running on the store, against without (whole processes, fresh store, fsync on)")
+	l := rep.add("serve.cli.capture.local", "sbxdb capture, first capture, no server", "s", local, "")
+	s := rep.add("serve.cli.capture.served", "sbxdb capture, first capture, through the server", "s", served, "the server reads the files")
+	rep.ratio(s, l.ID, "÷ no server").want("<=", 1.2)
+	l = rep.add("serve.cli.restore.local", "sbxdb restore of that checkpoint, no server", "s", localRestore, "")
+	s = rep.add("serve.cli.restore.served", "sbxdb restore of that checkpoint, through the server", "s", servedRestore, "the server writes the files")
+	rep.ratio(s, l.ID, "÷ no server").want("<=", 1.2)
+	return nil
+}
+
+// timeCommand runs the command and returns its wall time in seconds.
+func timeCommand(name string, args ...string) (float64, error) {
+	t := time.Now()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return time.Since(t).Seconds(), nil
+}
+
+// startServe starts `sbxdb serve` on store and waits until its socket
+// answers; stop sends SIGTERM and waits for it to exit.
+func startServe(cli, store string) (stop func() error, err error) {
+	cmd := exec.Command(cli, "serve", "--db", store)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &logs
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(store, "sbxdb.sock")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, fmt.Errorf("sbxdb serve on %s did not listen within 30 s: %s", store, logs.String())
+		}
+	}
+	return func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("sbxdb serve on %s: %v: %s", store, err, logs.String())
+		}
+		return nil
+	}, nil
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
