@@ -117,9 +117,9 @@ type CaptureRequest struct {
 // which then appends nothing unless its commit had begun.
 func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.CaptureResult, error) {
 	body := map[string]any{
-		"writer": in.Writer, "dir": in.Dir, "id": chain.WireString(in.ID), "label": chain.WireString(in.Label),
+		"writer": in.Writer, "dir": text(in.Dir), "id": chain.WireString(in.ID), "label": chain.WireString(in.Label),
 		"reason": chain.WireString(in.Reason), "createdAt": in.CreatedAt, "sourceRunId": chain.WireString(in.SourceRunID),
-		"excludes": in.Excludes, "includes": in.Includes, "secrets": adminStrings(in.Secrets),
+		"excludes": texts(in.Excludes), "includes": texts(in.Includes), "secrets": adminStrings(in.Secrets),
 		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "failOnChange": in.FailOnChange, "rehash": in.Rehash,
 	}
 	if in.Conversation != nil {
@@ -153,7 +153,7 @@ type RestoreRequest struct {
 // machine (engine.DB.Restore).
 func (c *Client) Restore(ctx context.Context, in RestoreRequest) (engine.RestoreStats, error) {
 	body := map[string]any{
-		"checkpointId": chain.WireString(in.CheckpointID), "dir": in.Dir, "excludes": in.Excludes, "includes": in.Includes,
+		"checkpointId": chain.WireString(in.CheckpointID), "dir": text(in.Dir), "excludes": texts(in.Excludes), "includes": texts(in.Includes),
 		"allowEscapingSymlinks": in.AllowEscapingSymlinks,
 	}
 	var st engine.RestoreStats
@@ -271,6 +271,19 @@ func adminStrings(ss []string) []chain.WireString {
 	out := make([]chain.WireString, len(ss))
 	for i, s := range ss {
 		out[i] = chain.WireString(s)
+	}
+	return out
+}
+
+// texts carries paths and globs without loss: a directory's name is bytes,
+// not always UTF-8 (text).
+func texts(ss []string) []text {
+	if ss == nil {
+		return nil
+	}
+	out := make([]text, len(ss))
+	for i, s := range ss {
+		out[i] = text(s)
 	}
 	return out
 }

@@ -195,7 +195,7 @@ func wireProgress(p engine.Progress) progressJSON {
 // chain.WireInt), so that the engine decides every contract error.
 type captureRequest struct {
 	Writer                chain.Writer       `json:"writer"`
-	Dir                   string             `json:"dir"`
+	Dir                   text               `json:"dir"`
 	ID                    chain.WireString   `json:"id"`
 	Label                 chain.WireString   `json:"label"`
 	Reason                chain.WireString   `json:"reason"`
@@ -203,8 +203,8 @@ type captureRequest struct {
 	SourceRunID           chain.WireString   `json:"sourceRunId"`
 	Conversation          []json.RawMessage  `json:"conversation"`
 	Artifacts             []artifactJSON     `json:"artifacts"`
-	Excludes              []string           `json:"excludes"`
-	Includes              []string           `json:"includes"`
+	Excludes              []text             `json:"excludes"`
+	Includes              []text             `json:"includes"`
 	Secrets               []chain.WireString `json:"secrets"`
 	AllowEscapingSymlinks bool               `json:"allowEscapingSymlinks"`
 	FailOnChange          bool               `json:"failOnChange"`
@@ -235,18 +235,19 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	dir, err := s.directory(r, "capture", in.Dir)
+	dir, err := s.directory(r, "capture", string(in.Dir))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer dir.release()
 	pol, err := policy(in.Excludes, in.Includes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	ci := engine.CaptureInput{
-		Writer: in.Writer, Dir: dir, ID: string(in.ID), Label: string(in.Label), Reason: chain.Reason(in.Reason),
+		Writer: in.Writer, Dir: dir.path, ID: string(in.ID), Label: string(in.Label), Reason: chain.Reason(in.Reason),
 		CreatedAt: int64(in.CreatedAt), SourceRunID: string(in.SourceRunID), Conversation: in.Conversation,
 		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange, Rehash: in.Rehash,
 	}
@@ -275,9 +276,9 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 // restoreRequest is the body of POST /v1/restore.
 type restoreRequest struct {
 	CheckpointID          chain.WireString `json:"checkpointId"`
-	Dir                   string           `json:"dir"`
-	Excludes              []string         `json:"excludes"`
-	Includes              []string         `json:"includes"`
+	Dir                   text             `json:"dir"`
+	Excludes              []text           `json:"excludes"`
+	Includes              []text           `json:"includes"`
 	AllowEscapingSymlinks bool             `json:"allowEscapingSymlinks"`
 }
 
@@ -287,60 +288,47 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	dir, err := s.directory(r, "restore", in.Dir)
+	if in.AllowEscapingSymlinks && !connOf(r.Context()).Unix {
+		writeError(w, errorf(CodeForbidden, "restore into %s: allowEscapingSymlinks is served on unix sockets only", in.Dir))
+		return
+	}
+	dir, err := s.directory(r, "restore", string(in.Dir))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer dir.release()
 	pol, err := policy(in.Excludes, in.Includes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
-		return s.db.Restore(ctx, string(in.CheckpointID), dir, &engine.RestoreOptions{
+		st, err := s.db.Restore(ctx, string(in.CheckpointID), dir.path, &engine.RestoreOptions{
 			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks,
 			Progress: func(p engine.Progress) { progress(wireProgress(p)) },
 		})
+		if err != nil {
+			dir.undo()
+		}
+		return st, err
 	})
 }
 
 // policy is the default workspace policy extended by the request's globs.
-func policy(excludes, includes []string) (workspace.Policy, error) {
-	pol, err := workspace.Policy{}.WithGlobs(excludes, includes)
+func policy(excludes, includes []text) (workspace.Policy, error) {
+	strs := func(ts []text) []string {
+		out := make([]string, len(ts))
+		for i, t := range ts {
+			out[i] = string(t)
+		}
+		return out
+	}
+	pol, err := workspace.Policy{}.WithGlobs(strs(excludes), strs(includes))
 	if err != nil {
 		return pol, errorf(CodeBadRequest, "%v", err)
 	}
 	return pol, nil
-}
-
-// directory checks the directory a capture or restore names and returns
-// the path to give the engine. It must be absolute: the client's working
-// directory means nothing here. On a unix socket it is used as given. On
-// any other connection it is resolved first (symlinks in the part that
-// exists, then Clean), must lie below one of Options.AllowDirs, and the
-// resolved path is what the engine is given, so that the directory checked
-// is the directory touched.
-func (s *Server) directory(r *http.Request, op, dir string) (string, error) {
-	if dir == "" || !filepath.IsAbs(dir) {
-		return "", errorf(CodeBadRequest, "%s: dir %q is not an absolute path", op, dir)
-	}
-	if connOf(r.Context()).Unix {
-		return dir, nil
-	}
-	if len(s.allowDirs) == 0 {
-		return "", errorf(CodeForbidden, "%s of %s: this listener may touch no directory", op, dir)
-	}
-	resolved, err := resolveExisting(dir)
-	if err != nil {
-		return "", errorf(CodeForbidden, "%s of %s: %v", op, dir, err)
-	}
-	for _, p := range s.allowDirs {
-		if within(p, resolved) {
-			return resolved, nil
-		}
-	}
-	return "", errorf(CodeForbidden, "%s of %s: %s lies outside every directory this listener may touch", op, dir, resolved)
 }
 
 // resolveExisting resolves the symlinks of the longest part of the clean

@@ -56,8 +56,15 @@ func TestRestoreStaysBelowAllowDirsWhenTheTreeChanges(t *testing.T) {
 		}
 	}
 	rfs := &raceFS{FS: vfs.OS, swap: func() {
-		// allowed/a/x did not exist at the check; now it leads outside.
-		if err := os.Symlink(outside, filepath.Join(allowed, "a", "x")); err != nil {
+		// allowed/a/x was a directory at the check (or made then); now it
+		// is elsewhere, and in its place a symlink leads outside.
+		x := filepath.Join(allowed, "a", "x")
+		if _, err := os.Lstat(x); err == nil {
+			if err := os.Rename(x, x+".moved"); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := os.Symlink(outside, x); err != nil {
 			t.Error(err)
 		}
 	}}

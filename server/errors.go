@@ -118,12 +118,16 @@ func Status(code string) int {
 	return http.StatusInternalServerError
 }
 
-// writeError writes err as an ErrorBody with its status.
+// writeError writes err as an ErrorBody with its status, and its code and
+// message also as headers (HeaderCode, HeaderMessage): the answer to a HEAD
+// has no body, and a refusal may come before any handler knows its route.
 func writeError(w http.ResponseWriter, err error) {
 	code := Code(err)
 	if code == CodeUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
+	w.Header().Set(HeaderCode, code)
+	w.Header().Set(HeaderMessage, headerSafe(err.Error()))
 	writeJSON(w, Status(code), ErrorBody{Code: code, Message: err.Error()})
 }
 

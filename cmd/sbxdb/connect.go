@@ -90,13 +90,14 @@ func (inv *invocation) findServer() (*foundServer, error) {
 		}
 		return nil, fmt.Errorf("server %s does not answer: %v", addr, err)
 	}
-	if named {
-		if !inv.dirGiven {
-			inv.dir = h.Store
-		} else if !sameDir(inv.dir, h.Store) {
-			c.Close()
-			return nil, fmt.Errorf("server %s serves store %s, not %s", addr, h.Store, inv.dir)
-		}
+	// A server is the store's only if its health names the store: one
+	// that serves another store on DIR/sbxdb.sock (--listen) must never
+	// take a command meant for DIR.
+	if named && !inv.dirGiven {
+		inv.dir = h.Store
+	} else if !sameDir(inv.dir, h.Store) {
+		c.Close()
+		return nil, fmt.Errorf("server %s serves store %s, not %s", addr, h.Store, inv.dir)
 	}
 	return &foundServer{addr: addr, client: c, health: h}, nil
 }
