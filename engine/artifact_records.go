@@ -65,8 +65,8 @@ func checkArtifactRecord(r *ArtifactRecord) error {
 		return err
 	}
 	if r.BlobKey != "" {
-		if _, _, err := cas.ParseKey(r.BlobKey); err != nil {
-			return chain.Errorf(chain.ErrInvalidEntry, "artifact record %q: blobKey %q is not a blob key", r.ArtifactID, r.BlobKey)
+		if _, _, err := cas.ParseKey(r.BlobKey); err != nil && CheckObjectKey(r.BlobKey) != nil {
+			return chain.Errorf(chain.ErrInvalidEntry, "artifact record %q: blobKey %q is neither a blob key nor an object key", r.ArtifactID, r.BlobKey)
 		}
 	}
 	for _, f := range []struct {

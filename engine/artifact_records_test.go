@@ -167,7 +167,7 @@ func TestArtifactRecordRefused(t *testing.T) {
 		{"run before thread", with(func(r *engine.ArtifactRecord) { r.RunID, r.ThreadID = "", "" }), chain.CodeInvalidID, "runId"},
 		{"thread", with(func(r *engine.ArtifactRecord) { r.ThreadID, r.Size = "\xff", -1 }), chain.CodeInvalidID, "threadId"},
 		{"blob key", with(func(r *engine.ArtifactRecord) { r.BlobKey = "sandbox-files/sha256/xyz" }), chain.CodeInvalidEntry, "blobKey"},
-		{"blob key of an object", with(func(r *engine.ArtifactRecord) { r.BlobKey = "docs/readme.md" }), chain.CodeInvalidEntry, "blobKey"},
+		{"blob key that is no key", with(func(r *engine.ArtifactRecord) { r.BlobKey = "docs//readme.md" }), chain.CodeInvalidEntry, "blobKey"},
 		{"empty name", with(func(r *engine.ArtifactRecord) { r.Name = "" }), chain.CodeInvalidEntry, "name"},
 		{"empty mimeType", with(func(r *engine.ArtifactRecord) { r.MimeType = "" }), chain.CodeInvalidEntry, "mimeType"},
 		{"name not text", with(func(r *engine.ArtifactRecord) { r.Name = "\xed\xa0\x80" }), chain.CodeInvalidEntry, "name"},
@@ -213,6 +213,37 @@ func TestArtifactRecordRefused(t *testing.T) {
 	if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
 		t.Errorf("sweep with a record naming bytes not stored: %v", err)
 	}
+}
+
+// TestArtifactRecordNamingAnObject: a record's blobKey may be a plain
+// object's key (a TanStack host keeps artifacts/<runId>/<artifactId>); the
+// object holds its own bytes, so the record holds nothing and check is
+// clean, and a sweep keeps the object's bytes while the object lives.
+func TestArtifactRecordNamingAnObject(t *testing.T) {
+	f := newGCFixture(t)
+	ctx := context.Background()
+	key := "artifacts/run-1/a1"
+	info, err := f.db.PutObject(ctx, key, strings.NewReader("report"), engine.PutObjectOptions{Size: -1, ContentType: "text/plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record("a1", "run-1", "t", 1)
+	rec.BlobKey = key
+	if err := f.db.ArtifactRecords().Save(ctx, rec); err != nil {
+		t.Fatalf("Save of a record naming an object: %v", err)
+	}
+	if got, err := f.db.ArtifactRecords().Get(ctx, "a1"); err != nil || got == nil || got.BlobKey != key {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "a record naming an object")
+	if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := f.db.OpenObject(ctx, key)
+	if err != nil {
+		t.Fatalf("the object's bytes after a sweep: %v (size %d)", err, info.Size)
+	}
+	r.Close()
 }
 
 // TestArtifactRecordBlocksFork: a thread with an artifact record is not an

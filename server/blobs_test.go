@@ -657,7 +657,7 @@ func TestArtifactRecordsServed(t *testing.T) {
 	}{
 		{engine.ArtifactRecord{ArtifactID: "", RunID: "", ThreadID: "t", Name: "n", MimeType: "m"}, chain.ErrInvalidID},
 		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "", MimeType: "m"}, chain.ErrInvalidEntry},
-		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", BlobKey: "docs/x"}, chain.ErrInvalidEntry},
+		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", BlobKey: "docs//x"}, chain.ErrInvalidEntry},
 		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", Size: -1}, chain.ErrInvalidEntry},
 	} {
 		if err := recs.Save(ctx, c.rec); !errors.Is(err, c.code) {

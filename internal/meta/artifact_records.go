@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
+	"github.com/sbxdb/sbxdb/chain"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -61,6 +63,16 @@ func GetArtifactRecord(tx *bolt.Tx, artifactID string) (*ArtifactRecord, error) 
 	return decodeArtifactRecord([]byte(artifactID), p)
 }
 
+// HeldKey is the blob the record holds for the garbage collector: its
+// BlobKey when that is content-addressed, else "" (a plain object's key:
+// the object holds its own bytes).
+func (r *ArtifactRecord) HeldKey() string {
+	if strings.HasPrefix(r.BlobKey, chain.FilePrefix) || strings.HasPrefix(r.BlobKey, chain.ArtifactPrefix) {
+		return r.BlobKey
+	}
+	return ""
+}
+
 // PutArtifactRecord stores r, replacing the record of the same id: its
 // index keys are moved and the hold moves from the old blob key to the new
 // one.
@@ -68,8 +80,8 @@ func PutArtifactRecord(tx *bolt.Tx, r *ArtifactRecord) error {
 	if _, err := DeleteArtifactRecord(tx, r.ArtifactID); err != nil {
 		return err
 	}
-	if r.BlobKey != "" {
-		if err := AddHold(tx, r.BlobKey, 1); err != nil {
+	if k := r.HeldKey(); k != "" {
+		if err := AddHold(tx, k, 1); err != nil {
 			return err
 		}
 	}
@@ -92,8 +104,8 @@ func DeleteArtifactRecord(tx *bolt.Tx, artifactID string) (bool, error) {
 	if old == nil || err != nil {
 		return false, err
 	}
-	if old.BlobKey != "" {
-		if err := AddHold(tx, old.BlobKey, -1); err != nil {
+	if k := old.HeldKey(); k != "" {
+		if err := AddHold(tx, k, -1); err != nil {
 			return false, err
 		}
 	}

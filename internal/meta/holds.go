@@ -85,8 +85,8 @@ func CountHolds(tx *bolt.Tx, strict bool) (objects, records map[string]int64, da
 			damaged = append(damaged, RecordProblem{Bucket: string(BucketArtifactRecords), Key: id, Detail: err.Error()})
 			return nil
 		}
-		if r.BlobKey != "" {
-			records[r.BlobKey]++
+		if k := r.HeldKey(); k != "" {
+			records[k]++
 		}
 		return nil
 	})
