@@ -223,6 +223,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	var damaged []string // keys of blobs found damaged or missing
 	blobProblems := false
+	blobsFrom := len(r.Findings)
 	err = db.blobs.Check(ctx, opts.VerifyBlobs, opts.Progress, func(key string, err error) {
 		add(SeverityError, FindingBlob, key, "%v", err)
 		blobProblems = true
@@ -233,6 +234,9 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	if err != nil {
 		return nil, err
 	}
+	// The blob store reports from several readers at once: its findings
+	// are put in key order, so that two checks of one store read alike.
+	slices.SortStableFunc(r.Findings[blobsFrom:], func(a, b Finding) int { return strings.Compare(a.Subject, b.Subject) })
 	r.Verified = opts.VerifyBlobs
 	quarantined, err := db.blobs.Quarantined(ctx)
 	if err != nil {

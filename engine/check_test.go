@@ -118,8 +118,13 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("shallow check read blob bytes: %+v", rep.Findings)
 	}
 	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
-	if b := findings(rep, engine.FindingBlob); rep.Clean() || len(b) == 0 {
+	b := findings(rep, engine.FindingBlob)
+	if rep.Clean() || len(b) == 0 {
 		t.Fatalf("damaged packs not found: %+v", rep.Findings)
+	}
+	// Found by several readers at once, reported in key order.
+	if !slices.IsSortedFunc(b, func(x, y engine.Finding) int { return strings.Compare(x.Subject, y.Subject) }) {
+		t.Errorf("blob findings out of key order: %+v", b)
 	}
 }
 
