@@ -151,8 +151,9 @@ func (s *Server) authorized(r *http.Request, route string) bool {
 	if s.opts.Token == "" || route == healthRoute || connOf(r.Context()).Unix {
 		return true
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	// The scheme is case-insensitive (RFC 9110, 11.1).
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.opts.Token))

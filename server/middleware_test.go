@@ -55,6 +55,13 @@ func TestAuth(t *testing.T) {
 	if r := do(t, httpClient, "GET", url+"/v1/stats", "", "Authorization", "Basic czNjcmV0"); r.status != 401 {
 		t.Errorf("a Basic credential: %d", r.status)
 	}
+	// The scheme's case does not matter (RFC 9110, 11.1); the token's does.
+	if r := do(t, httpClient, "GET", url+"/v1/stats", "", "Authorization", "bearer s3cret"); r.status != 200 {
+		t.Errorf("scheme bearer, lower-case: %d", r.status)
+	}
+	if r := do(t, httpClient, "GET", url+"/v1/stats", "", "Authorization", "Bearer S3CRET"); r.status != 401 {
+		t.Errorf("the token in upper case: %d", r.status)
+	}
 	c, _ := tcp(t, s, "s3cret")
 	if _, err := c.GC(ctx, gc); err != nil || count() != 1 {
 		t.Fatalf("gc with the token: %v, %d checkpoints", err, count())
