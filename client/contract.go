@@ -128,11 +128,7 @@ func (c *Client) Append(ctx context.Context, in chain.AppendInput) (string, erro
 	} else {
 		b = appendText(b, in.ExpectedHeadID)
 	}
-	w, err := json.Marshal(fromWriter(in.Writer))
-	if err != nil {
-		return "", err
-	}
-	b = append(append(append(b, `,"writer":`...), w...), '}')
+	b = append(appendWriter(append(b, `,"writer":`...), in.Writer), '}')
 	var out headResponse
 	if err := c.post(ctx, "/v1/checkpoints/append", b, &out); err != nil {
 		return "", err
