@@ -128,12 +128,17 @@ func (s *Server) headCheckpoint(r *http.Request) (any, error) {
 // Each message keeps its bytes as the request has them, whitespace around
 // the value included: the store keeps a message byte for byte.
 func (s *Server) appendCheckpoint(r *http.Request) (any, error) {
-	body, err := s.readBody(r)
+	body, err := s.readObject(r)
 	if err != nil {
 		return nil, err
 	}
+	// The parse validates the body first, so readBody's own validation
+	// runs only when it fails, to give readBody's verdict first.
 	in, err := chain.ParseAppendInputExact(body)
 	if err != nil {
+		if !json.Valid(body) {
+			return nil, errNotObject()
+		}
 		return nil, err
 	}
 	head, err := s.db.Append(r.Context(), in)
