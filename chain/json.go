@@ -58,7 +58,7 @@ func nestedObject(raw []byte, sentinel error, what string, scratch object) (obje
 		return nil, Errorf(sentinel, "%s must be an object", what)
 	}
 	if scratch == nil {
-		scratch = make(object, 0, 16)
+		scratch = make(object, 0, 8)
 	}
 	o, ok := splitObject(raw, scratch[:0])
 	if !ok {

@@ -180,7 +180,9 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	// The bytes before the range and the first read of the range are
 	// read (and verified) before the status is sent: damage found there
 	// is still an error response (an empty blob is read to its end).
-	br := bufio.NewReaderSize(rc, 64<<10)
+	br := blobReaders.Get().(*bufio.Reader)
+	br.Reset(rc)
+	defer func() { br.Reset(nil); blobReaders.Put(br) }()
 	if _, err := io.CopyN(io.Discard, br, off); err != nil {
 		blobError(w, err)
 		return
@@ -233,6 +235,9 @@ func sendVerified(w http.ResponseWriter, r io.Reader, n int64) error {
 	_, err = w.Write(last[:])
 	return err
 }
+
+// blobReaders hold the 64 KiB readers getBlob reads a blob through.
+var blobReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 // copyBuffers hold the buffers sendVerified copies through.
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
