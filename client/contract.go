@@ -1,13 +1,11 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -32,12 +30,7 @@ var (
 // response into out (unless out is nil). Requests holding messages use it:
 // encoding/json would compact them.
 func (c *Client) post(ctx context.Context, path string, body []byte, out any) error {
-	req, err := c.newRequest(ctx, http.MethodPost, path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.do(req)
+	resp, err := c.send(ctx, path, body)
 	if err != nil {
 		return err
 	}
