@@ -44,7 +44,7 @@ func (o object) get(name string) ([]byte, bool) {
 // nestedObject and nestedArray, which do not validate again.
 func parseObject(raw []byte, sentinel error, what string) (object, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && !json.Valid(raw) {
+	if len(raw) > 0 && !validJSON(raw) {
 		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON", what)
 	}
 	return nestedObject(raw, sentinel, what, nil)
@@ -110,7 +110,7 @@ func (o object) integer(name string) (int64, bool) {
 }
 
 func parseSafeInt(raw []byte) (int64, bool) {
-	if len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') || !json.Valid(raw) {
+	if len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') || !validJSON(raw) {
 		return 0, false
 	}
 	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
@@ -484,7 +484,7 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// The splitters below read text that json.Valid accepted, once, so they
+// The splitters below read text that validJSON accepted, once, so they
 // only find where each value ends: a string at its closing quote (the
 // first '"' after an even run of backslashes), an object or array at the
 // bracket that brings its depth back, strings skipped whole. Each byte is

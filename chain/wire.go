@@ -135,7 +135,7 @@ func (n *WireInt) UnmarshalJSON(b []byte) error {
 // an object decodes to a writer of thread NotAString.
 func (w *Writer) UnmarshalJSON(b []byte) error {
 	var o object
-	if b = bytes.Trim(b, jsonSpace); !json.Valid(b) || len(b) == 0 || b[0] != '{' {
+	if b = bytes.Trim(b, jsonSpace); !validJSON(b) || len(b) == 0 || b[0] != '{' {
 		*w = Writer{ThreadID: NotAString}
 		return nil
 	}

@@ -108,6 +108,10 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// exchanges reports whether send sends a request to path as an exchange
+// (pool.go), which has written the whole request when it returns.
+func (c *Client) exchanges(path string) bool { return c.unix && plainPath(path) }
+
 // send sends a JSON request to path: a POST of body, or a GET when body
 // is nil. It returns the response when the status is 2xx, as do does.
 func (c *Client) send(ctx context.Context, path string, body []byte) (*http.Response, error) {
@@ -115,7 +119,7 @@ func (c *Client) send(ctx context.Context, path string, body []byte) (*http.Resp
 	if body != nil {
 		method = http.MethodPost
 	}
-	if c.unix && plainPath(path) {
+	if c.exchanges(path) {
 		resp, err := c.exchange(ctx, method, path, body)
 		if err != nil {
 			return nil, err

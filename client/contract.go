@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -114,7 +115,15 @@ func (c *Client) Head(ctx context.Context, threadID string) (string, error) {
 // in.ExpectedHeadID ("" is null, as is an empty ParentID) and returns the
 // new head id (POST /v1/checkpoints/append).
 func (c *Client) Append(ctx context.Context, in chain.AppendInput) (string, error) {
-	b := appendCheckpoint([]byte(`{"checkpoint":`), in.Checkpoint)
+	const path = "/v1/checkpoints/append"
+	buf := bodyBuffers.Get().(*[]byte)
+	defer func() {
+		// Only an exchange has written the body whole when post returns.
+		if c.exchanges(path) && cap(*buf) <= maxPooledBody {
+			bodyBuffers.Put(buf)
+		}
+	}()
+	b := appendCheckpoint(append((*buf)[:0], `{"checkpoint":`...), in.Checkpoint)
 	b = append(b, `,"expectedHeadId":`...)
 	if in.ExpectedHeadID == "" {
 		b = append(b, "null"...)
@@ -122,12 +131,19 @@ func (c *Client) Append(ctx context.Context, in chain.AppendInput) (string, erro
 		b = appendText(b, in.ExpectedHeadID)
 	}
 	b = append(appendWriter(append(b, `,"writer":`...), in.Writer), '}')
+	*buf = b
 	var out headResponse
-	if err := c.post(ctx, "/v1/checkpoints/append", b, &out); err != nil {
+	if err := c.post(ctx, path, b, &out); err != nil {
 		return "", err
 	}
 	return out.id(), nil
 }
+
+// bodyBuffers hold the buffers Append encodes its request in; one that
+// grew past maxPooledBody is left to the collector.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 1 << 20
 
 // DeleteHead removes the thread's head checkpoint (POST
 // /v1/checkpoints/delete-head).

@@ -104,6 +104,14 @@ type headResponse struct {
 	HeadID *text `json:"headId"`
 }
 
+// appendHead is the response of an append that made head the head: the
+// bytes writeJSON writes for headResponse.
+func appendHead(head string) rawJSON {
+	b := make([]byte, 0, 16+len(head))
+	b = appendText(append(b, `{"headId":`...), head)
+	return append(b, '}')
+}
+
 func (s *Server) headCheckpoint(r *http.Request) (any, error) {
 	var req struct {
 		ThreadID chain.WireString `json:"threadId"`
@@ -145,8 +153,7 @@ func (s *Server) appendCheckpoint(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := text(head)
-	return headResponse{&t}, nil
+	return appendHead(head), nil
 }
 
 func (s *Server) deleteHead(r *http.Request) (any, error) {
