@@ -16,34 +16,64 @@ import (
 // WTF-8 bytes (which are invalid UTF-8), so the ordinary validators reject it
 // with the contract's code, and every check runs in the contract's order.
 
-// object is a decoded JSON object whose members are still raw.
-type object map[string]json.RawMessage
+// member is one member of a JSON object: its name, unescaped, and the
+// text of its value without the whitespace around it.
+type member struct {
+	name  []byte
+	value []byte
+}
+
+// object is a JSON object's members in the order written. A name given
+// twice means its last value, as with encoding/json's map decoding.
+type object []member
+
+// get returns the value of member name (the last one of that name).
+func (o object) get(name string) ([]byte, bool) {
+	for i := len(o) - 1; i >= 0; i-- {
+		if string(o[i].name) == name {
+			return o[i].value, true
+		}
+	}
+	return nil, false
+}
 
 // parseObject decodes a JSON object. Text that is not JSON at all (NaN,
 // Infinity, a syntax error) is INVALID_ENTRY whatever the member: no
 // identifier can be read from it. A well-formed non-object is sentinel.
-func parseObject(raw json.RawMessage, sentinel error, what string) (object, error) {
+// The text is validated here, once; the values inside it are read with
+// nestedObject and nestedArray, which do not validate again.
+func parseObject(raw []byte, sentinel error, what string) (object, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && !json.Valid(raw) {
+	if len(raw) > 0 && !validJSON(raw) {
 		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON", what)
 	}
+	return nestedObject(raw, sentinel, what, nil)
+}
+
+// nestedObject decodes a member's value, the text of a JSON value inside a
+// text parseObject validated, into scratch's memory: an absent member or a
+// value that is not an object is sentinel.
+func nestedObject(raw []byte, sentinel error, what string, scratch object) (object, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, Errorf(sentinel, "%s must be an object", what)
 	}
-	var o object
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON: %v", what, err)
+	if scratch == nil {
+		scratch = make(object, 0, 8)
+	}
+	o, ok := splitObject(raw, scratch[:0])
+	if !ok {
+		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON", what)
 	}
 	return o, nil
 }
 
-func (o object) has(name string) bool { _, ok := o[name]; return ok }
+func (o object) has(name string) bool { _, ok := o.get(name); return ok }
 
-func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+func isNull(raw []byte) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
 // str decodes member name as a JSON string, keeping lone surrogates.
 func (o object) str(name string) (string, bool) {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	if !ok {
 		return "", false
 	}
@@ -63,7 +93,7 @@ func (o object) id(name, field string) (string, error) {
 // nullableID reads an identifier that may be null or absent ("" in Go); an
 // empty string is INVALID_ID (SPEC §10 Q11).
 func (o object) nullableID(name, field string) (string, error) {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	if !ok || isNull(raw) {
 		return "", nil
 	}
@@ -72,7 +102,7 @@ func (o object) nullableID(name, field string) (string, error) {
 
 // integer reads a JSON number that must be an integer within ±(2^53−1).
 func (o object) integer(name string) (int64, bool) {
-	raw, ok := o[name]
+	raw, ok := o.get(name)
 	if !ok {
 		return 0, false
 	}
@@ -80,7 +110,7 @@ func (o object) integer(name string) (int64, bool) {
 }
 
 func parseSafeInt(raw []byte) (int64, bool) {
-	if len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') || !json.Valid(raw) {
+	if len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') || !validJSON(raw) {
 		return 0, false
 	}
 	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
@@ -153,14 +183,6 @@ type checkpointObject struct {
 	cp Checkpoint
 }
 
-func parseCheckpointObject(raw json.RawMessage) (*checkpointObject, error) {
-	o, err := parseObject(raw, ErrInvalidID, "checkpoint")
-	if err != nil {
-		return nil, err
-	}
-	return &checkpointObject{o: o}, nil
-}
-
 func (c *checkpointObject) ids() (err error) {
 	if c.cp.ID, err = c.o.id("id", "checkpoint id"); err != nil {
 		return err
@@ -176,7 +198,12 @@ func (c *checkpointObject) parent() (err error) {
 	return err
 }
 
-func (c *checkpointObject) content() error {
+// content reads and checks everything but the identifiers. Each message is
+// checked as the JSON value it is; spaced then gives each message the
+// text of its element as written, the whitespace around the value
+// included, sharing the input's memory, where otherwise the messages are a
+// copy of the values alone.
+func (c *checkpointObject) content(spaced bool) error {
 	o := c.o
 	var ok bool
 	if c.cp.CreatedAt, ok = o.integer("createdAt"); !ok {
@@ -185,7 +212,7 @@ func (c *checkpointObject) content() error {
 	reason, _ := o.str("reason")
 	c.cp.Reason = Reason(reason)
 	for _, name := range []string{"label", "sourceRunId"} {
-		if raw, present := o[name]; present && !isNull(raw) {
+		if raw, present := o.get(name); present && !isNull(raw) {
 			s, ok := o.str(name)
 			if !ok {
 				return Errorf(ErrInvalidEntry, "checkpoint %s must be a string", name)
@@ -197,86 +224,134 @@ func (c *checkpointObject) content() error {
 			}
 		}
 	}
-	var raws []json.RawMessage
-	if err := rawArray(o["files"], &raws, "checkpoint files"); err != nil {
+	var (
+		elems   []json.RawMessage
+		scratch object
+		err     error
+	)
+	files, _ := o.get("files")
+	if elems, err = nestedArray(files, elems, false, "checkpoint files"); err != nil {
 		return err
 	}
-	c.cp.Files = make([]Entry, len(raws))
-	for i, r := range raws {
-		if err := parseEntry(r, &c.cp.Files[i]); err != nil {
+	c.cp.Files = make([]Entry, len(elems))
+	for i, r := range elems {
+		if scratch, err = parseEntry(r, &c.cp.Files[i], scratch); err != nil {
 			return err
 		}
 	}
-	if err := rawArray(o["artifacts"], &raws, "checkpoint artifacts"); err != nil {
+	artifacts, _ := o.get("artifacts")
+	if elems, err = nestedArray(artifacts, elems, false, "checkpoint artifacts"); err != nil {
 		return err
 	}
-	c.cp.Artifacts = make([]Artifact, len(raws))
-	for i, r := range raws {
-		if err := parseArtifact(r, &c.cp.Artifacts[i]); err != nil {
+	c.cp.Artifacts = make([]Artifact, len(elems))
+	for i, r := range elems {
+		if scratch, err = parseArtifact(r, &c.cp.Artifacts[i], scratch); err != nil {
 			return err
 		}
 	}
-	if err := rawArray(o["conversation"], &c.cp.Conversation, "checkpoint conversation"); err != nil {
+	conversation, _ := o.get("conversation")
+	written, err := nestedArray(conversation, nil, true, "checkpoint conversation")
+	if err != nil {
 		return err
 	}
-	return ValidateContent(&c.cp)
-}
-
-func rawArray(raw json.RawMessage, out *[]json.RawMessage, what string) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '[' {
-		return Errorf(ErrInvalidEntry, "%s must be an array", what)
+	c.cp.Conversation = values(written, !spaced)
+	if err := ValidateContent(&c.cp); err != nil {
+		return err
 	}
-	*out = nil
-	if err := json.Unmarshal(raw, out); err != nil {
-		return Errorf(ErrInvalidEntry, "%s is not valid JSON: %v", what, err)
-	}
-	if *out == nil {
-		*out = []json.RawMessage{}
+	if spaced {
+		c.cp.Conversation = written
 	}
 	return nil
 }
 
-func parseEntry(raw json.RawMessage, e *Entry) error {
-	o, err := parseObject(raw, ErrInvalidEntry, "Checkpoint entry")
+// nestedArray returns, appended to dst[:0], the text of each element of a
+// member's value, a JSON value inside a text parseObject validated: each
+// value alone, or with spaced, each element as written, the bytes between
+// '[' or ',' and the next ',' or ']' of the array's own level, whitespace
+// around the value included. The elements share raw's memory but not its
+// capacity. A value that is not an array is INVALID_ENTRY; an empty array
+// gives an empty, non-nil slice.
+func nestedArray(raw []byte, dst []json.RawMessage, spaced bool, what string) ([]json.RawMessage, error) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, Errorf(ErrInvalidEntry, "%s must be an array", what)
+	}
+	if dst == nil {
+		dst = make([]json.RawMessage, 0, 16)
+	}
+	out, ok := splitArray(raw, dst[:0], spaced)
+	if !ok {
+		return nil, Errorf(ErrInvalidEntry, "%s is not valid JSON", what)
+	}
+	return out, nil
+}
+
+// values returns the JSON value of each element that nestedArray gave,
+// without the whitespace around it: views of the elements' memory, or with
+// copy, a copy of them all in one new allocation.
+func values(elems []json.RawMessage, copy bool) []json.RawMessage {
+	out := make([]json.RawMessage, len(elems))
+	size := 0
+	for i, m := range elems {
+		out[i] = bytes.Trim(m, jsonSpace)
+		size += len(out[i])
+	}
+	if !copy {
+		return out
+	}
+	buf := make([]byte, 0, size)
+	for i, m := range out {
+		start := len(buf)
+		buf = append(buf, m...)
+		out[i] = buf[start:len(buf):len(buf)]
+	}
+	return out
+}
+
+func parseEntry(raw []byte, e *Entry, scratch object) (object, error) {
+	o, err := nestedObject(raw, ErrInvalidEntry, "Checkpoint entry", scratch)
 	if err != nil {
-		return err
+		return scratch, err
 	}
 	path, ok := o.str("path")
 	if !ok {
-		return Errorf(ErrInvalidEntry, "checkpoint entry path must be a string")
+		return o, Errorf(ErrInvalidEntry, "checkpoint entry path must be a string")
 	}
 	kind, _ := o.str("kind")
 	*e = Entry{Path: path, Kind: Kind(kind)}
 	if err := ValidatePath(path); err != nil {
-		return err
+		return o, err
 	}
 	// Presence, not value, decides: a dir carrying "size": 0 is as invalid
 	// as one carrying a real size (SPEC §1.2 "own properties").
 	for _, name := range foreignFields[e.Kind] {
 		if o.has(name) {
-			return Errorf(ErrInvalidEntry, "%s entry %q cannot have %s", e.Kind, path, name)
+			return o, Errorf(ErrInvalidEntry, "%s entry %q cannot have %s", e.Kind, path, name)
 		}
 	}
 	switch e.Kind {
 	case KindFile:
 		if e.BlobKey, ok = o.str("blobKey"); !ok {
-			return Errorf(ErrInvalidEntry, "checkpoint entry %q needs a string blobKey", path)
+			return o, Errorf(ErrInvalidEntry, "checkpoint entry %q needs a string blobKey", path)
 		}
 		if e.Size, ok = o.integer("size"); !ok || e.Size < 0 {
-			return Errorf(ErrInvalidEntry, "checkpoint entry %q needs a safe integer size >= 0", path)
+			return o, Errorf(ErrInvalidEntry, "checkpoint entry %q needs a safe integer size >= 0", path)
 		}
-		if raw, present := o["executable"]; present {
-			if err := json.Unmarshal(raw, &e.Executable); err != nil {
-				return Errorf(ErrInvalidEntry, "checkpoint entry %q executable must be a boolean", path)
+		if raw, present := o.get("executable"); present {
+			// As encoding/json decodes a bool: null leaves it false.
+			switch string(raw) {
+			case "true":
+				e.Executable = true
+			case "false", "null":
+			default:
+				return o, Errorf(ErrInvalidEntry, "checkpoint entry %q executable must be a boolean", path)
 			}
 		}
 	case KindSymlink:
 		if e.Target, ok = o.str("target"); !ok {
-			return Errorf(ErrInvalidEntry, "symlink entry %q needs a string target", path)
+			return o, Errorf(ErrInvalidEntry, "symlink entry %q needs a string target", path)
 		}
 	}
-	return nil
+	return o, nil
 }
 
 // foreignFields lists, per kind, the members an entry of that kind must not
@@ -287,11 +362,11 @@ var foreignFields = map[Kind][]string{
 	KindSymlink: {"blobKey", "size", "executable"},
 }
 
-func parseArtifact(raw json.RawMessage, a *Artifact) error {
+func parseArtifact(raw []byte, a *Artifact, scratch object) (object, error) {
 	bad := Errorf(ErrInvalidEntry, "Checkpoint artifact has invalid fields")
-	o, err := parseObject(raw, ErrInvalidEntry, "Checkpoint artifact")
+	o, err := nestedObject(raw, ErrInvalidEntry, "Checkpoint artifact", scratch)
 	if err != nil {
-		return err
+		return scratch, err
 	}
 	var ok [6]bool
 	a.ArtifactID, ok[0] = o.str("artifactId")
@@ -302,27 +377,28 @@ func parseArtifact(raw json.RawMessage, a *Artifact) error {
 	a.CreatedAt, ok[5] = o.integer("createdAt")
 	for _, b := range ok {
 		if !b {
-			return bad
+			return o, bad
 		}
 	}
-	return nil
+	return o, nil
 }
 
 // ParseCheckpoint decodes a checkpoint from its JSON wire form and checks it
 // in the contract's order: identifiers (INVALID_ID), then createdAt, reason,
 // files, artifacts and conversation (INVALID_ENTRY).
 func ParseCheckpoint(raw []byte) (*Checkpoint, error) {
-	c, err := parseCheckpointObject(raw)
+	o, err := parseObject(raw, ErrInvalidID, "checkpoint")
 	if err != nil {
 		return nil, err
 	}
+	c := &checkpointObject{o: o}
 	if err := c.ids(); err != nil {
 		return nil, err
 	}
 	if err := c.parent(); err != nil {
 		return nil, err
 	}
-	if err := c.content(); err != nil {
+	if err := c.content(false); err != nil {
 		return nil, err
 	}
 	return &c.cp, nil
@@ -331,21 +407,34 @@ func ParseCheckpoint(raw []byte) (*Checkpoint, error) {
 // ParseAppendInput decodes {"checkpoint", "expectedHeadId", "writer"} and
 // checks it as append does before touching the store: all identifiers first
 // (checkpoint id and thread, writer thread, expected head, parent), then the
-// content.
-func ParseAppendInput(raw []byte) (AppendInput, error) {
+// content. Each conversation message is a copy of its JSON value.
+func ParseAppendInput(raw []byte) (AppendInput, error) { return parseAppendInput(raw, false) }
+
+// ParseAppendInputExact is ParseAppendInput, but each conversation message
+// is its element's text exactly as raw writes it: the bytes between the
+// array's '[' or ',' and the next ',' or ']', the JSON whitespace around the
+// value included, sharing raw's memory. The checks are ParseAppendInput's,
+// on the values. It serves a store that keeps each message byte for byte
+// as a request wrote it.
+func ParseAppendInputExact(raw []byte) (AppendInput, error) { return parseAppendInput(raw, true) }
+
+func parseAppendInput(raw []byte, spaced bool) (AppendInput, error) {
 	var in AppendInput
 	o, err := parseObject(raw, ErrInvalidID, "append input")
 	if err != nil {
 		return in, err
 	}
-	c, err := parseCheckpointObject(o["checkpoint"])
+	member, _ := o.get("checkpoint")
+	co, err := nestedObject(member, ErrInvalidID, "checkpoint", nil)
 	if err != nil {
 		return in, err
 	}
+	c := &checkpointObject{o: co}
 	if err := c.ids(); err != nil {
 		return in, err
 	}
-	if in.Writer, err = parseWriter(o["writer"]); err != nil {
+	member, _ = o.get("writer")
+	if in.Writer, err = parseWriter(member); err != nil {
 		return in, err
 	}
 	if in.ExpectedHeadID, err = o.nullableID("expectedHeadId", "expectedHeadId"); err != nil {
@@ -354,19 +443,20 @@ func ParseAppendInput(raw []byte) (AppendInput, error) {
 	if err := c.parent(); err != nil {
 		return in, err
 	}
-	if err := c.content(); err != nil {
+	if err := c.content(spaced); err != nil {
 		return in, err
 	}
 	in.Checkpoint = &c.cp
 	return in, nil
 }
 
-// parseWriter decodes {"threadId", "ownerToken", "fence"}. Only the thread id
-// is an identifier; a token or fence of the wrong type can never match a
-// lease, so it is WRITER_LOST.
-func parseWriter(raw json.RawMessage) (Writer, error) {
+// parseWriter decodes {"threadId", "ownerToken", "fence"}, a member's value
+// inside a text parseObject validated. Only the thread id is an
+// identifier; a token or fence of the wrong type can never match a lease,
+// so it is WRITER_LOST.
+func parseWriter(raw []byte) (Writer, error) {
 	var w Writer
-	o, err := parseObject(raw, ErrInvalidID, "writer")
+	o, err := nestedObject(raw, ErrInvalidID, "writer", nil)
 	if err != nil {
 		return w, err
 	}
@@ -380,6 +470,163 @@ func parseWriter(raw json.RawMessage) (Writer, error) {
 	}
 	w.OwnerToken, w.Fence = tok, uint64(fence)
 	return w, nil
+}
+
+// jsonSpace is JSON's whitespace (RFC 8259 §2).
+const jsonSpace = " \t\n\r"
+
+// skipSpace returns the index of the first byte of b at or after i that is
+// not JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// The splitters below read text that validJSON accepted, once, so they
+// only find where each value ends: a string at its closing quote (the
+// first '"' after an even run of backslashes), an object or array at the
+// bracket that brings its depth back, strings skipped whole. Each byte is
+// looked at a constant number of times. Given text that is not valid
+// JSON they return false, never panic.
+
+// endOfString returns the index just past the string literal whose
+// opening quote is b[i], or -1.
+func endOfString(b []byte, i int) int {
+	for j := i + 1; j < len(b); {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+	return -1
+}
+
+// endOfValue returns the index just past the JSON value that starts at
+// b[i], or -1.
+func endOfValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return endOfString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				if j = endOfString(b, j); j < 0 {
+					return -1
+				}
+				j-- // the loop steps past the closing quote
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default: // a number, true, false or null
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != ']' && b[j] != '}' && b[j] != ':' &&
+			b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+}
+
+// splitObject appends the members of the JSON object b (its text, '{'
+// first, '}' last) to dst. A member's name is unescaped when it holds an
+// escape; one that unquote refuses (invalid UTF-8) is left empty, which
+// names no member anything looks for, as encoding/json's U+FFFD
+// replacement does not either.
+func splitObject(b []byte, dst object) (object, bool) {
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == '}' {
+		return dst, true
+	}
+	for i < len(b) && b[i] == '"' {
+		end := endOfString(b, i)
+		if end < 0 {
+			return nil, false
+		}
+		name := b[i+1 : end-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			s, _ := unquote(b[i:end])
+			name = []byte(s)
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		vend := endOfValue(b, i)
+		if vend < 0 {
+			return nil, false
+		}
+		dst = append(dst, member{name: name, value: b[i:vend:vend]})
+		i = skipSpace(b, vend)
+		switch {
+		case i < len(b) && b[i] == ',':
+			i = skipSpace(b, i+1)
+		case i < len(b) && b[i] == '}':
+			return dst, true
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// splitArray appends the elements of the JSON array b (its text, '['
+// first, ']' last) to dst: each value, or with spaced, each element as
+// written (see nestedArray).
+func splitArray(b []byte, dst []json.RawMessage, spaced bool) ([]json.RawMessage, bool) {
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == ']' {
+		return dst, true
+	}
+	for start := 1; ; {
+		vend := endOfValue(b, i)
+		if vend < 0 {
+			return nil, false
+		}
+		j := skipSpace(b, vend)
+		if j >= len(b) {
+			return nil, false
+		}
+		if spaced {
+			dst = append(dst, b[start:j:j])
+		} else {
+			dst = append(dst, b[i:vend:vend])
+		}
+		switch b[j] {
+		case ',':
+			start = j + 1
+			i = skipSpace(b, start)
+		case ']':
+			return dst, true
+		default:
+			return nil, false
+		}
+	}
 }
 
 // unquote decodes a JSON string literal. Unlike encoding/json it keeps a lone

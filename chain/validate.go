@@ -332,7 +332,7 @@ func ValidateMessages(msgs []json.RawMessage) error {
 		return tooLarge(ErrInvalidEntry, "transcript", n, MaxRecordBytes)
 	}
 	for i, m := range msgs {
-		if !json.Valid(m) {
+		if !validJSON(m) {
 			return Errorf(ErrInvalidEntry, "message %d is not valid JSON", i)
 		}
 	}

@@ -135,12 +135,13 @@ func (n *WireInt) UnmarshalJSON(b []byte) error {
 // an object decodes to a writer of thread NotAString.
 func (w *Writer) UnmarshalJSON(b []byte) error {
 	var o object
-	if json.Unmarshal(b, &o) != nil || o == nil {
+	if b = bytes.Trim(b, jsonSpace); !validJSON(b) || len(b) == 0 || b[0] != '{' {
 		*w = Writer{ThreadID: NotAString}
 		return nil
 	}
+	o, _ = splitObject(b, nil)
 	var thread WireString
-	if raw, ok := o["threadId"]; ok {
+	if raw, ok := o.get("threadId"); ok {
 		_ = thread.UnmarshalJSON(raw)
 	}
 	tok, _ := o.str("ownerToken")

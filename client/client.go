@@ -30,9 +30,15 @@ type Options struct {
 // Client is a connection pool to one server. It is safe for concurrent
 // use.
 type Client struct {
-	base  string // scheme://host, the prefix of every request URL
-	token string
-	http  *http.Client
+	base    string // scheme://host, the prefix of every request URL
+	host    string // the Host of a request through pool
+	token   string
+	timeout time.Duration
+	http    *http.Client
+	// unix is set for a unix socket, whose JSON exchanges go through
+	// pool (pool.go).
+	unix bool
+	pool connPool
 }
 
 // New returns a client of the server at addr: "unix:PATH", "tcp:HOST:PORT",
@@ -46,7 +52,7 @@ func New(addr string, opts *Options) (*Client, error) {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	c := &Client{token: opts.Token, http: &http.Client{Transport: tr, Timeout: opts.Timeout}}
+	c := &Client{token: opts.Token, timeout: opts.Timeout, http: &http.Client{Transport: tr, Timeout: opts.Timeout}}
 	switch {
 	case strings.HasPrefix(addr, "unix:"):
 		path := strings.TrimPrefix(addr, "unix:")
@@ -58,6 +64,7 @@ func New(addr string, opts *Options) (*Client, error) {
 			return d.DialContext(ctx, "unix", path)
 		}
 		c.base = "http://sbxdb"
+		c.unix, c.host, c.pool.path = true, "sbxdb", path
 	case strings.HasPrefix(addr, "tcp:"):
 		c.base = "http://" + strings.TrimPrefix(addr, "tcp:")
 	case strings.HasPrefix(addr, "http://"):
@@ -71,6 +78,7 @@ func New(addr string, opts *Options) (*Client, error) {
 // Close closes the client's idle connections.
 func (c *Client) Close() error {
 	c.http.CloseIdleConnections()
+	c.pool.closeIdle()
 	return nil
 }
 
@@ -100,25 +108,54 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// exchanges reports whether send sends a request to path as an exchange
+// (pool.go), which has written the whole request when it returns.
+func (c *Client) exchanges(path string) bool { return c.unix && plainPath(path) }
+
+// send sends a JSON request to path: a POST of body, or a GET when body
+// is nil. It returns the response when the status is 2xx, as do does.
+func (c *Client) send(ctx context.Context, path string, body []byte) (*http.Response, error) {
+	method := http.MethodGet
+	if body != nil {
+		method = http.MethodPost
+	}
+	if c.exchanges(path) {
+		resp, err := c.exchange(ctx, method, path, body)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode/100 != 2 {
+			defer resp.Body.Close()
+			return nil, responseError(resp)
+		}
+		return resp, nil
+	}
+	var rb io.Reader
+	if body != nil {
+		rb = bytes.NewReader(body)
+	}
+	req, err := c.newRequest(ctx, method, path, rb)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return c.do(req)
+}
+
 // call posts in as JSON to path (GET when in is nil) and decodes the
 // response into out (unless out is nil).
 func (c *Client) call(ctx context.Context, path string, in, out any) error {
-	method, body := http.MethodGet, io.Reader(nil)
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("client: encoding the request to %s: %w", path, err)
 		}
-		method, body = http.MethodPost, bytes.NewReader(b)
+		body = b
 	}
-	req, err := c.newRequest(ctx, method, path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.do(req)
+	resp, err := c.send(ctx, path, body)
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,12 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -32,12 +31,7 @@ var (
 // response into out (unless out is nil). Requests holding messages use it:
 // encoding/json would compact them.
 func (c *Client) post(ctx context.Context, path string, body []byte, out any) error {
-	req, err := c.newRequest(ctx, http.MethodPost, path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.do(req)
+	resp, err := c.send(ctx, path, body)
 	if err != nil {
 		return err
 	}
@@ -121,24 +115,35 @@ func (c *Client) Head(ctx context.Context, threadID string) (string, error) {
 // in.ExpectedHeadID ("" is null, as is an empty ParentID) and returns the
 // new head id (POST /v1/checkpoints/append).
 func (c *Client) Append(ctx context.Context, in chain.AppendInput) (string, error) {
-	b := appendCheckpoint([]byte(`{"checkpoint":`), in.Checkpoint)
+	const path = "/v1/checkpoints/append"
+	buf := bodyBuffers.Get().(*[]byte)
+	defer func() {
+		// Only an exchange has written the body whole when post returns.
+		if c.exchanges(path) && cap(*buf) <= maxPooledBody {
+			bodyBuffers.Put(buf)
+		}
+	}()
+	b := appendCheckpoint(append((*buf)[:0], `{"checkpoint":`...), in.Checkpoint)
 	b = append(b, `,"expectedHeadId":`...)
 	if in.ExpectedHeadID == "" {
 		b = append(b, "null"...)
 	} else {
 		b = appendText(b, in.ExpectedHeadID)
 	}
-	w, err := json.Marshal(fromWriter(in.Writer))
-	if err != nil {
-		return "", err
-	}
-	b = append(append(append(b, `,"writer":`...), w...), '}')
+	b = append(appendWriter(append(b, `,"writer":`...), in.Writer), '}')
+	*buf = b
 	var out headResponse
-	if err := c.post(ctx, "/v1/checkpoints/append", b, &out); err != nil {
+	if err := c.post(ctx, path, b, &out); err != nil {
 		return "", err
 	}
 	return out.id(), nil
 }
+
+// bodyBuffers hold the buffers Append encodes its request in; one that
+// grew past maxPooledBody is left to the collector.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 1 << 20
 
 // DeleteHead removes the thread's head checkpoint (POST
 // /v1/checkpoints/delete-head).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -63,6 +64,11 @@ func (t *text) UnmarshalJSON(b []byte) error {
 
 // appendText appends s as text writes it.
 func appendText(dst []byte, s string) []byte {
+	if plain(s) {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	if !representable(s) {
 		dst = append(dst, `{"bytes":"`...)
 		dst = base64.StdEncoding.AppendEncode(dst, []byte(s))
@@ -70,6 +76,18 @@ func appendText(dst []byte, s string) []byte {
 	}
 	q, _ := chain.WireString(s).MarshalJSON() // cannot fail: it marshals strings
 	return append(dst, q...)
+}
+
+// plain reports whether s is printable ASCII that encoding/json writes as
+// it is between quotes: no '"', '\\', and none of the <, > and & it escapes
+// for HTML.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // representable reports whether a JSON string carries s exactly through
@@ -180,6 +198,7 @@ func appendCheckpoint(dst []byte, cp *chain.Checkpoint) []byte {
 	if cp == nil {
 		return append(dst, "null"...)
 	}
+	dst = slices.Grow(dst, checkpointSize(cp))
 	dst = append(dst, `{"id":`...)
 	dst = appendText(dst, cp.ID)
 	dst = append(dst, `,"threadId":`...)
@@ -223,6 +242,24 @@ func appendCheckpoint(dst []byte, cp *chain.Checkpoint) []byte {
 		dst = appendArtifact(dst, &cp.Artifacts[i])
 	}
 	return append(dst, "]}"...)
+}
+
+// checkpointSize is about the length of cp's wire form: enough when
+// every string is plain.
+func checkpointSize(cp *chain.Checkpoint) int {
+	n := 256 + len(cp.ID) + len(cp.ThreadID) + len(cp.ParentID) + len(cp.Label) + len(cp.SourceRunID)
+	for i := range cp.Files {
+		f := &cp.Files[i]
+		n += 96 + len(f.Path) + len(f.BlobKey) + len(f.Target)
+	}
+	for _, m := range cp.Conversation {
+		n += 1 + len(m)
+	}
+	for i := range cp.Artifacts {
+		a := &cp.Artifacts[i]
+		n += 128 + len(a.ArtifactID) + len(a.Name) + len(a.MimeType) + len(a.BlobKey)
+	}
+	return n
 }
 
 func appendEntry(dst []byte, e *chain.Entry) []byte {
@@ -396,6 +433,19 @@ type writerJSON struct {
 	ThreadID   text   `json:"threadId"`
 	OwnerToken text   `json:"ownerToken"`
 	Fence      uint64 `json:"fence"`
+}
+
+// appendWriter appends w's wire form (fromWriter) as json.Marshal writes
+// it.
+func appendWriter(dst []byte, w chain.Writer) []byte {
+	wj := fromWriter(w)
+	dst = append(dst, `{"threadId":`...)
+	dst = appendText(dst, string(wj.ThreadID))
+	dst = append(dst, `,"ownerToken":`...)
+	dst = appendText(dst, string(wj.OwnerToken))
+	dst = append(dst, `,"fence":`...)
+	dst = strconv.AppendUint(dst, wj.Fence, 10)
+	return append(dst, '}')
 }
 
 // fromWriter is w's wire form. An owner token no JSON string carries, or a

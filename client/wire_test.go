@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -42,6 +43,32 @@ func TestTextRoundTrip(t *testing.T) {
 		var back text
 		if err := json.Unmarshal(b, &back); err != nil || string(back) != s {
 			t.Errorf("text(%q) = %s reads back as %q, %v", s, b, back, err)
+		}
+	}
+}
+
+// A plain string is written between quotes as it is, byte for byte what
+// encoding/json writes for it; every other string goes through
+// chain.WireString.
+func TestAppendTextWritesWhatEncodingJSONWrites(t *testing.T) {
+	for _, s := range []string{"", "a", "src/pkg001/file0001.go", "sandbox-files/sha256/00ff", " ~!#$%'()*+,-./:;=?@[]^_`{|}",
+		"<", ">", "&", "\"", "\\", "\x7f", "\x1f", "\t", "é", "\u2028", high, "\xff"} {
+		want, _ := chain.WireString(s).MarshalJSON()
+		if !representable(s) {
+			want = []byte(`{"bytes":"` + base64.StdEncoding.EncodeToString([]byte(s)) + `"}`)
+		}
+		if got := appendText([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("appendText(%q) = %s, want x%s", s, got, want)
+		}
+	}
+	for _, w := range []chain.Writer{{ThreadID: "t", OwnerToken: "0f8fad5b-d9cb-469f", Fence: 7},
+		{ThreadID: "<é>", OwnerToken: "\xff", Fence: chain.MaxSafeInteger + 1}, {}} {
+		want, err := json.Marshal(fromWriter(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendWriter(nil, w); string(got) != string(want) {
+			t.Errorf("appendWriter(%+v) = %s, want %s", w, got, want)
 		}
 	}
 }

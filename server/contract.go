@@ -104,6 +104,14 @@ type headResponse struct {
 	HeadID *text `json:"headId"`
 }
 
+// appendHead is the response of an append that made head the head: the
+// bytes writeJSON writes for headResponse.
+func appendHead(head string) rawJSON {
+	b := make([]byte, 0, 16+len(head))
+	b = appendText(append(b, `{"headId":`...), head)
+	return append(b, '}')
+}
+
 func (s *Server) headCheckpoint(r *http.Request) (any, error) {
 	var req struct {
 		ThreadID chain.WireString `json:"threadId"`
@@ -125,46 +133,27 @@ func (s *Server) headCheckpoint(r *http.Request) (any, error) {
 // appendCheckpoint reads its request through the strict JSON path, which
 // checks identifiers and content in append's order (SPEC §2.5) and tells
 // null or absent (no head, a root) from "" (INVALID_ID, SPEC §10 Q11).
+// Each message keeps its bytes as the request has them, whitespace around
+// the value included: the store keeps a message byte for byte.
 func (s *Server) appendCheckpoint(r *http.Request) (any, error) {
-	body, err := s.readBody(r)
+	body, err := s.readObject(r)
 	if err != nil {
 		return nil, err
 	}
-	in, err := chain.ParseAppendInput(body)
+	// The parse validates the body first, so readBody's own validation
+	// runs only when it fails, to give readBody's verdict first.
+	in, err := chain.ParseAppendInputExact(body)
 	if err != nil {
+		if !json.Valid(body) {
+			return nil, errNotObject()
+		}
 		return nil, err
 	}
-	in.Checkpoint.Conversation = exactMessages(body, in.Checkpoint.Conversation)
 	head, err := s.db.Append(r.Context(), in)
 	if err != nil {
 		return nil, err
 	}
-	t := text(head)
-	return headResponse{&t}, nil
-}
-
-// exactMessages returns the conversation of an append request's body with
-// each message's bytes as the request has them, whitespace around the
-// value included: the store keeps a message byte for byte, while the strict
-// JSON path reads each without that whitespace (parsed). The members are
-// found as the strict path finds them (exact names, the last of a repeated
-// one), and parsed is kept unless every exact message is the parsed one
-// with JSON whitespace around it.
-func exactMessages(body []byte, parsed []json.RawMessage) []json.RawMessage {
-	var top, cp map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["checkpoint"], &cp) != nil {
-		return parsed
-	}
-	exact, err := splitArray(cp["conversation"])
-	if err != nil || len(exact) != len(parsed) {
-		return parsed
-	}
-	for i, m := range exact {
-		if !bytes.Equal(bytes.Trim(m, " \t\r\n"), parsed[i]) {
-			return parsed
-		}
-	}
-	return exact
+	return appendHead(head), nil
 }
 
 func (s *Server) deleteHead(r *http.Request) (any, error) {

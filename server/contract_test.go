@@ -177,7 +177,8 @@ func TestBodiesThatAreNotJSONObjects(t *testing.T) {
 		for what, body := range map[string]string{
 			"malformed JSON": `{"threadId":"t",`, "not JSON": `threadId=t`, "empty body": ``,
 			"an array": `["t"]`, "a string": `"t"`, "null": `null`, "a number": `7`,
-			"two objects": `{} {}`,
+			"two objects": `{} {}`, "trailing text": `{"threadId":"t"} x`, "a bad escape": `{"threadId":"\x"}`,
+			"an append with a bad escape": f.appendBody(`"c\x"`, "1", "1"),
 		} {
 			f.refused(what, http.MethodPost, path, body, http.StatusBadRequest, server.CodeBadRequest)
 		}

@@ -13,7 +13,27 @@ import (
 // (SBXDB_TOO_LARGE). What the object holds is left to decode and to the
 // engine's validators.
 func (s *Server) readBody(r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, s.opts.MaxJSONBytes))
+	body, err := s.readObject(r)
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(body) {
+		return nil, errNotObject()
+	}
+	return body, nil
+}
+
+// readObject is readBody without the check that the body is JSON: it
+// refuses only a body too long or one that does not start as an object.
+// Its caller must validate the body before acting on it, and refuse one
+// that json.Valid refuses with errNotObject before any other error.
+func (s *Server) readObject(r *http.Request) ([]byte, error) {
+	limit := s.opts.MaxJSONBytes
+	size := int64(512)
+	if cl := r.ContentLength; cl > 0 {
+		size = min(cl, limit, 1<<20) + 1 // +1: the read that sees EOF needs no new buffer
+	}
+	body, err := readAll(http.MaxBytesReader(nil, r.Body, limit), int(size))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, errorf(CodeTooLarge, "request body over %d bytes", mbe.Limit)
@@ -22,10 +42,33 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		return nil, errorf(CodeBadRequest, "reading the request body: %v", err)
 	}
 	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' || !json.Valid(body) {
-		return nil, errorf(CodeBadRequest, "the request body must be a JSON object")
+	if len(body) == 0 || body[0] != '{' {
+		return nil, errNotObject()
 	}
 	return body, nil
+}
+
+// errNotObject is readBody's error for a body that is not a JSON object.
+func errNotObject() error {
+	return errorf(CodeBadRequest, "the request body must be a JSON object")
+}
+
+// readAll is io.ReadAll into a buffer of size bytes to start with.
+func readAll(r io.Reader, size int) ([]byte, error) {
+	b := make([]byte, 0, max(size, 1))
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 // decode reads the request's JSON object into v, whose members should be

@@ -64,6 +64,11 @@ func (t *text) UnmarshalJSON(b []byte) error {
 
 // appendText appends s as text writes it.
 func appendText(dst []byte, s string) []byte {
+	if plain(s) {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	if !representable(s) {
 		dst = append(dst, `{"bytes":"`...)
 		dst = base64.StdEncoding.AppendEncode(dst, []byte(s))
@@ -71,6 +76,18 @@ func appendText(dst []byte, s string) []byte {
 	}
 	q, _ := chain.WireString(s).MarshalJSON() // cannot fail: it marshals strings
 	return append(dst, q...)
+}
+
+// plain reports whether s is printable ASCII that encoding/json writes as
+// it is between quotes: no '"', '\\', and none of the <, > and & it escapes
+// for HTML.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // representable reports whether a JSON string carries s exactly through

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -158,6 +159,30 @@ func TestInstanceRoundTrip(t *testing.T) {
 		}
 		if rec, err := w.record(); err == nil {
 			t.Errorf("Record of %s = %+v, want a missing member", in, rec)
+		}
+	}
+}
+
+// A plain string is written between quotes as it is, byte for byte what
+// encoding/json writes for it, and an append's response is what
+// writeJSON writes for headResponse.
+func TestPlainTextIsWhatEncodingJSONWrites(t *testing.T) {
+	for _, s := range []string{"", "a", "w01-cp00000001", " ~!#$%'()*+,-./:;=?@[]^_`{|}", "<", ">", "&", "\"",
+		"\\", "\x7f", "\x1f", "é", "\u2028", "\xed\xa0\x80", "\xff"} {
+		want, _ := chain.WireString(s).MarshalJSON()
+		if !representable(s) {
+			want = []byte(`{"bytes":"` + base64.StdEncoding.EncodeToString([]byte(s)) + `"}`)
+		}
+		if got := appendText(nil, s); string(got) != string(want) {
+			t.Errorf("appendText(%q) = %s, want %s", s, got, want)
+		}
+		h := text(s)
+		resp, err := json.Marshal(headResponse{&h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendHead(s); string(got) != string(resp) {
+			t.Errorf("appendHead(%q) = %s, want %s", s, got, resp)
 		}
 	}
 }
