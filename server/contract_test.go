@@ -418,3 +418,17 @@ func TestAppendNullableIDsAndExactMessages(t *testing.T) {
 		t.Errorf("root's parent %q, want none", cp.ParentID)
 	}
 }
+
+// Member names are exact, as the contract spells them: encoding/json would
+// match {"threadid"} to threadId, and take the last of names that differ
+// only in case.
+func TestMemberNamesAreExact(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	f.refused("threadid", http.MethodPost, "/v1/checkpoints/head", `{"threadid":"t"}`, http.StatusBadRequest, chain.CodeInvalidID)
+	f.refused("ID", http.MethodPost, "/v1/checkpoints/get", `{"ID":"c1"}`, http.StatusBadRequest, chain.CodeInvalidID)
+	resp, _, body := f.do(http.MethodPost, "/v1/checkpoints/head", `{"threadId":"t","THREADID":"nothing"}`)
+	var got struct{ HeadID *string }
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || got.HeadID == nil || *got.HeadID != "c1" {
+		t.Errorf(`head of {"threadId":"t","THREADID":"nothing"}: %d %s; want t's head c1`, resp.StatusCode, body)
+	}
+}

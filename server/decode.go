@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
+	"sync"
 )
 
 // readBody reads a JSON request body of at most the server's limit, and
@@ -79,8 +82,64 @@ func (s *Server) decode(r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
+	if body, err = exactMembers(body, v); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return errorf(CodeBadRequest, "decoding the request: %v", err)
 	}
 	return nil
 }
+
+// exactMembers drops from the JSON object body every member whose name
+// matches a member of v's struct only regardless of case: encoding/json
+// matches names case-insensitively, and the contract's names are exact
+// ({"threadid": "t"} names no thread). The body is returned unchanged
+// when no name needs dropping, which is every well-formed request.
+func exactMembers(body []byte, v any) ([]byte, error) {
+	names := memberNames(reflect.TypeOf(v))
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		return nil, errorf(CodeBadRequest, "decoding the request: %v", err)
+	}
+	dropped := false
+	for k := range members {
+		if names[k] {
+			continue
+		}
+		for n := range names {
+			if strings.EqualFold(k, n) {
+				delete(members, k)
+				dropped = true
+				break
+			}
+		}
+	}
+	if !dropped {
+		return body, nil
+	}
+	return json.Marshal(members)
+}
+
+// memberNames returns the JSON member names of the struct t points to.
+func memberNames(t reflect.Type) map[string]bool {
+	if m, ok := memberNameCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	names := map[string]bool{}
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		for f := range t.Elem().Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			if name != "-" {
+				names[name] = true
+			}
+		}
+	}
+	memberNameCache.Store(t, names)
+	return names
+}
+
+var memberNameCache sync.Map // reflect.Type → map[string]bool
