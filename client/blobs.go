@@ -259,7 +259,7 @@ func (b blobBody) WriteTo(w io.Writer) (int64, error) {
 }
 
 // copyBuffers hold the buffers blobBody copies through.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
 
 // infoOf reads the description of key from a response's headers.
 func infoOf(key string, resp *http.Response) (engine.ObjectInfo, error) {

@@ -199,6 +199,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	setHeaders(w, h)
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 	w.WriteHeader(status)
+	fitSendBuffer(connOf(r.Context()).Conn, n)
 	if n > 0 && sendVerified(w, br, n) != nil {
 		// The status is sent: cut the response off short of its length,
 		// so that no client takes it for complete.
@@ -240,7 +241,11 @@ func sendVerified(w http.ResponseWriter, r io.Reader, n int64) error {
 var blobReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 // copyBuffers hold the buffers sendVerified copies through.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
+
+// maxFitted is the largest GET response whose whole body the server lets a
+// unix socket queue (fitSendBuffer).
+const maxFitted = 1 << 20
 
 // parseRange reads a Range header of one byte range (bytes=a-b, a-, -n)
 // of a blob of size bytes, clipped to it, and returns its offset and

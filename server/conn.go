@@ -19,6 +19,8 @@ type connInfo struct {
 	// (proc.Of(PeerPID), read when the connection was accepted, while the
 	// process certainly ran); zero where PeerPID is unknown.
 	Peer proc.Identity
+	// Conn is the connection's socket, unwrapped (rawConn).
+	Conn net.Conn
 }
 
 type connKey struct{}
@@ -28,7 +30,7 @@ type connKey struct{}
 // local address is a unix socket counts as one, wrapped or not; its peer
 // is known where the platform tells (Linux: SO_PEERCRED).
 func (s *Server) ConnContext(ctx context.Context, c net.Conn) context.Context {
-	info := connInfo{}
+	info := connInfo{Conn: rawConn(c)}
 	if c.LocalAddr() != nil && c.LocalAddr().Network() == "unix" {
 		info.Unix = true
 		info.PeerPID = peerPID(c)
