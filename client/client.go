@@ -155,17 +155,5 @@ func (c *Client) call(ctx context.Context, path string, in, out any) error {
 		}
 		body = b
 	}
-	resp, err := c.send(ctx, path, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("client: decoding the response of %s: %w", path, err)
-	}
-	return nil
+	return c.post(ctx, path, body, out)
 }

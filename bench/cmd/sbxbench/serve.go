@@ -27,10 +27,6 @@ func serveBench(rep *Report, cfg *config) error {
 	if err := os.MkdirAll(suite.KeepDir, 0o755); err != nil {
 		return err
 	}
-	type bench struct {
-		id string
-		f  func(b *testing.B)
-	}
 	var benches []bench
 	for _, n := range []int{1, 8, 64} {
 		benches = append(benches,
@@ -48,17 +44,9 @@ func serveBench(rep *Report, cfg *config) error {
 				bench{fmt.Sprintf("get%d.%s", mib, where), func(b *testing.B) { suite.BlobGet(b, mib<<20, served) }})
 		}
 	}
-	results := map[string][]testing.BenchmarkResult{}
-	for run := range cfg.runs {
-		progress("serve, run %d of %d", run+1, cfg.runs)
-		for i := range benches {
-			b := benches[(i+run)%len(benches)]
-			r, err := benchmark(b.id, cfg.benchtime, b.f)
-			if err != nil {
-				return err
-			}
-			results[b.id] = append(results[b.id], r)
-		}
+	results, err := rotated(cfg, "serve", benches)
+	if err != nil {
+		return err
 	}
 	appends := func(id string) []float64 {
 		var v []float64

@@ -56,10 +56,6 @@ func coreBench(rep *Report, cfg *config) error {
 	}
 	defer listDB.Close()
 
-	type bench struct {
-		id string
-		f  func(b *testing.B)
-	}
 	benches := []bench{
 		{"raw", suite.RawBoltUpdate},
 		{"serial", suite.AppendSerial},
@@ -72,17 +68,9 @@ func coreBench(rep *Report, cfg *config) error {
 		{"get", func(b *testing.B) { suite.Get(b, getDB, getHead, 1000) }},
 		{"list", func(b *testing.B) { suite.List(b, listDB, 1000) }},
 	}
-	results := map[string][]testing.BenchmarkResult{}
-	for run := range cfg.runs {
-		progress("engine core, run %d of %d", run+1, cfg.runs)
-		for i := range benches {
-			b := benches[(i+run)%len(benches)]
-			r, err := benchmark(b.id, cfg.benchtime, b.f)
-			if err != nil {
-				return err
-			}
-			results[b.id] = append(results[b.id], r)
-		}
+	results, err := rotated(cfg, "engine core", benches)
+	if err != nil {
+		return err
 	}
 	metric := func(id, unit string) []float64 {
 		var v []float64
@@ -128,6 +116,31 @@ func coreBench(rep *Report, cfg *config) error {
 	rep.add("core.list.1000", "sbxdb List of a thread of 1,000 small checkpoints", "ms", perOp("list", 1e6), "")
 	rep.add("core.list.allocs", "  allocations per List", "allocs", allocs("list"), "")
 	return nil
+}
+
+// bench is one go-test benchmark body and the id its results go under.
+type bench struct {
+	id string
+	f  func(b *testing.B)
+}
+
+// rotated runs every benchmark cfg.runs times, each run all of them back
+// to back in an order rotated by one every run, so that the ratios of a
+// run compare figures taken seconds apart; it returns the results by id.
+func rotated(cfg *config, what string, benches []bench) (map[string][]testing.BenchmarkResult, error) {
+	results := map[string][]testing.BenchmarkResult{}
+	for run := range cfg.runs {
+		progress("%s, run %d of %d", what, run+1, cfg.runs)
+		for i := range benches {
+			b := benches[(i+run)%len(benches)]
+			r, err := benchmark(b.id, cfg.benchtime, b.f)
+			if err != nil {
+				return nil, err
+			}
+			results[b.id] = append(results[b.id], r)
+		}
+	}
+	return results, nil
 }
 
 // gcTemplate is one GC store built for the run, and its copies, one per
