@@ -148,24 +148,25 @@ func (c *Client) exchange(ctx context.Context, method, path string, body []byte)
 		stop := context.AfterFunc(ctx, func() { pc.nc.SetDeadline(time.Unix(1, 0)) })
 		pc.head = c.appendHead(pc.head[:0], method, path, body)
 		bufs := net.Buffers{pc.head, body}
-		n, err := bufs.WriteTo(pc.nc)
-		if err != nil {
+		n, werr := bufs.WriteTo(pc.nc)
+		if werr != nil && n == 0 && reused && first && ctx.Err() == nil {
 			stop()
 			pc.nc.Close()
-			if n == 0 && reused && first && ctx.Err() == nil {
-				continue // closed while idle: nothing of the request left
-			}
-			cancel()
-			return nil, transportError(ctxErr(ctx, err))
+			continue // closed while idle: nothing of the request left
 		}
+		// A server may answer before reading the whole request (a body
+		// too large) and close the connection: its answer still counts.
 		resp, err := http.ReadResponse(pc.br, &http.Request{Method: method})
 		if err != nil {
 			stop()
 			pc.nc.Close()
 			cancel()
+			if werr != nil {
+				err = werr
+			}
 			return nil, transportError(ctxErr(ctx, err))
 		}
-		resp.Body = &pooledBody{body: resp.Body, pool: &c.pool, pc: pc, keep: !resp.Close,
+		resp.Body = &pooledBody{body: resp.Body, pool: &c.pool, pc: pc, keep: !resp.Close && werr == nil,
 			ctx: ctx, stop: stop, cancel: cancel}
 		return resp, nil
 	}

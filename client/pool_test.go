@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -9,11 +10,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 )
 
@@ -205,4 +208,26 @@ func TestExchangeCancellation(t *testing.T) {
 		t.Fatalf("call past the timeout: %v, want context.DeadlineExceeded", err)
 	}
 	<-ended // the server's request ended with the connection
+}
+
+// A server that answers before reading a whole request, and closes the
+// connection, is heard: the client returns its answer, not the failed
+// write.
+func TestEarlyAnswerToALargeRequest(t *testing.T) {
+	ctx := t.Context()
+	f := newFakeServer(t, nil, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		w.Write([]byte(`{"code":"SBXDB_TOO_LARGE","message":"request body over 1024 bytes"}`))
+	})
+	big := chain.Checkpoint{ID: "c", ThreadID: "t", CreatedAt: 1, Reason: chain.ReasonAutomatic,
+		Conversation: []json.RawMessage{json.RawMessage(`"` + strings.Repeat("x", 8<<20) + `"`)}}
+	_, err := f.c.Append(ctx, chain.AppendInput{Checkpoint: &big, Writer: chain.Writer{ThreadID: "t", OwnerToken: "o", Fence: 1}})
+	if !errors.Is(err, chain.ErrTooLarge) {
+		t.Fatalf("Append of 8 MiB to a server refusing it early: %v, want ErrTooLarge", err)
+	}
+	if h, err := f.c.Head(ctx, "t"); err == nil || !errors.Is(err, chain.ErrTooLarge) {
+		t.Fatalf("the next call: %q, %v; want the server's answer again", h, err)
+	}
 }
