@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,6 +26,14 @@ type Options struct {
 	// Timeout bounds each request that is not streamed; 0 means none (the
 	// caller's context decides).
 	Timeout time.Duration
+	// TestStore names the test store every request of the client is
+	// served by (X-Sbxdb-Test-Store; CreateTestStore makes one), on a
+	// server run with sbxdb serve --test. "" means the server's own
+	// store.
+	TestStore string
+	// Now, when set with TestStore, is read at each request and sent as
+	// the test store's clock (X-Sbxdb-Now, epoch milliseconds).
+	Now func() time.Time
 }
 
 // Client is a connection pool to one server. It is safe for concurrent
@@ -34,7 +43,10 @@ type Client struct {
 	host    string // the Host of a request through pool
 	token   string
 	timeout time.Duration
-	http    *http.Client
+	// testStore and now are Options.TestStore and Options.Now.
+	testStore string
+	now       func() time.Time
+	http      *http.Client
 	// unix is set for a unix socket, whose JSON exchanges go through
 	// pool (pool.go).
 	unix bool
@@ -47,12 +59,16 @@ func New(addr string, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
+	if err := checkTestStore(opts); err != nil {
+		return nil, err
+	}
 	tr := &http.Transport{
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	c := &Client{token: opts.Token, timeout: opts.Timeout, http: &http.Client{Transport: tr, Timeout: opts.Timeout}}
+	c := &Client{token: opts.Token, timeout: opts.Timeout, http: &http.Client{Transport: tr, Timeout: opts.Timeout},
+		testStore: opts.TestStore, now: opts.Now}
 	switch {
 	case strings.HasPrefix(addr, "unix:"):
 		path := strings.TrimPrefix(addr, "unix:")
@@ -90,6 +106,12 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.testStore != "" {
+		req.Header.Set(headerTestStore, c.testStore)
+		if c.now != nil {
+			req.Header.Set(headerNow, strconv.FormatInt(c.now().UnixMilli(), 10))
+		}
 	}
 	return req, nil
 }

@@ -200,6 +200,16 @@ func (c *Client) appendHead(dst []byte, method, path string, body []byte) []byte
 		dst = append(dst, c.token...)
 		dst = append(dst, "\r\n"...)
 	}
+	if c.testStore != "" {
+		dst = append(dst, headerTestStore+": "...)
+		dst = append(dst, c.testStore...)
+		dst = append(dst, "\r\n"...)
+		if c.now != nil {
+			dst = append(dst, headerNow+": "...)
+			dst = strconv.AppendInt(dst, c.now().UnixMilli(), 10)
+			dst = append(dst, "\r\n"...)
+		}
+	}
 	return append(dst, "\r\n"...)
 }
 

@@ -181,8 +181,9 @@ const cancelWait = 5 * time.Second
 // contexts of the rest, gives them up to cancelWait to answer (a
 // cancelled write fails whole, SBXDB_UNAVAILABLE), closes every
 // connection, and returns once every handler has returned, so that the
-// caller may close the store. Every listener is closed by then. The result
-// is nil when ctx ended the serving, else the listener's error.
+// caller may close the store. Every listener is closed by then, and so is
+// every test store, its directory removed (Close). The result is nil when
+// ctx ended the serving, else the listener's error or Close's.
 func (s *Server) Serve(ctx context.Context, ls ...net.Listener) error {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -210,6 +211,9 @@ func (s *Server) Serve(ctx context.Context, ls ...net.Listener) error {
 		running--
 	}
 	s.stopping.Store(true)
+	if s.tests != nil {
+		s.tests.stopping()
+	}
 	grace := s.opts.Grace
 	if grace < 0 {
 		grace = 0
@@ -232,6 +236,9 @@ func (s *Server) Serve(ctx context.Context, ls ...net.Listener) error {
 	s.requests.wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
+	}
+	if cerr := s.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

@@ -32,10 +32,14 @@ const (
 //  2. refusal while the server stops: 503 SBXDB_UNAVAILABLE;
 //  3. authentication of requests that do not come on a unix socket, when a
 //     token is configured: 401 SBXDB_UNAUTHORIZED;
-//  4. the cap on requests served at once: a request waits up to slotWait
+//  4. without test mode, 403 SBXDB_FORBIDDEN for a request of test mode
+//     (refuseTestMode);
+//  5. the cap on requests served at once: a request waits up to slotWait
 //     for a slot, then 503 SBXDB_UNAVAILABLE;
-//  5. 405 SBXDB_METHOD_NOT_ALLOWED, with Allow, for a path that an
-//     endpoint serves under other methods.
+//  6. 405 SBXDB_METHOD_NOT_ALLOWED, with Allow, for a path that an
+//     endpoint serves under other methods;
+//  7. in test mode, the hand-over of a store's request that names a test
+//     store to that store's handlers (serveTestStore).
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.add()
@@ -66,6 +70,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			writeError(rw, errorf(CodeUnauthorized, "a valid bearer token is required"))
 			return
 		}
+		if err := s.refuseTestMode(r); err != nil {
+			writeError(rw, err)
+			return
+		}
 		if route != healthRoute {
 			if !s.acquire(r) {
 				writeError(rw, errorf(CodeUnavailable, "all %d request slots stayed busy for %s", s.opts.MaxRequests, s.slotWait))
@@ -79,6 +87,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				writeError(rw, errorf(CodeMethodNotAllowed, "%s %s: the method is not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 				return
 			}
+		}
+		if s.serveTestStore(rw, r, route) {
+			return
 		}
 		next.ServeHTTP(rw, r)
 	})

@@ -4,9 +4,10 @@
 // plain objects, maintenance, and capture and restore of directories on
 // this machine.
 //
-// The server keeps no state of its own beyond its connections: each
-// request is one call of the engine's API (engine.DB), whose checks run in
-// the contract's order and whose writes are one transaction each. A request
+// The server keeps no state of its own beyond its connections (and, in
+// test mode, the test stores it opened: teststores.go): each request is
+// one call of the engine's API (engine.DB), whose checks run in the
+// contract's order and whose writes are one transaction each. A request
 // body is decoded so that nothing is lost or guessed (chain.WireString,
 // chain.WireInt, chain.Writer): the engine's validators give every verdict,
 // so an invalid request fails here exactly as it fails embedded.
@@ -62,6 +63,11 @@ type Options struct {
 	// told to stop, before it cancels them; 0 means DefaultGrace, and a
 	// negative one none: they are cancelled at once.
 	Grace time.Duration
+	// TestStores serves test stores (teststores.go, docs/API.md, Test
+	// mode): fresh stores of their own, each with its own clock and lease
+	// timings, for conformance suites. Without it, every request that
+	// names a test store or sets a clock is refused, SBXDB_FORBIDDEN.
+	TestStores bool
 }
 
 // Server serves one store. Its handler is safe for concurrent use.
@@ -77,6 +83,7 @@ type Server struct {
 	slotWait time.Duration // how long a request waits for a slot
 	stopping atomic.Bool   // Serve was told to stop: new requests are refused
 	requests tracker       // the requests being served
+	tests    *testStores   // the test stores; nil without Options.TestStores
 
 	hooks hooks // test hooks; all nil when serving
 }
@@ -107,8 +114,16 @@ func New(db *engine.DB, opts Options) *Server {
 	for _, d := range opts.AllowDirs {
 		s.allowDirs = append(s.allowDirs, resolvePrefix(d))
 	}
+	if opts.TestStores {
+		var logDir func(string)
+		if l := opts.Logger; l != nil {
+			logDir = func(dir string) { l.Info("test stores", "dir", dir) }
+		}
+		s.tests = newTestStores(logDir)
+	}
 	s.metrics = newMetrics(s, opts.Registry)
 	s.routes()
+	s.testStoreRoutes()
 	s.handler = s.middleware(s.mux)
 	return s
 }

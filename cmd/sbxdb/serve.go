@@ -26,7 +26,7 @@ var serveCmd = &command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -54,10 +54,18 @@ JSON. At most --max-requests requests are served at once (default 256); one
 more waits up to 5 s, then is refused with 503. GET /metrics serves
 Prometheus metrics.
 
+--test serves test stores, for test suites: POST /v1/test/stores opens
+a fresh store, with lease timings of its own, in a private temporary
+directory, and a request naming it in the X-Sbxdb-Test-Store header is
+served by that store, at the clock its X-Sbxdb-Now header sets (epoch ms).
+Test stores are deleted when the server stops. Without --test, such
+requests are refused with 403.
+
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
 flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
-nothing), closes the store, removes its socket files and exits 0.`,
+nothing), closes the store and the test stores, removes its socket files
+and exits 0.`,
 	flags: func(fset *flag.FlagSet, inv *invocation) {
 		f := &serveFlags{grace: server.DefaultGrace, maxRequests: server.DefaultMaxRequests, logFormat: "text"}
 		fset.Var(&f.listen, "listen", "listen on `ADDR`, unix:PATH or tcp:HOST:PORT (repeatable; default unix:DIR/"+socketName+")")
@@ -67,6 +75,7 @@ nothing), closes the store, removes its socket files and exits 0.`,
 		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
 	check: func(inv *invocation, args []string) error {
@@ -89,6 +98,7 @@ type serveFlags struct {
 	logFormat   string
 	grace       time.Duration
 	maxRequests int
+	test        bool
 }
 
 type serveFlagsKey struct{}
@@ -134,7 +144,7 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version()}
+	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version(), TestStores: f.test}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -187,7 +197,11 @@ func runServe(inv *invocation, _ []string) error {
 	for _, l := range ls {
 		fmt.Fprintf(inv.out, "listening on %s\n", server.AddrString(l))
 	}
-	opts.Logger.Info("serving", "store", db.Dir(), "version", opts.Version)
+	attrs := []any{"store", db.Dir(), "version", opts.Version}
+	if f.test {
+		attrs = append(attrs, "testStores", true)
+	}
+	opts.Logger.Info("serving", attrs...)
 	err = server.New(db, opts).Serve(inv.ctx, ls...)
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
