@@ -1,0 +1,131 @@
+// sbxdb's side of the conformance suites: a client per file (over the
+// unix socket or TCP), a fresh test store per case that is closed when the
+// case ends, a clock the case moves, and raw blob requests on a test
+// store for the sweep cases.
+
+import { createHash } from 'node:crypto'
+import { afterAll, beforeAll, expect, inject, onTestFinished } from 'vitest'
+import type { Sbxdb, SbxdbTestStores } from '../../src/index.js'
+import { Transport } from '../../src/transport.js'
+import type { SandboxCheckpointStoreOptions } from '../../src/types.js'
+
+/**
+ * Connects with `open` before the file's cases and closes the client after
+ * them; the returned function gives the client to a case.
+ */
+export function useClient(open: () => Promise<Sbxdb>): () => Sbxdb {
+  let client: Sbxdb | undefined
+  beforeAll(async () => {
+    client = await open()
+  })
+  afterAll(async () => {
+    await client?.close()
+  })
+  return () => {
+    if (client === undefined) throw new Error('the client is not connected yet')
+    return client
+  }
+}
+
+/** A fresh test store on `sbx`, deleted when the running case ends. */
+export async function freshStores(sbx: Sbxdb, options?: SandboxCheckpointStoreOptions): Promise<SbxdbTestStores> {
+  const stores = await sbx.testStore(options)
+  onTestFinished(() => stores.close())
+  return stores
+}
+
+/** A clock a case moves; `read` is what a test store's `now` calls. */
+export interface TestClock {
+  now: number
+  read: () => number
+}
+
+/** A clock reading `start`. */
+export function testClock(start = 1000): TestClock {
+  const clock: TestClock = { now: start, read: () => clock.now }
+  return clock
+}
+
+/**
+ * A fresh test store on a clock starting at 1000 with the conformance
+ * lease timings (100 ms, renewed after 25 ms), as the Go kit's cases run.
+ */
+export async function clockedStores(sbx: Sbxdb): Promise<{ stores: SbxdbTestStores; clock: TestClock }> {
+  const clock = testClock()
+  const stores = await freshStores(sbx, { now: clock.read, leaseDurationMs: 100, renewAfterMs: 25 })
+  return { stores, clock }
+}
+
+/** What the server says of a stored blob (docs/API.md, Object info). */
+export interface ObjectInfo {
+  key: string
+  size: number
+  uploaded: number
+  sha256: string
+}
+
+/** The content-addressed key of `bytes` under `prefix`. */
+export function contentKey(prefix: string, bytes: Uint8Array): string {
+  return prefix + createHash('sha256').update(bytes).digest('hex')
+}
+
+/** Blob requests sent as they travel (docs/API.md "Blobs and objects"), on one test store. */
+export interface RawBlobs {
+  /** PUT of `bytes` under `key`; a plain object's type in `contentType`. */
+  put: (key: string, bytes: Uint8Array, contentType?: string) => Promise<ObjectInfo>
+  /** Every stored key under `prefix`, in the server's order. */
+  keys: (prefix?: string) => Promise<Array<string>>
+}
+
+function blobPath(key: string): string {
+  return '/v1/blobs/' + key.split('/').map(encodeURIComponent).join('/')
+}
+
+/**
+ * Raw blob requests on the test store `stores`, at the clock `now` when
+ * given, over the run's unix socket. The connection closes when the case
+ * ends.
+ */
+export function rawBlobs(stores: SbxdbTestStores, now?: () => number): RawBlobs {
+  const base = Transport.open({ socketPath: inject('socketPath') })
+  onTestFinished(() => base.close())
+  const t = base.withHeaders(() => {
+    const h: Record<string, string> = { 'x-sbxdb-test-store': stores.id }
+    if (now !== undefined) h['x-sbxdb-now'] = String(now())
+    return h
+  })
+  return {
+    async put(key, bytes, contentType = 'application/octet-stream') {
+      const ex = await t.exchange('PUT', blobPath(key), { headers: { 'content-type': contentType }, body: bytes, timeoutBody: true })
+      if (ex.status !== 200) throw await t.errorOf(ex, `PUT ${key}`)
+      return JSON.parse(await t.readText(ex, `PUT ${key}`)) as ObjectInfo
+    },
+    async keys(prefix = '') {
+      const keys: Array<string> = []
+      let cursor: string | null = null
+      do {
+        const q = new URLSearchParams({ prefix })
+        if (cursor !== null) q.set('cursor', cursor)
+        const page: { objects: Array<ObjectInfo>; cursor: string | null } = await t.call('GET', `/v1/blobs?${q}`)
+        keys.push(...page.objects.map((o) => o.key))
+        cursor = page.cursor
+      } while (cursor !== null)
+      return keys
+    },
+  }
+}
+
+/** Expects `op` to reject with an error that is not one of the contract's, and returns it. */
+export async function expectPlainError(op: () => Promise<unknown>): Promise<Error> {
+  let error: unknown
+  let resolved = false
+  try {
+    await op()
+    resolved = true
+  } catch (err) {
+    error = err
+  }
+  expect(resolved, 'the call resolved; want a rejection').toBe(false)
+  expect(error).toBeInstanceOf(Error)
+  return error as Error
+}
