@@ -125,7 +125,7 @@ export interface SandboxCheckpointStoreOptions {
 export interface SweepResult {
   /** The distinct keys listed under the two content-addressed prefixes. */
   examined: number
-  /** Of those, how many a checkpoint references. */
+  /** Of those, how many something holds: a checkpoint, a plain object or an artifact record. */
   referenced: number
   /** The keys deleted (or, in a dry run, that would be), in UTF-8 byte order. */
   deleted: Array<string>
