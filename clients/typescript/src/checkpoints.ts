@@ -13,7 +13,25 @@ import type {
   SbxdbCheckpointStore,
   SweepResult,
 } from './types.js'
+import { SandboxCheckpointInvalidEntryError } from './errors.js'
 import { assertId, assertOptionalId, objectOf } from './validate.js'
+
+/**
+ * Refuses a dir entry that has an own blobKey or size member, as the
+ * contract does, even when its value is undefined: JSON drops such a
+ * member, so the server would never see it. Entries are checked after the
+ * identifiers and before the writer, so INVALID_ENTRY here is the code
+ * the server gives for any bad entry.
+ */
+function assertNoDirFileFields(files: unknown): void {
+  if (!Array.isArray(files)) return
+  for (const entry of files as ReadonlyArray<unknown>) {
+    const e = objectOf(entry)
+    if (e !== undefined && e.kind === 'dir' && (Object.hasOwn(e, 'blobKey') || Object.hasOwn(e, 'size'))) {
+      throw new SandboxCheckpointInvalidEntryError('directory entries cannot contain file fields (blobKey, size)')
+    }
+  }
+}
 
 /** The three members of a writer that travel; each read once. */
 function writerOf(writer: unknown): unknown {
@@ -92,6 +110,7 @@ export function createCheckpointStore(t: Transport): SbxdbCheckpointStore {
         assertId(w.threadId, 'writer thread id')
         assertOptionalId(body.expectedHeadId, 'expected head id')
         assertOptionalId(c.parentCheckpointId, 'parent checkpoint id')
+        assertNoDirFileFields(c.files)
       }
       return t.call<{ headId: string }>('POST', '/v1/checkpoints/append', body)
     },

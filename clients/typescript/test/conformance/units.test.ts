@@ -226,6 +226,10 @@ describe('checkpoint store unit cases (SPEC §9.4)', () => {
       { path: 'd', kind: 'dir', blobKey: fileKey(1) },
       { path: 'd', kind: 'dir', size: 1 },
       { path: 'd', kind: 'dir', blobKey: null },
+      // Own members whose value is undefined, which JSON would drop: the
+      // reference refuses a dir entry that has them at all.
+      { path: 'd', kind: 'dir', blobKey: undefined },
+      { path: 'd', kind: 'dir', size: undefined },
     ]) {
       const cp = { ...checkpoint('1'), files: [untyped<SandboxSnapshotEntry>(entry)] }
       await expect.soft(expectRefusedUnchanged(cps, scope, () => appendTo(cps, cp, null), 'SANDBOX_SNAPSHOT_INVALID_ENTRY'),
