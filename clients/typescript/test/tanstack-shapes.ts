@@ -7,10 +7,12 @@
 //     packages/ai-sandbox/src/checkpoint-store.ts (docs/SPEC.md §1–§3);
 //   - the instance record and store: packages/ai-sandbox/src/instance-store.ts
 //     (docs/SPEC.md §4);
-//   - the message, artifact and blob stores and the persistence bundle: the
-//     issue's text for the package, with the member types TanStack's own
-//     in-memory snapshot stores declare (the returned range of a blob get,
-//     the message array of saveThread);
+//   - the message and artifact stores: as TanStack's persistence and
+//     in-memory snapshot stores declare them (saveThread takes an Array);
+//   - the blob store: R2's shape (a required size and etag, `uploaded` a
+//     Date, a null body allowed), with the returned range of a get as
+//     TanStack's in-memory store declares it;
+//   - the persistence bundle: `{stores: {messages, artifacts, blobs}}`;
 //   - what TanStack's snapshot layer reads from the persistence bundle
 //     (createSandboxSnapshots' `persistence` input): its `SnapshotPersistence`.
 
