@@ -161,11 +161,11 @@ export interface SbxdbCheckpointStore extends ForkCapableSandboxCheckpointStore 
 export interface MessageStore {
   /** The thread's messages; `[]` for a thread never saved. */
   loadThread: (threadId: string) => Promise<Array<ModelMessage>>
-  /** Replaces the thread's messages. */
-  saveThread: (
-    threadId: string,
-    messages: ReadonlyArray<ModelMessage>,
-  ) => Promise<void>
+  /**
+   * Replaces the thread's messages. The array type is TanStack's (`Array`),
+   * so that TanStack's own message stores fit this type too.
+   */
+  saveThread: (threadId: string, messages: Array<ModelMessage>) => Promise<void>
 }
 
 /** Which provider sandbox to resume for a compound sandbox key. */
