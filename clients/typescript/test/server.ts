@@ -73,7 +73,7 @@ export async function startServer(
   const exited = new Promise<number | null>((res) => child.on('exit', (code) => res(code)))
   const want = opts.tcp ? 2 : 1
   const lines: Array<string> = []
-  await new Promise<void>((res, rej) => {
+  const listening = new Promise<void>((res, rej) => {
     let out = ''
     child.stdout!.setEncoding('utf8')
     child.stdout!.on('data', (d: string) => {
@@ -87,6 +87,13 @@ export async function startServer(
     child.on('exit', (code) => rej(new Error(`sbxdb serve exited with ${code} before listening: ${stderr}`)))
     child.on('error', rej)
   })
+  try {
+    await listening
+  } catch (err) {
+    child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+    throw err
+  }
   let url: string | undefined
   for (const l of lines) {
     const addr = l.slice('listening on '.length)
