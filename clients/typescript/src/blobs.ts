@@ -23,13 +23,13 @@ import type {
 import { hasUnpairedSurrogate, objectOf } from './validate.js'
 
 /** The longest plain object key, in UTF-8 bytes. */
-export const maxObjectKeyBytes = 1024
+const maxObjectKeyBytes = 1024
 
 /** The most a content type, or all metadata names and values together, may hold, in UTF-8 bytes. */
-export const maxObjectMetaBytes = 8 << 10
+const maxObjectMetaBytes = 8 << 10
 
 /** The most keys one `list` page holds. */
-export const maxListLimit = 1000
+const maxListLimit = 1000
 
 const metaPrefix = 'x-sbxdb-meta-'
 
@@ -358,7 +358,11 @@ function blobObject(
   return obj
 }
 
-/** The blob store of the server (or test store) behind `t`. */
+/**
+ * The blob store of the server (or test store) behind `t`. A `get` holds
+ * its connection until its body is read to the end or cancelled
+ * (`body.cancel()`); `arrayBuffer()` and `text()` read it whole.
+ */
 export function createBlobStore(t: Transport): BlobStore {
   const badResponse = (what: string, detail: string): SbxdbTransportError =>
     new SbxdbTransportError('bad-response', t.address, `${what}: ${detail}`)

@@ -99,6 +99,13 @@ async function refusedByServer(p: Promise<unknown>, code: string, status: number
   expect((err as SbxdbError).requestId).toBeTypeOf('string')
 }
 
+/** Asserts `got` holds exactly the bytes of `want` (Buffer.equals: a deep equality of megabytes is slow). */
+function expectBytes(got: Uint8Array | ArrayBuffer, want: Uint8Array): void {
+  const g = Buffer.from(got instanceof ArrayBuffer ? new Uint8Array(got) : got)
+  expect(g.byteLength).toBe(want.byteLength)
+  expect(g.equals(want), 'the bytes differ').toBe(true)
+}
+
 /** The bytes of a get, read through its body stream. */
 async function readBody(obj: { body: ReadableStream<Uint8Array> }): Promise<Uint8Array> {
   const parts: Array<Uint8Array> = []
@@ -162,7 +169,7 @@ describe('round trips', () => {
         expect(got!.etag).toBe(sha256(want))
         expect(got!.contentType).toBeUndefined()
         expect(got!.range).toBeUndefined()
-        expect(new Uint8Array(await got!.arrayBuffer())).toEqual(want)
+        expectBytes(await got!.arrayBuffer(), want)
 
         const listed = await blobs.list({ prefix: 'sandbox-files/' })
         expect(listed).toEqual({ objects: [{ key, size: want.byteLength, etag: sha256(want), uploaded: listed.objects[0]!.uploaded }], truncated: false })
@@ -181,7 +188,7 @@ describe('round trips', () => {
         expect(rec).toEqual({ key, size: want.byteLength, etag: sha256(want), uploaded: rec.uploaded, contentType: 'application/x-test' })
         const got = await blobs.get(key)
         expect(got!.contentType).toBe('application/x-test')
-        expect(await readBody(got!)).toEqual(want)
+        expectBytes(await readBody(got!), want)
         expect(await blobs.head(key)).toEqual(rec)
         await blobs.delete(key)
         expect(await blobs.head(key)).toBeNull()
@@ -197,6 +204,25 @@ describe('round trips', () => {
       expect(await got!.text()).toBe('grüße 😀')
       await expect(got!.arrayBuffer()).rejects.toBeInstanceOf(TypeError)
       await expect(got!.text()).rejects.toBeInstanceOf(TypeError)
+    })
+  })
+
+  it('a body cancelled part-way frees its connection', async () => {
+    await withStore(async ({ blobs }) => {
+      const data = bytesOf(3 << 20, 13)
+      const key = fileKey(data)
+      await blobs.put(key, data)
+      for (let i = 0; i < 4; i++) {
+        const got = await blobs.get(key)
+        const reader = got!.body.getReader()
+        const first = await reader.read()
+        expect(first.done).toBe(false)
+        await reader.cancel()
+        expect((await reader.read()).done).toBe(true)
+      }
+      const unread = await blobs.get(key)
+      await unread!.body.cancel()
+      expectBytes(await (await blobs.get(key))!.arrayBuffer(), data)
     })
   })
 
@@ -217,7 +243,7 @@ describe('round trips', () => {
       const key = fileKey(data)
       const rec = await blobs.put(key, streamOf([data.subarray(0, 100_000), data.subarray(100_000)]), { expectedLength: data.byteLength })
       expect(rec.size).toBe(data.byteLength)
-      expect(new Uint8Array(await (await blobs.get(key))!.arrayBuffer())).toEqual(data)
+      expectBytes(await (await blobs.get(key))!.arrayBuffer(), data)
       const plain = await blobs.put('p', streamOf([data]), { expectedLength: data.byteLength })
       expect(plain.size).toBe(data.byteLength)
       const empty = await blobs.put('e', streamOf([]), { expectedLength: 0 })
@@ -247,22 +273,22 @@ describe('ranges', () => {
       expect(tail!.range).toEqual({ offset: 9_000, length: 1_000 })
       expect(tail!.size).toBe(10_000)
       expect(tail!.etag).toBe(sha256(data))
-      expect(new Uint8Array(await tail!.arrayBuffer())).toEqual(data.subarray(9_000))
+      expectBytes(await tail!.arrayBuffer(), data.subarray(9_000))
 
       const mid = await blobs.get(key, { range: { offset: 100, length: 50 } })
       expect(mid!.range).toEqual({ offset: 100, length: 50 })
-      expect(await readBody(mid!)).toEqual(data.subarray(100, 150))
+      expectBytes(await readBody(mid!), data.subarray(100, 150))
 
       const first = await blobs.get(key, { range: { offset: 0, length: 1 } })
-      expect(await readBody(first!)).toEqual(data.subarray(0, 1))
+      expectBytes(await readBody(first!), data.subarray(0, 1))
 
       const clipped = await blobs.get(key, { range: { offset: 9_990, length: 100 } })
       expect(clipped!.range).toEqual({ offset: 9_990, length: 10 })
-      expect(await readBody(clipped!)).toEqual(data.subarray(9_990))
+      expectBytes(await readBody(clipped!), data.subarray(9_990))
 
       const whole = await blobs.get(key, { range: { offset: 0 } })
       expect(whole!.range).toEqual({ offset: 0, length: 10_000 })
-      expect(await readBody(whole!)).toEqual(data)
+      expectBytes(await readBody(whole!), data)
     })
   })
 
@@ -272,7 +298,7 @@ describe('ranges', () => {
       const got = await blobs.get('r/obj', { range: { offset: 5, length: 5 } })
       expect(got!.contentType).toBe('application/octet-stream')
       expect(got!.customMetadata).toEqual({ k: 'v' })
-      expect(await readBody(got!)).toEqual(data.subarray(5, 10))
+      expectBytes(await readBody(got!), data.subarray(5, 10))
     })
   })
 
@@ -282,7 +308,7 @@ describe('ranges', () => {
       const atEnd = await blobs.get(key, { range: { offset: 10_000 } })
       expect(atEnd!.range).toEqual({ offset: 10_000, length: 0 })
       expect(atEnd!.size).toBe(10_000)
-      expect(await readBody(atEnd!)).toEqual(new Uint8Array(0))
+      expectBytes(await readBody(atEnd!), new Uint8Array(0))
       const none = await blobs.get(key, { range: { offset: 3, length: 0 } })
       expect(none!.range).toEqual({ offset: 3, length: 0 })
       expect((await none!.arrayBuffer()).byteLength).toBe(0)
