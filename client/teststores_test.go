@@ -107,8 +107,8 @@ func TestTestStores(t *testing.T) {
 			}
 			_, err = c.Head(ctx, "t")
 			var ce *client.Error
-			if !errors.As(err, &ce) || ce.Code != server.CodeNotFound || !strings.Contains(ce.Message, id) {
-				t.Errorf("head in a deleted store: %v, want %s naming it", err, server.CodeNotFound)
+			if !errors.As(err, &ce) || ce.Code != server.CodeNoTestStore || !strings.Contains(ce.Message, id) {
+				t.Errorf("head in a deleted store: %v, want %s naming it", err, server.CodeNoTestStore)
 			}
 		})
 	}

@@ -28,6 +28,11 @@ const (
 	CodeInternal         = "SBXDB_INTERNAL"
 	CodeUnavailable      = "SBXDB_UNAVAILABLE"
 	CodeReadOnly         = "SBXDB_READ_ONLY"
+	// CodeNoTestStore names a test store that does not exist (any more):
+	// distinct from CodeNotFound, which a blob or object missing from a
+	// store gives, so that a client never reads a deleted store as an
+	// empty one.
+	CodeNoTestStore = "SBXDB_NO_TEST_STORE"
 )
 
 // ErrorBody is the JSON body of every failed request.
@@ -97,7 +102,7 @@ func Status(code string) int {
 	case CodeForbidden:
 		return http.StatusForbidden
 	case chain.CodeCheckpointNotFound, chain.CodeForkSourceNotFound,
-		chain.CodeMissingBlob, chain.CodeMissingCheckpointArtifact, CodeNotFound:
+		chain.CodeMissingBlob, chain.CodeMissingCheckpointArtifact, CodeNotFound, CodeNoTestStore:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed

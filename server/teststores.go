@@ -126,7 +126,7 @@ func (s *Server) serveTestStore(w http.ResponseWriter, r *http.Request, route st
 	}
 	ts := s.tests.use(ids[0])
 	if ts == nil {
-		return fail(errorf(CodeNotFound, "no test store %q", ids[0]))
+		return fail(errorf(CodeNoTestStore, "no test store %q", ids[0]))
 	}
 	defer ts.inUse.RUnlock()
 	if hasNow {

@@ -420,7 +420,7 @@ func TestTestStoreDelete(t *testing.T) {
 	for _, name := range []string{"0123456789abcdef0123456789abcdef", "", "../" + id} {
 		r := m.req("GET", "/v1/threads", "", HeaderTestStore, name)
 		var e ErrorBody
-		if want := fmt.Sprintf("no test store %q", name); r.status != 404 || json.Unmarshal(r.body, &e) != nil || e.Code != CodeNotFound || e.Message != want {
+		if want := fmt.Sprintf("no test store %q", name); r.status != 404 || json.Unmarshal(r.body, &e) != nil || e.Code != CodeNoTestStore || e.Message != want {
 			t.Errorf("threads of store %q: %d %s, want 404 %q", name, r.status, r.body, want)
 		}
 	}
@@ -432,7 +432,7 @@ func TestTestStoreDelete(t *testing.T) {
 	if r := m.req("DELETE", "/v1/test/stores/unknown", ""); r.status != 204 {
 		t.Errorf("delete of an unknown store: %d %s, want 204", r.status, r.body)
 	}
-	if r := m.req("GET", "/v1/threads", "", HeaderTestStore, id); r.status != 404 || r.code(t) != CodeNotFound {
+	if r := m.req("GET", "/v1/threads", "", HeaderTestStore, id); r.status != 404 || r.code(t) != CodeNoTestStore {
 		t.Errorf("threads of a deleted store: %d %s, want 404", r.status, r.body)
 	}
 	if d := m.dirs(); !cmp.Equal(d, []string{other}) {
