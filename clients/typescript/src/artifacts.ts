@@ -3,6 +3,7 @@
 // blobKey keeps that blob from the garbage collector while the record
 // exists.
 
+import { read } from './transport.js'
 import type { Transport } from './transport.js'
 import type { ArtifactRecord, ArtifactStore } from './types.js'
 import { assertId, objectOf } from './validate.js'
@@ -19,17 +20,17 @@ export function createArtifactStore(t: Transport): ArtifactStore {
     },
     async get(artifactId: string): Promise<ArtifactRecord | null> {
       assertId(artifactId, 'artifact id')
-      const r = await t.call<{ artifact: ArtifactRecord | null }>('POST', '/v1/artifacts/get', { artifactId })
+      const r = await t.call<{ artifact: ArtifactRecord | null }>('POST', '/v1/artifacts/get', { artifactId }, read)
       return r.artifact
     },
     async list(runId: string): Promise<Array<ArtifactRecord>> {
       assertId(runId, 'run id')
-      const r = await t.call<{ artifacts: Array<ArtifactRecord> }>('POST', '/v1/artifacts/list', { runId })
+      const r = await t.call<{ artifacts: Array<ArtifactRecord> }>('POST', '/v1/artifacts/list', { runId }, read)
       return r.artifacts
     },
     async listForThread(threadId: string): Promise<Array<ArtifactRecord>> {
       assertId(threadId, 'thread id')
-      const r = await t.call<{ artifacts: Array<ArtifactRecord> }>('POST', '/v1/artifacts/list', { threadId })
+      const r = await t.call<{ artifacts: Array<ArtifactRecord> }>('POST', '/v1/artifacts/list', { threadId }, read)
       return r.artifacts
     },
     async delete(artifactId: string): Promise<void> {

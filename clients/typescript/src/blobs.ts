@@ -177,9 +177,13 @@ function attributeHeaders(options: BlobPutOptions): Record<string, string> {
   return headers
 }
 
-/** A Buffer over the bytes of a view, without copying them. */
+/**
+ * A copy of the bytes of a view, taken when put is called: the bytes go out
+ * later, and a caller changing its buffer meanwhile must change nothing
+ * stored (as fetch copies its body).
+ */
 function bytesOf(view: ArrayBufferView): Buffer {
-  return Buffer.from(view.buffer, view.byteOffset, view.byteLength)
+  return Buffer.from(new Uint8Array(view.buffer, view.byteOffset, view.byteLength))
 }
 
 /**
@@ -263,7 +267,7 @@ function requestBodyOf(
   }
   if (body === null || body === undefined) return sized(new Uint8Array(0))
   if (typeof body === 'string') return sized(Buffer.from(body, 'utf8'))
-  if (body instanceof ArrayBuffer) return sized(new Uint8Array(body))
+  if (body instanceof ArrayBuffer) return sized(new Uint8Array(body.slice(0)))
   if (ArrayBuffer.isView(body)) return sized(bytesOf(body))
   if (body instanceof Blob) {
     if (expectedLength !== undefined && expectedLength !== body.size) {
@@ -408,7 +412,9 @@ export function createBlobStore(t: Transport): BlobStore {
           try {
             r = await it.next()
           } catch (err) {
-            controller.error(cut(err))
+            // A timeout or a close of the client says so; anything else
+            // ended the answer early.
+            controller.error(err instanceof SbxdbTransportError ? err : cut(err))
             return
           }
           if (!r.done) {
@@ -466,7 +472,7 @@ export function createBlobStore(t: Transport): BlobStore {
       if (sent.length !== undefined) headers['content-length'] = String(sent.length)
       const what = `PUT ${key}`
       try {
-        const ex = await t.exchange('PUT', blobPath(key), { headers, body: sent.body, timeoutBody: true })
+        const ex = await t.exchange('PUT', blobPath(key), { headers, body: sent.body })
         if (ex.status !== 200) throw await t.errorOf(ex, what)
         const text = await t.readText(ex, what)
         let info: WireObjectInfo

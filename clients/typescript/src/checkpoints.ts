@@ -4,6 +4,7 @@
 // engine decides every refusal in the contract's order, after this file
 // refused the identifiers that JSON could not carry faithfully.
 
+import { read } from './transport.js'
 import type { Transport } from './transport.js'
 import type {
   SandboxCheckpoint,
@@ -76,19 +77,19 @@ export function createCheckpointStore(t: Transport): SbxdbCheckpointStore {
   return {
     async get(id: string): Promise<SandboxCheckpoint | null> {
       assertId(id, 'checkpoint id')
-      const r = await t.call<{ checkpoint: SandboxCheckpoint | null }>('POST', '/v1/checkpoints/get', { id })
+      const r = await t.call<{ checkpoint: SandboxCheckpoint | null }>('POST', '/v1/checkpoints/get', { id }, read)
       return r.checkpoint
     },
 
     async list(threadId: string): Promise<Array<SandboxCheckpoint>> {
       assertId(threadId, 'thread id')
-      const r = await t.call<{ checkpoints: Array<SandboxCheckpoint> }>('POST', '/v1/checkpoints/list', { threadId })
+      const r = await t.call<{ checkpoints: Array<SandboxCheckpoint> }>('POST', '/v1/checkpoints/list', { threadId }, read)
       return r.checkpoints
     },
 
     async getHead(threadId: string): Promise<string | null> {
       assertId(threadId, 'thread id')
-      const r = await t.call<{ headId: string | null }>('POST', '/v1/checkpoints/head', { threadId })
+      const r = await t.call<{ headId: string | null }>('POST', '/v1/checkpoints/head', { threadId }, read)
       return r.headId
     },
 
@@ -99,7 +100,8 @@ export function createCheckpointStore(t: Transport): SbxdbCheckpointStore {
       const cp = objectOf(checkpoint)
       const body = {
         checkpoint: cp === undefined ? checkpoint : { ...cp },
-        expectedHeadId: expectedHeadId ?? null,
+        // undefined is refused below as TanStack refuses it; JSON would drop it.
+        expectedHeadId,
         writer: writerOf(writer),
       }
       const w = objectOf(body.writer)
@@ -108,7 +110,7 @@ export function createCheckpointStore(t: Transport): SbxdbCheckpointStore {
         assertId(c.id, 'checkpoint id')
         assertId(c.threadId, 'checkpoint thread id')
         assertId(w.threadId, 'writer thread id')
-        assertOptionalId(body.expectedHeadId, 'expected head id')
+        if (body.expectedHeadId !== null) assertId(body.expectedHeadId, 'expected head id')
         assertOptionalId(c.parentCheckpointId, 'parent checkpoint id')
         assertNoDirFileFields(c.files)
       }
@@ -177,11 +179,12 @@ export function createCheckpointStore(t: Transport): SbxdbCheckpointStore {
         throw new TypeError('sweepSandboxBlobs: dryRun must be a boolean')
       }
       // olderThan 0 is asked for explicitly here; the server wants that said.
+      // A sweep answers only when done: no idle timeout.
       return t.call<SweepResult>('POST', '/v1/sweep', {
         olderThanMs: olderThan,
         immediate: olderThan === 0,
         dryRun: dryRun ?? false,
-      })
+      }, { timeoutMs: 0 })
     },
   }
 }

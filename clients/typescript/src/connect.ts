@@ -42,7 +42,11 @@ export interface Sbxdb extends SbxdbStores {
    * `SBXDB_FORBIDDEN`).
    */
   testStore: (options?: SandboxCheckpointStoreOptions) => Promise<SbxdbTestStores>
-  /** Closes the client's connections. Test stores it made are deleted first. */
+  /**
+   * Ends the client's requests still running (they fail with a `closed`
+   * SbxdbTransportError), deletes the test stores it made, and closes its
+   * connections.
+   */
   close: () => Promise<void>
 }
 
@@ -127,11 +131,15 @@ export async function connect(options: ConnectOptions): Promise<Sbxdb> {
         id,
         async close() {
           if (closed) return
-          closed = true
-          tests.delete(stores)
+          // The server deletes a store once its requests have ended: end
+          // this store's exchanges first (a blob body nobody reads would
+          // hold the delete until the idle timeout).
+          scoped.abort()
           const ex = await t.exchange('DELETE', `/v1/test/stores/${encodeURIComponent(id)}`)
           if (ex.status >= 300) throw await t.errorOf(ex, 'DELETE test store')
           ex.body.resume()
+          closed = true
+          tests.delete(stores)
         },
       }
       tests.add(stores)

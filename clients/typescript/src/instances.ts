@@ -2,6 +2,7 @@
 // per compound key, fully replaced by upsert. Keys are any string; the
 // other fields are checked by the server.
 
+import { read } from './transport.js'
 import type { Transport } from './transport.js'
 import type { SandboxInstanceRecord, SandboxInstanceStore } from './types.js'
 
@@ -9,7 +10,7 @@ import type { SandboxInstanceRecord, SandboxInstanceStore } from './types.js'
 export function createInstanceStore(t: Transport): SandboxInstanceStore {
   return {
     async get(key: string): Promise<SandboxInstanceRecord | null> {
-      const r = await t.call<{ instance: SandboxInstanceRecord | null }>('POST', '/v1/instances/get', { key })
+      const r = await t.call<{ instance: SandboxInstanceRecord | null }>('POST', '/v1/instances/get', { key }, read)
       return r.instance
     },
     async upsert(record: SandboxInstanceRecord): Promise<void> {

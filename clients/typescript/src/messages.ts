@@ -2,6 +2,7 @@
 // loaded as a whole (docs/API.md, "Transcripts and instances"). Each
 // message is stored as the exact JSON text it was sent as.
 
+import { read } from './transport.js'
 import type { Transport } from './transport.js'
 import type { MessageStore, ModelMessage } from './types.js'
 import { assertId } from './validate.js'
@@ -11,7 +12,7 @@ export function createMessageStore(t: Transport): MessageStore {
   return {
     async loadThread(threadId: string): Promise<Array<ModelMessage>> {
       assertId(threadId, 'thread id')
-      const r = await t.call<{ messages: Array<ModelMessage> }>('POST', '/v1/transcripts/load', { threadId })
+      const r = await t.call<{ messages: Array<ModelMessage> }>('POST', '/v1/transcripts/load', { threadId }, read)
       return r.messages
     },
     async saveThread(threadId: string, messages: ReadonlyArray<ModelMessage>): Promise<void> {

@@ -5,7 +5,7 @@
 
 import http from 'node:http'
 import https from 'node:https'
-import type { IncomingHttpHeaders, IncomingMessage } from 'node:http'
+import type { ClientRequest, IncomingHttpHeaders, IncomingMessage } from 'node:http'
 import { Readable } from 'node:stream'
 import {
   SbxdbError,
@@ -40,16 +40,28 @@ export interface Exchange {
   body: IncomingMessage
 }
 
-/** Per-request options of `Transport.exchange`. */
+/** Per-request options of `Transport.exchange` and `Transport.call`. */
 export interface ExchangeInit {
   headers?: Record<string, string>
   body?: RequestBody
   /**
-   * Keep the idle timeout while the caller reads the body. Off for bodies a
-   * caller streams at its own pace (a blob), on for everything read at once.
+   * Whether sending the request twice has the effect of sending it once, so
+   * that it may be sent again when a kept-alive connection drops before any
+   * answer. Default: true for GET, HEAD, PUT and DELETE, false for POST.
    */
-  timeoutBody?: boolean
+  idempotent?: boolean
+  /**
+   * The idle timeout of this request, in ms, instead of the client's; 0
+   * waits as long as the server works (a sweep sends nothing until done).
+   */
+  timeoutMs?: number
 }
+
+/**
+ * The options of a call that only reads (a POST whose body names what to
+ * read): sent again if a kept-alive connection drops before its answer.
+ */
+export const read: Pick<ExchangeInit, 'idempotent'> = { idempotent: true }
 
 const defaultTimeoutMs = 120_000
 
@@ -61,6 +73,8 @@ const poolIdleMs = 60_000
 interface Shared {
   agent: http.Agent
   closed: boolean
+  /** Every request whose exchange has not ended, of every view. */
+  inflight: Set<ClientRequest>
 }
 
 /** The connection to one server, shared by every store of a client. */
@@ -72,6 +86,8 @@ export class Transport {
   private readonly token: string | undefined
   private readonly timeoutMs: number
   private readonly extraHeaders: (() => Record<string, string>) | undefined
+  /** This view's requests whose exchange has not ended. */
+  private readonly inflight = new Set<ClientRequest>()
 
   private constructor(
     address: string,
@@ -130,7 +146,7 @@ export class Transport {
           ? new https.Agent({ keepAlive: true, timeout: poolIdleMs })
           : new http.Agent({ keepAlive: true, timeout: poolIdleMs })
     }
-    return new Transport(address, { agent, closed: false }, target, token, timeoutMs)
+    return new Transport(address, { agent, closed: false, inflight: new Set() }, target, token, timeoutMs)
   }
 
   /**
@@ -141,32 +157,49 @@ export class Transport {
     return new Transport(this.address, this.shared, this.target, this.token, this.timeoutMs, headers)
   }
 
-  /** Closes every pooled connection; later requests fail with `closed`. */
+  /**
+   * Ends every exchange of this view still running (a body nobody reads
+   * included): each fails with a `closed` transport error.
+   */
+  abort(): void {
+    for (const req of this.inflight) end(req, this.closedError())
+  }
+
+  /**
+   * Ends every exchange of every view and closes every pooled connection;
+   * later requests fail with `closed`.
+   */
   close(): void {
     this.shared.closed = true
+    for (const req of this.shared.inflight) end(req, this.closedError())
     this.shared.agent.destroy()
+  }
+
+  private closedError(): SbxdbTransportError {
+    return new SbxdbTransportError('closed', this.address, 'the sbxdb client is closed')
   }
 
   /**
    * Sends one request and resolves once the answer's status and headers
-   * arrived, whatever the status. A request on a kept-alive connection that
-   * the server closed before reading it is sent again once, when its body
-   * can be sent again.
+   * arrived, whatever the status. The idle timeout runs until the body has
+   * been read: a body nobody reads is closed after it. A request that a
+   * kept-alive connection lost before any answer is sent again once, but
+   * only when it is idempotent and its body can be sent again: the server
+   * may have applied a request whose answer was lost, and a write sent twice
+   * would be refused for its own first effect (an append's DUPLICATE_ID).
    */
   async exchange(method: string, path: string, init: ExchangeInit = {}): Promise<Exchange> {
-    const replayable = !(init.body instanceof Readable)
+    const again = (init.idempotent ?? method !== 'POST') && !(init.body instanceof Readable)
     try {
       return await this.once(method, path, init)
     } catch (err) {
-      if (replayable && err instanceof StaleConnection) return this.once(method, path, init)
+      if (again && err instanceof StaleConnection) return this.once(method, path, init)
       throw err instanceof StaleConnection ? err.transportError : err
     }
   }
 
   private once(method: string, path: string, init: ExchangeInit): Promise<Exchange> {
-    if (this.shared.closed) {
-      return Promise.reject(new SbxdbTransportError('closed', this.address, 'the sbxdb client is closed'))
-    }
+    if (this.shared.closed) return Promise.reject(this.closedError())
     const headers: Record<string, string> = { ...this.extraHeaders?.(), ...init.headers }
     if (this.token !== undefined) headers.authorization = `Bearer ${this.token}`
     const body = init.body ?? null
@@ -183,17 +216,26 @@ export class Transport {
         path,
         headers,
       })
-      req.setTimeout(this.timeoutMs, () => {
-        req.destroy(new SbxdbTransportError('timeout', this.address,
-          `${method} ${path}: no answer from the sbxdb server at ${this.address} for ${this.timeoutMs} ms`))
+      this.inflight.add(req)
+      this.shared.inflight.add(req)
+      const ended = () => {
+        this.inflight.delete(req)
+        this.shared.inflight.delete(req)
+      }
+      // An exchange ends when its answer's body closes, or with the request
+      // when no answer came.
+      req.on('close', () => {
+        if (!answered) ended()
+      })
+      const timeoutMs = init.timeoutMs ?? this.timeoutMs
+      req.setTimeout(timeoutMs, () => {
+        end(req, new SbxdbTransportError('timeout', this.address,
+          `${method} ${path}: nothing from the sbxdb server at ${this.address} for ${timeoutMs} ms`))
       })
       req.on('response', (res) => {
         answered = true
-        if (!init.timeoutBody) {
-          // The caller reads the body at its own pace.
-          req.setTimeout(0)
-          res.socket?.setTimeout(0)
-        }
+        responses.set(req, res)
+        res.on('close', ended)
         resolve({ status: res.statusCode ?? 0, headers: res.headers, body: res })
       })
       req.on('error', (err) => {
@@ -222,11 +264,16 @@ export class Transport {
    * Sends `value` as JSON and resolves with the JSON answer; an answer that
    * is an error rejects with the package's error for it.
    */
-  async call<T>(method: 'GET' | 'POST', path: string, value?: unknown): Promise<T> {
-    const body = value === undefined ? null : JSON.stringify(value)
+  async call<T>(
+    method: 'GET' | 'POST',
+    path: string,
+    value?: unknown,
+    init: Pick<ExchangeInit, 'idempotent' | 'timeoutMs'> = {},
+  ): Promise<T> {
+    const body = value === undefined ? null : jsonOf(value)
     const headers: Record<string, string> = { accept: 'application/json' }
     if (body !== null) headers['content-type'] = 'application/json'
-    const ex = await this.exchange(method, path, { headers, body, timeoutBody: true })
+    const ex = await this.exchange(method, path, { ...init, headers, body })
     if (ex.status >= 300) throw await this.errorOf(ex, `${method} ${path}`)
     const text = await this.readText(ex, `${method} ${path}`)
     try {
@@ -290,6 +337,7 @@ export class Transport {
   /** A transport error that says what failed, for a Node network error. */
   transportError(err: unknown, method: string, path: string): SbxdbTransportError {
     if (err instanceof SbxdbTransportError) return err
+    if (this.shared.closed) return this.closedError()
     const what = path === '' ? method : `${method} ${path}`
     const code = (err as NodeJS.ErrnoException | undefined)?.code
     const where = this.target.socketPath !== undefined ? `socket ${this.address}` : this.address
@@ -326,7 +374,35 @@ export class Transport {
   }
 }
 
-/** A request that a kept-alive connection lost before the server read it. */
+/** The answer of each request that has one, for `end`. */
+const responses = new WeakMap<ClientRequest, IncomingMessage>()
+
+/**
+ * Ends an exchange with `err`: its answer's body, when it has one, fails
+ * with `err` (so its reader learns why), and so does the request.
+ */
+function end(req: ClientRequest, err: SbxdbTransportError): void {
+  const res = responses.get(req)
+  if (res !== undefined && !res.destroyed) res.destroy(err)
+  req.destroy(err)
+}
+
+/**
+ * `value` as JSON text. A BigInt, which JSON has no form for, travels as
+ * its decimal text: a string where the contract wants a number, which the
+ * server refuses with the contract's code for that member (a createdAt is
+ * INVALID_ENTRY, a writer's fence matches no lease).
+ */
+export function jsonOf(value: unknown): string {
+  try {
+    return JSON.stringify(value)
+  } catch (err) {
+    if (!(err instanceof TypeError) || !/bigint/i.test(err.message)) throw err
+    return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))
+  }
+}
+
+/** A request that a kept-alive connection lost before any answer. */
 class StaleConnection extends Error {
   constructor(readonly transportError: SbxdbTransportError) {
     super(transportError.message)

@@ -207,22 +207,49 @@ describe('round trips', () => {
     })
   })
 
-  it('a body cancelled part-way frees its connection', async () => {
-    await withStore(async ({ blobs }) => {
-      const data = bytesOf(3 << 20, 13)
+  it('a body cancelled part-way frees its connection and the server’s request slot', async () => {
+    // A server of 4 request slots: a get whose cancel did not free its slot
+    // would leave the fifth waiting, then refused (SBXDB_UNAVAILABLE).
+    const server = await startServer(inject('sbxdbBin'), { args: ['--max-requests', '4'] })
+    const own = await connect({ socketPath: server.socketPath })
+    try {
+      // Larger than the server's socket send buffer (it sizes one to hold a
+      // body whole only up to 1 MiB), so an unread body holds its handler.
+      const data = bytesOf(2 << 20, 13)
       const key = fileKey(data)
-      await blobs.put(key, data)
-      for (let i = 0; i < 4; i++) {
-        const got = await blobs.get(key)
+      await own.blobs.put(key, data)
+      for (let i = 0; i < 8; i++) {
+        const got = await own.blobs.get(key)
         const reader = got!.body.getReader()
         const first = await reader.read()
         expect(first.done).toBe(false)
         await reader.cancel()
         expect((await reader.read()).done).toBe(true)
       }
-      const unread = await blobs.get(key)
+      const unread = await own.blobs.get(key)
       await unread!.body.cancel()
-      expectBytes(await (await blobs.get(key))!.arrayBuffer(), data)
+      expectBytes(await (await own.blobs.get(key))!.arrayBuffer(), data)
+    } finally {
+      await own.close()
+      await server.stop()
+    }
+  })
+
+  it('a put takes its bytes when called: changing the buffer afterwards changes nothing stored', async () => {
+    await withStore(async ({ blobs }) => {
+      const view = new Uint8Array(1 << 20).fill(65) // 'A'
+      const want = view.slice()
+      const p = blobs.put(fileKey(want), view)
+      view.fill(66) // 'B', while the put is on its way
+      await p
+      expectBytes(await (await blobs.get(fileKey(want)))!.arrayBuffer(), want)
+
+      const buf = new Uint8Array(1 << 20).fill(67).buffer // 'C'
+      const wantBuf = new Uint8Array(buf.slice(0))
+      const q = blobs.put('copied/plain', buf)
+      new Uint8Array(buf).fill(68) // 'D'
+      await q
+      expectBytes(await (await blobs.get('copied/plain'))!.arrayBuffer(), wantBuf)
     })
   })
 

@@ -206,16 +206,22 @@ describe('the clock is now()', () => {
 })
 
 describe('close', () => {
-  test('close() deletes the store: a later call is SBXDB_NOT_FOUND; close again resolves', async () => {
+  test('close() deletes the store: a later call is SBXDB_NO_TEST_STORE, blob reads too; close again resolves', async () => {
     const s = await sbx.testStore()
     await s.messages.saveThread('t', [{ role: 'user', content: 'x' }])
     await s.close()
     const err = await s.messages.loadThread('t').then(() => expect.fail('a closed store answered'), (e: unknown) => e)
     expect(err).toBeInstanceOf(SbxdbError)
     expect(err).not.toBeInstanceOf(SandboxCheckpointError)
-    expect(err).toMatchObject({ code: 'SBXDB_NOT_FOUND', status: 404 })
+    expect(err).toMatchObject({ code: 'SBXDB_NO_TEST_STORE', status: 404 })
     expect((err as SbxdbError).message).toContain(s.id)
-    await expect(s.checkpoints.getHead('t')).rejects.toMatchObject({ code: 'SBXDB_NOT_FOUND' })
+    await expect(s.checkpoints.getHead('t')).rejects.toMatchObject({ code: 'SBXDB_NO_TEST_STORE' })
+    // A blob read of a deleted store is not "no such key": a missing store
+    // is never taken for an empty one.
+    const key = 'sandbox-files/sha256/' + '0'.repeat(64)
+    await expect(s.blobs.head(key)).rejects.toMatchObject({ code: 'SBXDB_NO_TEST_STORE' })
+    await expect(s.blobs.get(key)).rejects.toMatchObject({ code: 'SBXDB_NO_TEST_STORE' })
+    await expect(s.blobs.delete(key)).rejects.toMatchObject({ code: 'SBXDB_NO_TEST_STORE' })
     await expect(s.close()).resolves.toBeUndefined()
     // The client itself still works.
     expect(await sbx.messages.loadThread(unique('after-close'))).toEqual([])

@@ -4,6 +4,7 @@
 // Connections are kept alive and reused.
 
 import { mkdtempSync, rmSync } from 'node:fs'
+import http from 'node:http'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -251,6 +252,144 @@ describe('the client itself', () => {
     } finally {
       await sbx.close()
       await closeServer(relay)
+    }
+  })
+})
+
+/**
+ * An HTTP server on a unix socket that answers GET /v1/health, and hands
+ * every other request, its body read, to `onRequest`, which answers it or
+ * drops the connection.
+ */
+async function fakeServer(
+  onRequest: (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void,
+): Promise<{ socketPath: string; close: () => Promise<void> }> {
+  const socketPath = freshPath('fake.sock')
+  const server = http.createServer((req, res) => {
+    let body = ''
+    req.setEncoding('utf8')
+    req.on('data', (d: string) => {
+      body += d
+    })
+    req.on('end', () => {
+      if (req.url === '/v1/health') {
+        res.setHeader('content-type', 'application/json')
+        res.end(JSON.stringify({ ok: true, version: 'fake', format: 4, store: '/fake' }))
+        return
+      }
+      onRequest(req, body, res)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve))
+  return {
+    socketPath,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+  }
+}
+
+describe('a connection that drops before the answer', () => {
+  test('a write is sent once and fails as transport, never with a code its own first effect causes', async () => {
+    let appends = 0
+    const fake = await fakeServer((req, _body, res) => {
+      appends++
+      if (appends === 1) {
+        req.socket.destroy() // the server applied it, then died
+        return
+      }
+      res.statusCode = 409
+      res.setHeader('content-type', 'application/json')
+      res.end(JSON.stringify({ code: 'SANDBOX_SNAPSHOT_DUPLICATE_ID', message: 'checkpoint "1" exists' }))
+    })
+    try {
+      const sbx = await connect({ socketPath: fake.socketPath })
+      const writer = { threadId: 't', ownerToken: 'o', fence: 1 }
+      const checkpoint = {
+        id: '1', threadId: 't', parentCheckpointId: null, createdAt: 1, reason: 'automatic' as const,
+        files: [], conversation: [], artifacts: [],
+      }
+      // The health call left a kept-alive connection: the append reuses it.
+      await transportFailure(sbx.checkpoints.append({ checkpoint, expectedHeadId: null, writer }), ['connection-reset'])
+      expect(appends).toBe(1)
+      await sbx.close()
+    } finally {
+      await fake.close()
+    }
+  })
+
+  test('a read is sent again once and answers', async () => {
+    let heads = 0
+    const fake = await fakeServer((req, body, res) => {
+      heads++
+      if (heads === 1) {
+        req.socket.destroy()
+        return
+      }
+      expect(JSON.parse(body)).toEqual({ threadId: 't' })
+      res.setHeader('content-type', 'application/json')
+      res.end(JSON.stringify({ headId: 'h' }))
+    })
+    try {
+      const sbx = await connect({ socketPath: fake.socketPath })
+      expect(await sbx.checkpoints.getHead('t')).toBe('h')
+      expect(heads).toBe(2)
+      await sbx.close()
+    } finally {
+      await fake.close()
+    }
+  })
+})
+
+describe('bodies nobody reads', () => {
+  test('a blob body left unread is closed after the idle timeout, freeing its connection', async () => {
+    const sbx = await connect({ socketPath: inject('socketPath'), timeoutMs: 500 })
+    try {
+      const s = await sbx.testStore()
+      const bytes = new Uint8Array(8 << 20).fill(7)
+      await s.blobs.put('unread/big', bytes)
+      const got = await s.blobs.get('unread/big')
+      expect(got).not.toBeNull()
+      // Nobody reads for longer than the idle timeout.
+      await new Promise((resolve) => setTimeout(resolve, 1500))
+      const err = await got!.arrayBuffer().then(() => expect.fail('an abandoned body was read whole'), (e: unknown) => e)
+      expect(err).toMatchObject({ name: 'SbxdbTransportError', failure: 'timeout' })
+      await s.close()
+    } finally {
+      await sbx.close()
+    }
+  })
+
+  test('closing a test store with an unread body ends that body and deletes the store', async () => {
+    const sbx = await connectUnix()
+    try {
+      const s = await sbx.testStore()
+      await s.blobs.put('unread/big', new Uint8Array(8 << 20).fill(9))
+      const got = await s.blobs.get('unread/big')
+      // With the default 120 s idle timeout, a close waiting for the body
+      // would outlast this case's timeout.
+      await s.close()
+      await expect(got!.arrayBuffer()).rejects.toMatchObject({ name: 'SbxdbTransportError', failure: 'closed' })
+      await expect(s.checkpoints.getHead('t')).rejects.toMatchObject({ code: 'SBXDB_NO_TEST_STORE' })
+    } finally {
+      await sbx.close()
+    }
+  })
+
+  test('a request running when the client closes fails as closed', async () => {
+    const fake = await fakeServer(() => {
+      // never answers
+    })
+    try {
+      const sbx = await connect({ socketPath: fake.socketPath })
+      const pending = sbx.checkpoints.getHead('t')
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      await sbx.close()
+      await transportFailure(pending, ['closed'])
+    } finally {
+      await fake.close()
     }
   })
 })

@@ -1,11 +1,11 @@
 // sbxdb's side of the conformance suites: a client per file (over the
 // unix socket or TCP), a fresh test store per case that is closed when the
-// case ends, a clock the case moves, and raw blob requests on a test
-// store for the sweep cases.
+// case ends, a clock the case moves, and the blob calls of the sweep
+// cases.
 
 import { createHash } from 'node:crypto'
 import { afterAll, beforeAll, expect, inject, onTestFinished } from 'vitest'
-import type { Sbxdb, SbxdbTestStores } from '../../src/index.js'
+import type { BlobRecord, Sbxdb, SbxdbTestStores } from '../../src/index.js'
 import { Transport } from '../../src/transport.js'
 import type { SandboxCheckpointStoreOptions } from '../../src/types.js'
 
@@ -56,60 +56,31 @@ export async function clockedStores(sbx: Sbxdb): Promise<{ stores: SbxdbTestStor
   return { stores, clock }
 }
 
-/** What the server says of a stored blob (docs/API.md, Object info). */
-export interface ObjectInfo {
-  key: string
-  size: number
-  uploaded: number
-  sha256: string
-}
-
 /** The content-addressed key of `bytes` under `prefix`. */
 export function contentKey(prefix: string, bytes: Uint8Array): string {
   return prefix + createHash('sha256').update(bytes).digest('hex')
 }
 
-/** Blob requests sent as they travel (docs/API.md "Blobs and objects"), on one test store. */
-export interface RawBlobs {
-  /** PUT of `bytes` under `key`; a plain object's type in `contentType`. */
-  put: (key: string, bytes: Uint8Array, contentType?: string) => Promise<ObjectInfo>
-  /** Every stored key under `prefix`, in the server's order. */
+/** The blob calls the sweep cases need, on one test store. */
+export interface SweepBlobs {
+  /** A put of `bytes` under `key`; a plain object's type in `contentType`. */
+  put: (key: string, bytes: Uint8Array, contentType?: string) => Promise<BlobRecord>
+  /** Every stored key under `prefix`, in the server's order, through every page. */
   keys: (prefix?: string) => Promise<Array<string>>
 }
 
-function blobPath(key: string): string {
-  return '/v1/blobs/' + key.split('/').map(encodeURIComponent).join('/')
-}
-
-/**
- * Raw blob requests on the test store `stores`, at the clock `now` when
- * given, over the run's unix socket. The connection closes when the case
- * ends.
- */
-export function rawBlobs(stores: SbxdbTestStores, now?: () => number): RawBlobs {
-  const base = Transport.open({ socketPath: inject('socketPath') })
-  onTestFinished(() => base.close())
-  const t = base.withHeaders(() => {
-    const h: Record<string, string> = { 'x-sbxdb-test-store': stores.id }
-    if (now !== undefined) h['x-sbxdb-now'] = String(now())
-    return h
-  })
+/** The blob calls of `stores`, through the package's blob store. */
+export function blobsOf(stores: SbxdbTestStores): SweepBlobs {
   return {
-    async put(key, bytes, contentType = 'application/octet-stream') {
-      const ex = await t.exchange('PUT', blobPath(key), { headers: { 'content-type': contentType }, body: bytes, timeoutBody: true })
-      if (ex.status !== 200) throw await t.errorOf(ex, `PUT ${key}`)
-      return JSON.parse(await t.readText(ex, `PUT ${key}`)) as ObjectInfo
-    },
+    put: (key, bytes, contentType) => stores.blobs.put(key, bytes, contentType === undefined ? {} : { contentType }),
     async keys(prefix = '') {
       const keys: Array<string> = []
-      let cursor: string | null = null
+      let cursor: string | undefined
       do {
-        const q = new URLSearchParams({ prefix })
-        if (cursor !== null) q.set('cursor', cursor)
-        const page: { objects: Array<ObjectInfo>; cursor: string | null } = await t.call('GET', `/v1/blobs?${q}`)
+        const page = await stores.blobs.list(cursor === undefined ? { prefix } : { prefix, cursor })
         keys.push(...page.objects.map((o) => o.key))
-        cursor = page.cursor
-      } while (cursor !== null)
+        cursor = page.truncated ? page.cursor : undefined
+      } while (cursor !== undefined)
       return keys
     },
   }

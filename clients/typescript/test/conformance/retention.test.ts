@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { SandboxCheckpointError } from '../../src/index.js'
 import type { SbxdbCheckpointStore, SandboxCheckpointWriter } from '../../src/index.js'
 import { connectUnix } from '../helpers.js'
-import { clockedStores, contentKey, expectPlainError, freshStores, rawBlobs, testClock, useClient } from './harness.js'
+import { clockedStores, contentKey, expectPlainError, freshStores, blobsOf, testClock, useClient } from './harness.js'
 import {
   appendChain,
   appendTo,
@@ -167,13 +167,13 @@ describe('sweepSandboxBlobs (SPEC §9.7)', () => {
     const clock = testClock(1000)
     const stores = await freshStores(client(), { now: clock.read })
     const cps = stores.checkpoints
-    const blobs = rawBlobs(stores, clock.read)
+    const blobs = blobsOf(stores)
 
     const put = async (prefix: string, content: string): Promise<string> => {
       const bytes = text(content)
       const key = contentKey(prefix, bytes)
       const info = await blobs.put(key, bytes)
-      expect(info).toMatchObject({ key, size: bytes.byteLength, uploaded: clock.now })
+      expect(info).toMatchObject({ key, size: bytes.byteLength, uploaded: new Date(clock.now) })
       return key
     }
     const referenced = await put(filePrefix, 'referenced by a checkpoint')
@@ -227,7 +227,7 @@ describe('sweepSandboxBlobs (SPEC §9.7)', () => {
   it('W4 an olderThan that is negative, NaN, fractional or missing is refused before anything is deleted', async () => {
     const clock = testClock(1000)
     const stores = await freshStores(client(), { now: clock.read })
-    const blobs = rawBlobs(stores, clock.read)
+    const blobs = blobsOf(stores)
     const bytes = text('old and unreferenced')
     const key = contentKey(filePrefix, bytes)
     await blobs.put(key, bytes)

@@ -558,11 +558,34 @@ describe('sbxdb decisions (SPEC §10)', () => {
   })
 })
 
+// Values a JavaScript caller can pass that JSON cannot carry as they are.
+describe('JavaScript inputs JSON has no form for', () => {
+  it('an undefined expectedHeadId is INVALID_ID, as the reference refuses it (JSON would drop it and mean null)', async () => {
+    const { stores } = await store()
+    const cps = stores.checkpoints
+    const w = await writerFor(cps, 'thread-a')
+    await expectRefusedUnchanged(cps, { threads: ['thread-a'], ids: ['1'] },
+      () => cps.append(untyped({ checkpoint: checkpoint('1'), expectedHeadId: undefined, writer: w })), 'SANDBOX_SNAPSHOT_INVALID_ID')
+  })
+
+  it('a BigInt is refused with the code of its member, never a TypeError: createdAt INVALID_ENTRY, fence WRITER_LOST', async () => {
+    const { stores } = await store()
+    const cps = stores.checkpoints
+    const w = await writerFor(cps, 'thread-a')
+    const scope = { threads: ['thread-a'], ids: ['1'] }
+    await expectRefusedUnchanged(cps, scope,
+      () => cps.append({ checkpoint: untyped({ ...checkpoint('1'), createdAt: 1n }), expectedHeadId: null, writer: w }), 'SANDBOX_SNAPSHOT_INVALID_ENTRY')
+    await expectRefusedUnchanged(cps, scope,
+      () => cps.append({ checkpoint: checkpoint('1'), expectedHeadId: null, writer: untyped({ threadId: 'thread-a', ownerToken: w.ownerToken, fence: BigInt(w.fence) }) }),
+      'SANDBOX_SNAPSHOT_WRITER_LOST')
+  })
+})
+
 /** GET /metrics of the server at `socketPath`. */
 async function fetchMetrics(socketPath: string): Promise<string> {
   const t = Transport.open({ socketPath })
   try {
-    const ex = await t.exchange('GET', '/metrics', { timeoutBody: true })
+    const ex = await t.exchange('GET', '/metrics', {})
     expect(ex.status).toBe(200)
     return await t.readText(ex, 'GET /metrics')
   } finally {
@@ -574,7 +597,7 @@ async function fetchMetrics(socketPath: string): Promise<string> {
 async function postJSON(socketPath: string, path: string, body: unknown): Promise<{ status: number; text: string }> {
   const t = Transport.open({ socketPath })
   try {
-    const ex = await t.exchange('POST', path, { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), timeoutBody: true })
+    const ex = await t.exchange('POST', path, { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
     return { status: ex.status, text: await t.readText(ex, `POST ${path}`) }
   } finally {
     t.close()
