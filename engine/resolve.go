@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -144,16 +143,7 @@ func resolve(tx *bolt.Tx, ref string) (string, error) {
 	if len(ref) < MinRefPrefix {
 		return "", chain.Errorf(chain.ErrCheckpointNotFound, "no checkpoint %q (an id prefix needs at least %d bytes)", ref, MinRefPrefix)
 	}
-	var found []string
-	count := 0
-	prefix := []byte(ref)
-	c := tx.Bucket(meta.BucketCheckpoints).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		if count < maxAmbiguousShown {
-			found = append(found, string(k))
-		}
-		count++
-	}
+	found, count := meta.CheckpointsWithPrefix(tx, ref, maxAmbiguousShown)
 	switch count {
 	case 0:
 		return "", chain.Errorf(chain.ErrCheckpointNotFound, "no checkpoint id is or starts with %q", ref)
