@@ -28,6 +28,7 @@ const (
 	CodeInternal         = "SBXDB_INTERNAL"
 	CodeUnavailable      = "SBXDB_UNAVAILABLE"
 	CodeReadOnly         = "SBXDB_READ_ONLY"
+	CodeAmbiguous        = "SBXDB_AMBIGUOUS"
 )
 
 // ErrorBody is the JSON body of every failed request.
@@ -53,6 +54,7 @@ var sentinels = []struct {
 }{
 	{engine.ErrInvalidObject, CodeBadRequest},
 	{engine.ErrBlobInUse, CodeBlobInUse},
+	{engine.ErrAmbiguousRef, CodeAmbiguous},
 	{chain.ErrTooLarge, CodeTooLarge},
 	{cas.ErrKeyMismatch, CodeBlobMismatch},
 	{cas.ErrPinned, CodeBlobInUse},
@@ -104,7 +106,8 @@ func Status(code string) int {
 	case chain.CodeStaleHead, chain.CodeParentMismatch, chain.CodeDuplicateID,
 		chain.CodeNotHead, chain.CodeWriterConflict, chain.CodeWriterLost,
 		chain.CodeForkSourceThreadMismatch, chain.CodeForkDestinationNotEmpty,
-		chain.CodeForeignCheckpointArtifact, chain.CodeAtomicForkRequired, CodeBlobInUse:
+		chain.CodeForeignCheckpointArtifact, chain.CodeAtomicForkRequired, CodeBlobInUse,
+		CodeAmbiguous:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
