@@ -258,20 +258,7 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 		if err != nil {
 			return err
 		}
-		err = meta.ForEachInThread(tx, threadID, func(id string) error {
-			if _, ok := kept[id]; ok {
-				return nil
-			}
-			// The index may name a checkpoint that is missing or of another
-			// thread only in a damaged store; deleting then would be wrong.
-			thread, _, ok, err := meta.CheckpointHeader(tx, id)
-			if err == nil && (!ok || thread != threadID) {
-				err = fmt.Errorf("%w: thread index of %q names checkpoint %q of thread %q (stored: %v)", chain.ErrCorrupt, threadID, id, thread, ok)
-			}
-			deleted = append(deleted, id)
-			return err
-		})
-		if err != nil {
+		if deleted, err = threadCheckpoints(tx, threadID, kept); err != nil {
 			return err
 		}
 		if err := meta.DeleteCheckpoints(tx, deleted); err != nil {
@@ -283,6 +270,27 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 		return nil, err
 	}
 	return deleted, nil
+}
+
+// threadCheckpoints returns the ids of the thread's checkpoints in List
+// order, but for those in skip, each checked to be a stored checkpoint of
+// the thread: the index names a missing one, or one of another thread,
+// only in a damaged store, where deleting it would be wrong (ErrCorrupt).
+// The result is never nil.
+func threadCheckpoints(tx *bolt.Tx, threadID string, skip map[string]struct{}) ([]string, error) {
+	ids := []string{}
+	err := meta.ForEachInThread(tx, threadID, func(id string) error {
+		if _, ok := skip[id]; ok {
+			return nil
+		}
+		thread, _, ok, err := meta.CheckpointHeader(tx, id)
+		if err == nil && (!ok || thread != threadID) {
+			err = fmt.Errorf("%w: thread index of %q names checkpoint %q of thread %q (stored: %v)", chain.ErrCorrupt, threadID, id, thread, ok)
+		}
+		ids = append(ids, id)
+		return err
+	})
+	return ids, err
 }
 
 // keptSet walks at most keep checkpoints from the head through parents,

@@ -161,13 +161,15 @@ func (f *fixture) appendBody(id, createdAt, fence string) string {
 		`"files":[],"conversation":[],"artifacts":[]},"expectedHeadId":"c1","writer":%s}`, id, createdAt, f.writer(fence))
 }
 
-// contractPOSTs are the contract's POST routes.
+// contractPOSTs are the contract's POST routes, and the operator's beside
+// them (threads.go).
 var contractPOSTs = []string{
 	"/v1/checkpoints/get", "/v1/checkpoints/list", "/v1/checkpoints/head", "/v1/checkpoints/append",
 	"/v1/checkpoints/delete-head", "/v1/checkpoints/delete", "/v1/checkpoints/fork",
 	"/v1/leases/acquire", "/v1/leases/renew", "/v1/leases/release", "/v1/leases/unlock",
 	"/v1/transcripts/load", "/v1/transcripts/save",
 	"/v1/instances/get", "/v1/instances/upsert", "/v1/instances/delete",
+	"/v1/checkpoints/resolve", "/v1/threads/delete",
 }
 
 func TestBodiesThatAreNotJSONObjects(t *testing.T) {

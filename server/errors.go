@@ -28,6 +28,7 @@ const (
 	CodeInternal         = "SBXDB_INTERNAL"
 	CodeUnavailable      = "SBXDB_UNAVAILABLE"
 	CodeReadOnly         = "SBXDB_READ_ONLY"
+	CodeAmbiguous        = "SBXDB_AMBIGUOUS"
 	// CodeNoTestStore names a test store that does not exist (any more):
 	// distinct from CodeNotFound, which a blob or object missing from a
 	// store gives, so that a client never reads a deleted store as an
@@ -58,6 +59,7 @@ var sentinels = []struct {
 }{
 	{engine.ErrInvalidObject, CodeBadRequest},
 	{engine.ErrBlobInUse, CodeBlobInUse},
+	{engine.ErrAmbiguousRef, CodeAmbiguous},
 	{chain.ErrTooLarge, CodeTooLarge},
 	{cas.ErrKeyMismatch, CodeBlobMismatch},
 	{cas.ErrPinned, CodeBlobInUse},
@@ -109,7 +111,8 @@ func Status(code string) int {
 	case chain.CodeStaleHead, chain.CodeParentMismatch, chain.CodeDuplicateID,
 		chain.CodeNotHead, chain.CodeWriterConflict, chain.CodeWriterLost,
 		chain.CodeForkSourceThreadMismatch, chain.CodeForkDestinationNotEmpty,
-		chain.CodeForeignCheckpointArtifact, chain.CodeAtomicForkRequired, CodeBlobInUse:
+		chain.CodeForeignCheckpointArtifact, chain.CodeAtomicForkRequired, CodeBlobInUse,
+		CodeAmbiguous:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

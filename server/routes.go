@@ -6,6 +6,7 @@ import "net/http"
 // own file, beside the decoding of its requests.
 func (s *Server) routes() {
 	s.contractRoutes() // contract.go: checkpoints, leases, transcripts, instances
+	s.threadRoutes()   // threads.go: checkpoint references, deleting a thread
 	s.blobRoutes()     // blobs.go: blobs, plain objects, artifact records
 	s.adminRoutes()    // admin.go: health, stats, gc, sweep, check, capture, restore
 	s.mux.HandleFunc(catchAllRoute, func(w http.ResponseWriter, r *http.Request) {

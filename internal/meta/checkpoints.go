@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"encoding/binary"
 	"slices"
 
@@ -12,6 +13,21 @@ import (
 // CheckpointExists reports whether id is stored, without decoding it.
 func CheckpointExists(tx *bolt.Tx, id string) bool {
 	return bucket(tx, BucketCheckpoints).Get([]byte(id)) != nil
+}
+
+// CheckpointsWithPrefix returns the first limit ids, in byte order, of the
+// stored checkpoints whose id starts with prefix, and how many ids start
+// with it: one seek on the checkpoints bucket, keyed by id.
+func CheckpointsWithPrefix(tx *bolt.Tx, prefix string, limit int) (ids []string, n int) {
+	p := []byte(prefix)
+	c := bucket(tx, BucketCheckpoints).Cursor()
+	for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+		if n < limit {
+			ids = append(ids, string(k))
+		}
+		n++
+	}
+	return ids, n
 }
 
 // GetCheckpoint returns the checkpoint id, or nil when it is not stored.

@@ -60,3 +60,13 @@ func decodeMessages(d *Decoder) []json.RawMessage {
 	}
 	return msgs
 }
+
+// DeleteTranscript removes a thread's transcript and reports whether one
+// was saved.
+func DeleteTranscript(tx *bolt.Tx, threadID string) (bool, error) {
+	b := bucket(tx, BucketTranscripts)
+	if b.Get([]byte(threadID)) == nil {
+		return false, nil
+	}
+	return true, b.Delete([]byte(threadID))
+}
