@@ -67,20 +67,11 @@ func runCheck(inv *invocation, _ []string) error {
 	}
 	defer db.Close()
 	opts := engine.CheckStoreOptions{VerifyBlobs: inv.verifyBlobs, Repair: inv.repair}
-	if inv.progress && inv.verifyBlobs {
-		width := 0
-		opts.Progress = func(done, total int) {
-			line := fmt.Sprintf("verifying blobs %d/%d", done, total)
-			fmt.Fprintf(inv.errOut, "\r%s", line)
-			width = len(line)
-		}
-		defer func() {
-			if width > 0 {
-				fmt.Fprintf(inv.errOut, "\r%s\r", strings.Repeat(" ", width))
-			}
-		}()
+	if inv.verifyBlobs {
+		opts.Progress = inv.checkProgress()
 	}
 	rep, err := db.Check(inv.ctx, opts)
+	inv.clearStatus()
 	if err != nil && rep == nil {
 		return err
 	}

@@ -171,6 +171,10 @@ type invocation struct {
 	dryRun          bool           // --dry-run
 	repackThreshold float64        // --repack-threshold
 	verbose         bool           // -v
+
+	// status is the progress line on errOut, once a command drew one
+	// (invocation.statusLine).
+	status *statusLine
 }
 
 func main() {
@@ -247,6 +251,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			err = errors.New("interrupted")
 		}
 		err = inv.serverError(err)
+		inv.clearStatus()
 		fmt.Fprintf(stderr, "sbxdb: %s\n", message(err))
 		return 1
 	}
