@@ -71,11 +71,22 @@ func (s *statusLine) limit() int {
 	return max(1, cols-1)
 }
 
-// draw replaces the line on screen with text, cut to the terminal's width.
-func (s *statusLine) draw(text string) {
+// draw replaces the line on screen with the parts, joined by ", ", most
+// telling first: as many as fit in the terminal's width, and the first cut
+// to it when even that one does not fit.
+func (s *statusLine) draw(parts ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	io.WriteString(s.w, "\r"+truncateCells(text, s.limit())+eraseLine)
+	limit := s.limit()
+	text := parts[0]
+	for _, p := range parts[1:] {
+		longer := text + ", " + p
+		if cells(longer) > limit {
+			break
+		}
+		text = longer
+	}
+	io.WriteString(s.w, "\r"+truncateCells(text, limit)+eraseLine)
 	s.shown = true
 }
 
@@ -123,19 +134,26 @@ func (inv *invocation) clearStatus() {
 	}
 }
 
-// progressLine renders one report of a capture or restore that has run for
-// elapsed, as in
+// progressParts renders one report of a capture or restore that has run
+// for elapsed, with the time left when known (eta), as the parts of
 //
-//	reading 200/1200 files, 2.9 MB/14.0 MB, 31.2 MB/s
+//	reading 200/1200 files, 2.9 MB/14.0 MB, ETA 12s, 31.2 MB/s
 //
-// verb says what is done to the files ("reading", "writing"). The rate is
-// left out until time has passed.
-func progressLine(verb string, p engine.Progress, elapsed time.Duration) string {
-	line := fmt.Sprintf("%s %d/%s, %s/%s", verb, p.Files, count(p.TotalFiles, "file"), size(p.Bytes), size(p.TotalBytes))
-	if s := elapsed.Seconds(); s > 0 {
-		line += ", " + size(int64(float64(p.Bytes)/s)) + "/s"
+// most telling first. verb says what is done to the files ("reading",
+// "writing"). The ETA is left out when eta is "", the rate until time has
+// passed.
+func progressParts(verb string, p engine.Progress, elapsed time.Duration, eta string) []string {
+	parts := []string{
+		fmt.Sprintf("%s %d/%s", verb, p.Files, count(p.TotalFiles, "file")),
+		size(p.Bytes) + "/" + size(p.TotalBytes),
 	}
-	return line
+	if eta != "" {
+		parts = append(parts, "ETA "+eta)
+	}
+	if s := elapsed.Seconds(); s > 0 {
+		parts = append(parts, size(int64(float64(p.Bytes)/s))+"/s")
+	}
+	return parts
 }
 
 // progressPrinter draws the progress lines of a capture or restore on a
@@ -167,11 +185,11 @@ func (pp *progressPrinter) report(p engine.Progress) {
 		return
 	}
 	elapsed := pp.now().Sub(pp.start)
-	text := progressLine(pp.verb, p, elapsed)
+	eta := ""
 	if left, ok := pp.eta.update(elapsed, p.Bytes, p.TotalBytes); ok {
-		text += ", ETA " + etaText(left)
+		eta = etaText(left)
 	}
-	pp.line.draw(text)
+	pp.line.draw(progressParts(pp.verb, p, elapsed, eta)...)
 }
 
 // checkProgressInterval is the least time between two draws of check's
@@ -205,9 +223,10 @@ func newCheckProgress(line *statusLine, now func() time.Time) func(done, total i
 		first, drawn = false, at
 		text := fmt.Sprintf("verifying blobs %d/%d", done, total)
 		if ok {
-			text += ", ETA " + etaText(left)
+			line.draw(text, "ETA "+etaText(left))
+		} else {
+			line.draw(text)
 		}
-		line.draw(text)
 	}
 }
 

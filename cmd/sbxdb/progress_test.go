@@ -29,26 +29,27 @@ func TestSize(t *testing.T) {
 	}
 }
 
-func TestProgressLine(t *testing.T) {
+func TestProgressParts(t *testing.T) {
 	p := engine.Progress{Files: 200, TotalFiles: 1200, Bytes: 2_900_000, TotalBytes: 14_000_000}
 	for _, tc := range []struct {
 		elapsed time.Duration
+		eta     string
 		want    string
 	}{
-		{0, "reading 200/1200 files, 2.9 MB/14.0 MB"},
-		{time.Second, "reading 200/1200 files, 2.9 MB/14.0 MB, 2.9 MB/s"},
-		{100 * time.Millisecond, "reading 200/1200 files, 2.9 MB/14.0 MB, 29.0 MB/s"},
-		{time.Minute, "reading 200/1200 files, 2.9 MB/14.0 MB, 48.3 kB/s"},
+		{0, "", "reading 200/1200 files, 2.9 MB/14.0 MB"},
+		{time.Second, "", "reading 200/1200 files, 2.9 MB/14.0 MB, 2.9 MB/s"},
+		{100 * time.Millisecond, "", "reading 200/1200 files, 2.9 MB/14.0 MB, 29.0 MB/s"},
+		{time.Minute, "4m05s", "reading 200/1200 files, 2.9 MB/14.0 MB, ETA 4m05s, 48.3 kB/s"},
 	} {
-		if got := progressLine("reading", p, tc.elapsed); got != tc.want {
-			t.Errorf("progressLine after %v = %q, want %q", tc.elapsed, got, tc.want)
+		if got := strings.Join(progressParts("reading", p, tc.elapsed, tc.eta), ", "); got != tc.want {
+			t.Errorf("progressParts after %v = %q, want %q", tc.elapsed, got, tc.want)
 		}
 	}
-	if got := progressLine("writing", engine.Progress{}, time.Second); got != "writing 0/0 files, 0 B/0 B, 0 B/s" {
-		t.Errorf("progressLine of nothing = %q", got)
+	if got := strings.Join(progressParts("writing", engine.Progress{}, time.Second, ""), ", "); got != "writing 0/0 files, 0 B/0 B, 0 B/s" {
+		t.Errorf("progressParts of nothing = %q", got)
 	}
-	if got := progressLine("writing", engine.Progress{TotalFiles: 1, TotalBytes: 5}, 0); got != "writing 0/1 file, 0 B/5 B" {
-		t.Errorf("progressLine of one file = %q", got)
+	if got := strings.Join(progressParts("writing", engine.Progress{TotalFiles: 1, TotalBytes: 5}, 0, ""), ", "); got != "writing 0/1 file, 0 B/5 B" {
+		t.Errorf("progressParts of one file = %q", got)
 	}
 }
 
@@ -179,11 +180,21 @@ func TestStatusLineFitsTheTerminal(t *testing.T) {
 				t.Errorf("%d columns: a cut line %q does not end in …", cols, ft.screen())
 			}
 		}
+		// Parts that do not fit are left out whole, the last first.
+		sl.draw("reading 200/1200 files", "2.9 MB/14.0 MB", "ETA 12s", "31.2 MB/s")
+		want := map[int]string{
+			20: "reading 200/1200 f…",
+			40: "reading 200/1200 files, 2.9 MB/14.0 MB",
+			80: "reading 200/1200 files, 2.9 MB/14.0 MB, ETA 12s, 31.2 MB/s",
+		}[cols]
+		if ft.screen() != want {
+			t.Errorf("%d columns: parts drawn as %q, want %q", cols, ft.screen(), want)
+		}
 		sl.clear()
 		if ft.rows != 0 || ft.screen() != "" || ft.col != 0 {
 			t.Errorf("%d columns: %d rows begun, screen %q, cursor at %d after clear; raw %q", cols, ft.rows, ft.screen(), ft.col, ft.raw.String())
 		}
-		if !utf8.Valid(ft.raw.Bytes()) || bytes.ContainsRune(ft.raw.Bytes(), '\n') || strings.Count(ft.raw.String(), "\r") != 51 {
+		if !utf8.Valid(ft.raw.Bytes()) || bytes.ContainsRune(ft.raw.Bytes(), '\n') || strings.Count(ft.raw.String(), "\r") != 52 {
 			t.Errorf("%d columns: raw output %q", cols, ft.raw.String())
 		}
 	}
@@ -244,7 +255,7 @@ func TestProgressPrinter(t *testing.T) {
 	buf.Reset()
 	clock = start.Add(2 * time.Second)
 	pp.report(engine.Progress{Files: 15, TotalFiles: 20, Bytes: 18_000_000, TotalBytes: 24_000_000})
-	if want := "\rwriting 15/20 files, 18.0 MB/24.0 MB, 9.0 MB/s, ETA 1s" + eraseLine; buf.String() != want {
+	if want := "\rwriting 15/20 files, 18.0 MB/24.0 MB, ETA 1s, 9.0 MB/s" + eraseLine; buf.String() != want {
 		t.Errorf("second line: %q, want %q", buf.String(), want)
 	}
 	buf.Reset()
