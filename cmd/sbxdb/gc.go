@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -356,8 +354,8 @@ naming the server: stop the server first.`,
 }
 
 func runCompact(inv *invocation, _ []string) error {
-	if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
-		return openError(inv, engine.ErrNoStore)
+	if err := needStore(inv); err != nil {
+		return err
 	}
 	before, after, err := engine.Compact(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout})
 	if err != nil {

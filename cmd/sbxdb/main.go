@@ -357,8 +357,12 @@ func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// openError words a failure to open the store.
+// openError words a failure to open the store. A store path that is not
+// a directory is said to be so, whatever the failure.
 func openError(inv *invocation, err error) error {
+	if nd := notADirectory(inv); nd != nil {
+		return nd
+	}
 	switch {
 	case errors.Is(err, engine.ErrNoStore):
 		return fmt.Errorf("no sbxdb store at %s", inv.dir)
@@ -371,9 +375,10 @@ func openError(inv *invocation, err error) error {
 }
 
 // message renders err as one line. Engine errors carry "sbxdb: " prefixes
-// of their own, sometimes nested; the report prints the prefix once.
+// of their own, sometimes nested; the report prints the prefix once. Paths
+// longer than maxPathRunes are shortened in the middle (shortenPaths).
 func message(err error) string {
-	return strings.NewReplacer("sbxdb: ", "", "\r", " ", "\n", " ").Replace(err.Error())
+	return shortenPaths(strings.NewReplacer("sbxdb: ", "", "\r", " ", "\n", " ").Replace(err.Error()))
 }
 
 // stringList is a repeatable string flag: each use appends a value.
