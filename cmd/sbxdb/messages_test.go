@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
@@ -201,5 +202,22 @@ func TestCount(t *testing.T) {
 		if got := count(tc.n, "checkpoint"); got != tc.want {
 			t.Errorf("count(%d) = %q, want %q", tc.n, got, tc.want)
 		}
+	}
+}
+
+// gc of a store missing one referenced blob says "1 referenced blob is
+// missing".
+func TestGCMissingBlobCount(t *testing.T) {
+	store := versions(t, 3)
+	db, err := engine.Open(store, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, _ := db.BlobReferences(t.Context())
+	db.Blobs().Delete(t.Context(), refs[0].Key)
+	db.Close()
+	msg := fail(t, "gc", "--db", store, "--older-than", "0")
+	if want := "sweep refused: 1 referenced blob is missing (" + refs[0].Key + ")"; !strings.Contains(msg, want) {
+		t.Errorf("gc: %q, want %q in it", msg, want)
 	}
 }
