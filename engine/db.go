@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sbxdb/sbxdb/cas"
@@ -108,7 +110,12 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	if o.ReadOnly {
 		// bbolt would try to initialise an empty file, and fail. An
 		// empty file beside a blob store is a lost database, not none.
-		if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		st, err := os.Stat(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			// Not "no store": the file may be there, unreadable.
+			return nil, fmt.Errorf("sbxdb: %w", err)
+		}
+		if err != nil || st.Size() == 0 {
 			if err := checkEmptyFile(path); err != nil {
 				return nil, err
 			}

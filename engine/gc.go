@@ -176,6 +176,9 @@ func (r checkedRefs) BlobReferences(ctx context.Context) ([]chain.BlobRef, error
 		return nil, err
 	}
 	if len(missing) > 0 {
+		if len(missing) == 1 {
+			return nil, chain.Errorf(chain.ErrMissingBlob, "sweep refused: 1 referenced blob is missing (%s); run sbxdb check", missing[0])
+		}
 		return nil, chain.Errorf(chain.ErrMissingBlob,
 			"sweep refused: %d referenced blobs are missing (first %s); run sbxdb check", len(missing), missing[0])
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -74,6 +75,9 @@ func classifyOpenError(dir, path string, err error) error {
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		return fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
+	}
+	if strings.Contains(err.Error(), path) {
+		return fmt.Errorf("sbxdb: %w", err) // it names the file already (*fs.PathError)
 	}
 	return fmt.Errorf("sbxdb: open %s: %w", path, err)
 }

@@ -162,8 +162,8 @@ func (inv *invocation) openStore() (*engine.DB, error) {
 	if inv.writes && !inv.creates {
 		// Only capture creates a store: gc or check --repair on a
 		// mistyped path must say so, not make an empty store there.
-		if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
-			return nil, openError(inv, engine.ErrNoStore)
+		if err := needStore(inv); err != nil {
+			return nil, err
 		}
 	}
 	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout})

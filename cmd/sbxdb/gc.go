@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,20 +65,11 @@ func runCheck(inv *invocation, _ []string) error {
 	}
 	defer db.Close()
 	opts := engine.CheckStoreOptions{VerifyBlobs: inv.verifyBlobs, Repair: inv.repair}
-	if inv.progress && inv.verifyBlobs {
-		width := 0
-		opts.Progress = func(done, total int) {
-			line := fmt.Sprintf("verifying blobs %d/%d", done, total)
-			fmt.Fprintf(inv.errOut, "\r%s", line)
-			width = len(line)
-		}
-		defer func() {
-			if width > 0 {
-				fmt.Fprintf(inv.errOut, "\r%s\r", strings.Repeat(" ", width))
-			}
-		}()
+	if inv.verifyBlobs {
+		opts.Progress = inv.checkProgress()
 	}
 	rep, err := db.Check(inv.ctx, opts)
+	inv.clearStatus()
 	if err != nil && rep == nil {
 		return err
 	}
@@ -365,8 +354,8 @@ naming the server: stop the server first.`,
 }
 
 func runCompact(inv *invocation, _ []string) error {
-	if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
-		return openError(inv, engine.ErrNoStore)
+	if err := needStore(inv); err != nil {
+		return err
 	}
 	before, after, err := engine.Compact(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout})
 	if err != nil {

@@ -98,7 +98,11 @@ func runLog(inv *invocation, args []string) error {
 		fmt.Fprintf(inv.out, "parent %s missing (pruned)\n", cell(id))
 	}
 	if off := len(list) - len(rows); off > 0 {
-		fmt.Fprintf(inv.out, "%d more checkpoint(s) of thread %s are not on the head chain\n", off, cell(thread))
+		verb := "are"
+		if off == 1 {
+			verb = "is"
+		}
+		fmt.Fprintf(inv.out, "%s of thread %s %s not on the head chain\n", count(off, "more checkpoint"), cell(thread), verb)
 	}
 	return nil
 }

@@ -171,6 +171,10 @@ type invocation struct {
 	dryRun          bool           // --dry-run
 	repackThreshold float64        // --repack-threshold
 	verbose         bool           // -v
+
+	// status is the progress line on errOut, once a command drew one
+	// (invocation.statusLine).
+	status *statusLine
 }
 
 func main() {
@@ -247,6 +251,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			err = errors.New("interrupted")
 		}
 		err = inv.serverError(err)
+		inv.clearStatus()
 		fmt.Fprintf(stderr, "sbxdb: %s\n", message(err))
 		return 1
 	}
@@ -352,8 +357,12 @@ func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// openError words a failure to open the store.
+// openError words a failure to open the store. A store path that is not
+// a directory is said to be so, whatever the failure.
 func openError(inv *invocation, err error) error {
+	if nd := notADirectory(inv); nd != nil {
+		return nd
+	}
 	switch {
 	case errors.Is(err, engine.ErrNoStore):
 		return fmt.Errorf("no sbxdb store at %s", inv.dir)
@@ -366,9 +375,10 @@ func openError(inv *invocation, err error) error {
 }
 
 // message renders err as one line. Engine errors carry "sbxdb: " prefixes
-// of their own, sometimes nested; the report prints the prefix once.
+// of their own, sometimes nested; the report prints the prefix once. Paths
+// longer than maxPathRunes are shortened in the middle (shortenPaths).
 func message(err error) string {
-	return strings.NewReplacer("sbxdb: ", "", "\r", " ", "\n", " ").Replace(err.Error())
+	return shortenPaths(strings.NewReplacer("sbxdb: ", "", "\r", " ", "\n", " ").Replace(err.Error()))
 }
 
 // stringList is a repeatable string flag: each use appends a value.

@@ -421,7 +421,7 @@ func TestFailures(t *testing.T) {
 		{[]string{"threads", "--db", missing}, 1, "sbxdb: no sbxdb store at " + missing + "\n"},
 		{[]string{"show", "c1", "--db", missing}, 1, "sbxdb: no sbxdb store at " + missing + "\n"},
 		{[]string{"refs", "--db", empty}, 1, "sbxdb: no sbxdb store at " + empty + "\n"},
-		{[]string{"refs", "--db", notDir}, 1, "sbxdb: no sbxdb store at " + notDir + "\n"},
+		{[]string{"refs", "--db", notDir}, 1, "sbxdb: --db " + notDir + " is a regular file, not a store directory\n"},
 	} {
 		code, out, errOut := cli(t, tc.args...)
 		if tc.code == 2 {

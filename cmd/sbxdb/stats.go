@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sbxdb/sbxdb/engine"
@@ -76,8 +74,8 @@ naming the server: stop the server first.`,
 }
 
 func runMigrate(inv *invocation, _ []string) error {
-	if _, err := os.Stat(filepath.Join(inv.dir, engine.DBFile)); err != nil {
-		return openError(inv, engine.ErrNoStore)
+	if err := needStore(inv); err != nil {
+		return err
 	}
 	start := time.Now()
 	from, to, err := engine.Migrate(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout})

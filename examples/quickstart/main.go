@@ -37,33 +37,37 @@ func main() {
 	if flag.NArg() > 0 {
 		workspace = flag.Arg(0)
 	}
-	if err := run(context.Background(), *dir, *thread, workspace, *out); err != nil {
+	if err := run(context.Background(), os.Stdout, *dir, *thread, workspace, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dir, thread, workspace, out string) error {
+// run captures workspace on thread in the store dir, restores the
+// checkpoint into out (a temporary directory when ""), checks the copy,
+// and reports each step on w.
+func run(ctx context.Context, w io.Writer, dir, thread, workspace, out string) error {
 	db, err := engine.Open(dir, nil)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 
-	w, err := db.AcquireWriter(ctx, thread)
+	lease, err := db.AcquireWriter(ctx, thread)
 	if err != nil {
 		return err
 	}
-	res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: workspace})
-	if rerr := w.Release(ctx); err == nil {
+	res, err := db.Capture(ctx, engine.CaptureInput{Writer: lease.Writer, Dir: workspace})
+	if rerr := lease.Release(ctx); err == nil {
 		err = rerr
 	}
 	if err != nil {
 		return err
 	}
 	s := res.Stats
-	fmt.Printf("captured %s: %d files (%.1f MB), %d empty dirs, %d symlinks; %d unchanged, %d read, %d new blobs (%.1f MB stored)\n",
-		res.Checkpoint.ID, s.Files, float64(s.Bytes)/1e6, s.Dirs, s.Symlinks, s.Unchanged, s.FilesRead, s.BlobsNew, float64(s.BytesNew)/1e6)
+	fmt.Fprintf(w, "captured %s: %s (%.1f MB), %s, %s; %d unchanged, %d read, %s (%.1f MB stored)\n",
+		res.Checkpoint.ID, count(s.Files, "file"), float64(s.Bytes)/1e6, count(s.Dirs, "empty dir"), count(s.Symlinks, "symlink"),
+		s.Unchanged, s.FilesRead, count(s.BlobsNew, "new blob"), float64(s.BytesNew)/1e6)
 
 	if out == "" {
 		tmp, err := os.MkdirTemp("", "sbxdb-quickstart-")
@@ -80,14 +84,22 @@ func run(ctx context.Context, dir, thread, workspace, out string) error {
 	if err := verify(res.Checkpoint, out); err != nil {
 		return fmt.Errorf("restored copy differs: %w", err)
 	}
-	fmt.Printf("restored into %s: %d files (%.1f MB), byte-exact\n", out, rs.Files, float64(rs.Bytes)/1e6)
+	fmt.Fprintf(w, "restored into %s: %s (%.1f MB), byte-exact\n", out, count(rs.Files, "file"), float64(rs.Bytes)/1e6)
 
 	list, err := db.List(ctx, thread)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("thread %s: %d checkpoints in %s\n", thread, len(list), dir)
+	fmt.Fprintf(w, "thread %s: %s in %s\n", thread, count(len(list), "checkpoint"), dir)
 	return nil
+}
+
+// count renders n things, as in "1 checkpoint" or "3 checkpoints".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // verify re-reads the restored tree and compares it with the manifest.
