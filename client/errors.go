@@ -65,6 +65,7 @@ var byCode = map[string]error{
 	"SBXDB_INTERNAL":           ErrInternal,
 	"SBXDB_UNAVAILABLE":        ErrUnavailable,
 	"SBXDB_READ_ONLY":          engine.ErrReadOnly,
+	"SBXDB_EMPTY_CAPTURE":      engine.ErrEmptyCapture,
 }
 
 // Error is a failure the server reported. It matches the sentinel of its

@@ -28,6 +28,7 @@ const (
 	CodeInternal         = "SBXDB_INTERNAL"
 	CodeUnavailable      = "SBXDB_UNAVAILABLE"
 	CodeReadOnly         = "SBXDB_READ_ONLY"
+	CodeEmptyCapture     = "SBXDB_EMPTY_CAPTURE"
 )
 
 // ErrorBody is the JSON body of every failed request.
@@ -61,6 +62,7 @@ var sentinels = []struct {
 	{chain.ErrCorrupt, CodeCorrupt},
 	{cas.ErrCorrupt, CodeCorrupt},
 	{engine.ErrReadOnly, CodeReadOnly},
+	{engine.ErrEmptyCapture, CodeEmptyCapture},
 	{cas.ErrReadOnly, CodeReadOnly},
 	{engine.ErrClosed, CodeUnavailable},
 	{context.Canceled, CodeUnavailable},
@@ -90,7 +92,7 @@ func Status(code string) int {
 	switch code {
 	case chain.CodeInvalidID, chain.CodeInvalidEntry, chain.CodeInvalidPath,
 		chain.CodeInvalidWorkspace, chain.CodeUnsupportedEntry,
-		CodeBadRequest, CodeBlobMismatch:
+		CodeBadRequest, CodeBlobMismatch, CodeEmptyCapture:
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
