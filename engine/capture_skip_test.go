@@ -144,12 +144,14 @@ func TestCaptureUnsupportedEntries(t *testing.T) {
 	}
 }
 
-// TestCaptureUnsupportedNotIncluded: a named pipe the policy leaves out is
-// counted, not refused.
+// TestCaptureUnsupportedNotIncluded: a named pipe, or a name a manifest
+// cannot hold, that the policy leaves out is counted, not refused.
 func TestCaptureUnsupportedNotIncluded(t *testing.T) {
 	f := newCaptureFixture(t)
 	ws := filepath.Join(t.TempDir(), "ws")
 	write(t, ws, "src/a.go", []byte("package a"), 0o644)
+	write(t, ws, ".env\xff", []byte("S=1"), 0o644)
+	write(t, ws, `src/a\b.pipe`, []byte("x"), 0o644)
 	if err := unix.Mkfifo(filepath.Join(ws, "fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +163,8 @@ func TestCaptureUnsupportedNotIncluded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]int{"not included": 1, "--exclude *.pipe": 1}; !maps.Equal(res.Stats.ExcludedByRule, want) || len(res.Warnings) != 0 {
-		t.Errorf("stats %+v, warnings %v", res.Stats, res.Warnings)
+	if want := map[string]int{"not included": 1, "--exclude *.pipe": 2, ".env*": 1}; !maps.Equal(res.Stats.ExcludedByRule, want) || len(res.Warnings) != 0 {
+		t.Errorf("stats %+v, warnings %v; want %v excluded", res.Stats, res.Warnings, want)
 	}
 }
 
