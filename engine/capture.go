@@ -118,7 +118,7 @@ type CaptureStats struct {
 	// workspace.Policy.SkipRule (".git", "node_modules", ".env*",
 	// "CLAUDE.md", "GEMINI.md", "skills", "marker", "exclude", and
 	// "--exclude GLOB" for each exclude glob) and workspace.RuleNotIncluded
-	// ("not included") for the files and symlinks no include matched.
+	// ("not included") for the entries, directories aside, no include matched.
 	// Excluded is the sum of the counts. An excluded directory counts
 	// once: what lies beneath it is not walked. The store's own directory,
 	// when it lies in the workspace, is not counted. ExcludedByRule is

@@ -66,7 +66,7 @@ const (
 	RuleSkills      = "skills"       // .claude/skills/<name>, .codex/skills/<name>, .grok/skills/<name>
 	RuleMarker      = "marker"       // the projection marker, protected under any policy
 	RuleExclude     = "exclude"      // the caller's Exclude func
-	// RuleNotIncluded names a file or symlink that no include matched
+	// RuleNotIncluded names an entry, not a directory, that no include matched
 	// (Wants false); SkipRule never returns it.
 	RuleNotIncluded = "not included"
 )
