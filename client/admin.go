@@ -107,6 +107,12 @@ type CaptureRequest struct {
 	Secrets                             []string
 	AllowEscapingSymlinks, FailOnChange bool
 	Rehash                              bool
+	// NoDefaultExcludes drops the default exclusions
+	// (workspace.Policy.NoDefaultExclude); a restore of the checkpoint
+	// must say the same.
+	NoDefaultExcludes bool
+	// SkipUnsupported and RequireFiles are engine.CaptureInput's.
+	SkipUnsupported, RequireFiles bool
 	// Progress, if set, receives the server's progress reports.
 	Progress func(engine.Progress)
 }
@@ -121,6 +127,7 @@ func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.Captur
 		"reason": chain.WireString(in.Reason), "createdAt": in.CreatedAt, "sourceRunId": chain.WireString(in.SourceRunID),
 		"excludes": texts(in.Excludes), "includes": texts(in.Includes), "secrets": adminStrings(in.Secrets),
 		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "failOnChange": in.FailOnChange, "rehash": in.Rehash,
+		"noDefaultExcludes": in.NoDefaultExcludes, "skipUnsupported": in.SkipUnsupported, "requireFiles": in.RequireFiles,
 	}
 	if in.Conversation != nil {
 		body["conversation"] = in.Conversation
@@ -146,7 +153,9 @@ type RestoreRequest struct {
 	CheckpointID, Dir     string
 	Excludes, Includes    []string
 	AllowEscapingSymlinks bool
-	Progress              func(engine.Progress)
+	// NoDefaultExcludes must be what the capture said.
+	NoDefaultExcludes bool
+	Progress          func(engine.Progress)
 }
 
 // Restore writes the tree of a checkpoint into in.Dir on the server's
@@ -154,7 +163,7 @@ type RestoreRequest struct {
 func (c *Client) Restore(ctx context.Context, in RestoreRequest) (engine.RestoreStats, error) {
 	body := map[string]any{
 		"checkpointId": chain.WireString(in.CheckpointID), "dir": text(in.Dir), "excludes": texts(in.Excludes), "includes": texts(in.Includes),
-		"allowEscapingSymlinks": in.AllowEscapingSymlinks,
+		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "noDefaultExcludes": in.NoDefaultExcludes,
 	}
 	var st engine.RestoreStats
 	err := c.maintain(ctx, "/v1/restore", body, workProgress(in.Progress), &st)

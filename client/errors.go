@@ -66,6 +66,7 @@ var byCode = map[string]error{
 	"SBXDB_UNAVAILABLE":        ErrUnavailable,
 	"SBXDB_READ_ONLY":          engine.ErrReadOnly,
 	"SBXDB_AMBIGUOUS":          engine.ErrAmbiguousRef,
+	"SBXDB_EMPTY_CAPTURE":      engine.ErrEmptyCapture,
 }
 
 // Error is a failure the server reported. It matches the sentinel of its

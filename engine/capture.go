@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,20 @@ type CaptureInput struct {
 	// written in ways that do not move a file's times, such as through a
 	// shared mmap (see capture_statcache.go).
 	Rehash bool
+	// SkipUnsupported leaves out, with one EntrySkipped warning each, the
+	// entries that otherwise fail the whole capture: named pipes, sockets
+	// and devices, files, symlinks and directories that cannot be opened
+	// or read (permission denied, an I/O error), names a manifest cannot
+	// hold (not valid UTF-8, a backslash, a drive prefix), and symlinks
+	// with an invalid target or, without AllowEscapingSymlinks, one that
+	// leaves the workspace. The workspace root itself must still be
+	// readable.
+	SkipUnsupported bool
+	// RequireFiles makes a capture that would record no regular file and
+	// no symlink fail with ErrEmptyCapture, appending nothing: an include
+	// that matched nothing is a mistake, not an empty checkpoint. Empty
+	// directories do not count.
+	RequireFiles bool
 }
 
 // Progress reports a capture's or restore's advance.
@@ -96,6 +111,20 @@ type CaptureStats struct {
 	// CaptureResult.Warnings.
 	Changed  int `json:"changed"`
 	Vanished int `json:"vanished"`
+	// Entries left out as unsupported or unreadable under
+	// CaptureInput.SkipUnsupported, each named in CaptureResult.Warnings.
+	Skipped int `json:"skipped"`
+	// Entries the policy left out, and their counts by rule: the names of
+	// workspace.Policy.SkipRule (".git", "node_modules", ".env*",
+	// "CLAUDE.md", "GEMINI.md", "skills", "marker", "exclude", and
+	// "--exclude GLOB" for each exclude glob) and workspace.RuleNotIncluded
+	// ("not included") for the entries, directories aside, no include matched.
+	// Excluded is the sum of the counts. An excluded directory counts
+	// once: what lies beneath it is not walked. The store's own directory,
+	// when it lies in the workspace, is not counted. ExcludedByRule is
+	// never nil in a CaptureResult.
+	Excluded       int            `json:"excluded"`
+	ExcludedByRule map[string]int `json:"excludedByRule"`
 }
 
 // CaptureResult is the appended checkpoint and what it took.
@@ -103,12 +132,13 @@ type CaptureResult struct {
 	Checkpoint *chain.Checkpoint
 	Stats      CaptureStats
 	// Warnings names each file that changed and each file or directory
-	// that vanished while the capture ran, sorted by path.
+	// that vanished while the capture ran, and each entry skipped as
+	// unsupported, sorted by path.
 	Warnings []CaptureWarning
 }
 
 // EntryChange says what happened to a workspace entry while it was
-// captured.
+// captured: the kind of a CaptureWarning.
 type EntryChange string
 
 const (
@@ -120,9 +150,15 @@ const (
 	// EntryVanished: the file or directory was removed, or replaced by a
 	// symlink or something else, before it could be read. It is left out.
 	EntryVanished EntryChange = "vanished"
+	// EntrySkipped: the entry is unsupported or cannot be read, and
+	// CaptureInput.SkipUnsupported left it out. The detail says why: "a
+	// named pipe", "cannot be read: permission denied", "the name is not
+	// valid UTF-8".
+	EntrySkipped EntryChange = "skipped"
 )
 
-// CaptureWarning names an entry that changed or vanished during a capture.
+// CaptureWarning names an entry that changed, vanished or was skipped
+// during a capture.
 type CaptureWarning struct {
 	Path   string      `json:"path"`
 	What   EntryChange `json:"what"`
@@ -150,8 +186,14 @@ func (e *WorkspaceChangedError) Unwrap() []error {
 	return []error{chain.ErrInvalidWorkspace, ErrWorkspaceChanged}
 }
 
-// changeLog collects what changed or vanished while a capture ran; a
-// strict log makes the first report an error instead.
+// ErrEmptyCapture matches the error of a capture that
+// CaptureInput.RequireFiles stopped because it would record no file. Its
+// message names the includes, if any, and the workspace.
+var ErrEmptyCapture = errors.New("sbxdb: capture would record no file")
+
+// changeLog collects what changed or vanished while a capture ran, and
+// what was skipped as unsupported; a strict log makes the first change an
+// error instead.
 type changeLog struct {
 	strict   bool
 	mu       sync.Mutex
@@ -163,10 +205,19 @@ func (l *changeLog) report(path string, what EntryChange, detail string) error {
 	if l.strict {
 		return &WorkspaceChangedError{Warning: w}
 	}
+	l.add(w)
+	return nil
+}
+
+// skip records an entry left out as unsupported; strict or not.
+func (l *changeLog) skip(path, detail string) {
+	l.add(CaptureWarning{Path: path, What: EntrySkipped, Detail: detail})
+}
+
+func (l *changeLog) add(w CaptureWarning) {
 	l.mu.Lock()
 	l.warnings = append(l.warnings, w)
 	l.mu.Unlock()
-	return nil
 }
 
 // smallFile is the size up to which a file is read whole into memory and
@@ -210,7 +261,7 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}
 
 	c := &capture{db: db, root: root, dir: rootDir, redactor: redactor, batch: db.blobs.NewBatch(),
-		changes: &changeLog{strict: in.FailOnChange}}
+		changes: &changeLog{strict: in.FailOnChange}, skipUnsupported: in.SkipUnsupported}
 	defer c.batch.Close() // after the append: the batch pins its keys until then
 	// A cached digest is only good while its blob is stored; pinned, it
 	// stays stored until the append has committed. Every key the cache
@@ -228,8 +279,8 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}()
 	started := time.Now()
 	storeDir, _ := filepath.Abs(db.dir)
-	tree, err := walkTree(ctx, &walkInput{root: root, dir: rootDir, skip: storeDir, pol: &in.Policy,
-		allowEscape: in.AllowEscapingSymlinks, changes: c.changes, point: db.point})
+	tree, excluded, err := walkTree(ctx, &walkInput{root: root, dir: rootDir, skip: storeDir, pol: &in.Policy,
+		allowEscape: in.AllowEscapingSymlinks, skipUnsupported: in.SkipUnsupported, changes: c.changes, point: db.point})
 	pin := <-pins
 	if err == nil {
 		err = pin.err
@@ -250,10 +301,13 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, err
 	}
-	if c.vanished.Load() {
+	if c.dropped.Load() {
 		tree = dropVanished(tree)
 	}
-	c.count(tree)
+	c.count(tree, excluded)
+	if in.RequireFiles && c.stats.Files+c.stats.Symlinks == 0 {
+		return nil, emptyCapture(&in.Policy, root, c.stats.Excluded)
+	}
 	if err := db.point("capture.beforeCommit"); err != nil {
 		return nil, err
 	}
@@ -279,7 +333,9 @@ type capture struct {
 	batch    *cas.Batch
 	progress progressCounters
 	changes  *changeLog
-	vanished atomic.Bool // a file to read had vanished: the tree needs dropVanished
+	dropped  atomic.Bool // a file to read had vanished or was skipped: the tree needs dropVanished
+	// skipUnsupported leaves out a file that cannot be read, with a warning.
+	skipUnsupported bool
 
 	mu    sync.Mutex // guards stats while files are read
 	stats CaptureStats
@@ -398,9 +454,15 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 		if err != nil {
 			return buf, err
 		}
+		if r.skipped {
+			w.gone = true
+			c.dropped.Store(true)
+			c.changes.skip(w.path, r.detail)
+			return buf, nil
+		}
 		if r.gone {
 			w.gone = true
-			c.vanished.Store(true)
+			c.dropped.Store(true)
 			return buf, c.changes.report(w.path, EntryVanished, r.detail)
 		}
 		if !r.consistent && (!last || c.changes.strict) {
@@ -449,7 +511,17 @@ type fileRead struct {
 	dev        uint64
 	consistent bool   // st was the stat before the read, and the bytes were its size
 	gone       bool   // nothing to read: vanished, or not a regular file now
-	detail     string // why gone
+	skipped    bool   // the file cannot be opened or read, and is left out
+	detail     string // why gone or skipped
+}
+
+// unreadable is the outcome of a file that cannot be opened or read: an
+// error, or when unsupported entries are skipped, a read that leaves it out.
+func (c *capture) unreadable(w *walked, err error) (fileRead, error) {
+	if !c.skipUnsupported {
+		return fileRead{}, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+	}
+	return fileRead{skipped: true, detail: "cannot be read: " + errReason(err)}, nil
 }
 
 // readFile reads the file of w once and stores its bytes if the read was
@@ -458,11 +530,18 @@ type fileRead struct {
 func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev fileStat, prevDev uint64, keepInconsistent bool) (fileRead, []byte, error) {
 	var out fileRead
 	f, err := vfs.OpenBeneath(c.dir, w.path)
+	if err == nil {
+		if perr := c.db.point("capture.open"); perr != nil { // an injected failure to open
+			f.Close()
+			f, err = nil, perr
+		}
+	}
 	if err != nil {
 		if vfs.IsGone(err) {
 			return fileRead{gone: true, detail: "the file vanished, or became a symlink, before it was read"}, buf, nil
 		}
-		return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+		out, err = c.unreadable(w, err)
+		return out, buf, err
 	}
 	defer f.Close()
 	notRegular := fileRead{gone: true, detail: "the file was replaced by something other than a regular file before it was read"}
@@ -485,7 +564,8 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 				return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
 			}
 		case rerr != nil:
-			return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, rerr)
+			out, err = c.unreadable(w, rerr)
+			return out, buf, err
 		default:
 			out.st, out.dev = st, dev
 			out.consistent = st == prev && dev == prevDev && int64(len(buf)) == st.size
@@ -527,6 +607,10 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 	if errors.Is(err, errChangedWhileRead) {
 		return out, buf, nil
 	}
+	if err != nil && sr.readErr != nil {
+		out, err = c.unreadable(w, sr.readErr)
+		return out, buf, err
+	}
 	if err != nil {
 		return out, buf, fmt.Errorf("capture %q: %w", w.path, err)
 	}
@@ -538,12 +622,13 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 // then on. (The blob store's AddReader stops between chunks once its
 // context ends.)
 type streamReader struct {
-	f      *vfs.Reader
-	point  func(string) error
-	n      int64 // bytes read
-	atEOF  func() error
-	ended  bool
-	endErr error // atEOF's error, or io.EOF
+	f       *vfs.Reader
+	point   func(string) error
+	n       int64 // bytes read
+	atEOF   func() error
+	ended   bool
+	endErr  error // atEOF's error, or io.EOF
+	readErr error // the file's read failed
 }
 
 func (s *streamReader) Read(p []byte) (int, error) {
@@ -553,6 +638,8 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	n, err := s.f.Read(p)
 	s.n += int64(n)
 	switch {
+	case err != nil && err != io.EOF:
+		s.readErr = err
 	case err == io.EOF:
 		s.ended, s.endErr = true, io.EOF
 		if eerr := s.atEOF(); eerr != nil {
@@ -598,8 +685,16 @@ func dropVanished(tree []walked) []walked {
 	return out
 }
 
-// count sets the manifest's entry counts and total size in the stats.
-func (c *capture) count(tree []walked) {
+// count sets the manifest's entry counts and total size in the stats, and
+// the counts of the warnings and of what the policy excluded.
+func (c *capture) count(tree []walked, excluded map[string]int) {
+	if excluded == nil {
+		excluded = map[string]int{}
+	}
+	c.stats.ExcludedByRule, c.stats.Excluded = excluded, 0
+	for _, n := range excluded {
+		c.stats.Excluded += n
+	}
 	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Bytes = 0, 0, 0, 0
 	for i := range tree {
 		switch tree[i].kind {
@@ -613,12 +708,33 @@ func (c *capture) count(tree []walked) {
 		}
 	}
 	for _, w := range c.changes.warnings {
-		if w.What == EntryChanged {
+		switch w.What {
+		case EntryChanged:
 			c.stats.Changed++
-		} else {
+		case EntryVanished:
 			c.stats.Vanished++
+		case EntrySkipped:
+			c.stats.Skipped++
 		}
 	}
+}
+
+// emptyCapture is the error of a capture that RequireFiles stopped.
+func emptyCapture(pol *workspace.Policy, root string, excluded int) error {
+	entries := "entries"
+	if excluded == 1 {
+		entries = "entry"
+	}
+	inc := pol.IncludePatterns()
+	if len(inc) == 0 {
+		return fmt.Errorf("%w: %s holds no file the policy records (%d %s excluded by policy)", ErrEmptyCapture, root, excluded, entries)
+	}
+	quoted := make([]string, len(inc))
+	for i, g := range inc {
+		quoted[i] = strconv.Quote(g)
+	}
+	return fmt.Errorf("%w: includes %s match no file in %s (%d %s excluded by policy)",
+		ErrEmptyCapture, strings.Join(quoted, ", "), root, excluded, entries)
 }
 
 // manifest builds the checkpoint's entries from the walk, every file's

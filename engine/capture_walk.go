@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -48,8 +50,13 @@ type walkInput struct {
 	skip        string
 	pol         *workspace.Policy
 	allowEscape bool
+	// skipUnsupported leaves out, with a warning in changes, what would
+	// otherwise fail the walk as unsupported or unreadable (see
+	// CaptureInput.SkipUnsupported).
+	skipUnsupported bool
 	// changes receives the directories and files that vanish while they
-	// are walked; a strict log makes that an error.
+	// are walked, where a strict log makes that an error, and the entries
+	// skipped as unsupported.
 	changes *changeLog
 	// point runs a test hook by name (DB.point); nil runs none.
 	point func(name string) error
@@ -58,7 +65,9 @@ type walkInput struct {
 // walkTree lists what a capture records of the tree beneath in.dir under
 // in.pol (SPEC §6.4, §10 Q5): regular files, directories with nothing
 // recorded beneath them, and symlinks, sorted by path bytes. Directories are
-// read in parallel; an excluded directory is not read at all.
+// read in parallel; an excluded directory is not read at all. excluded
+// counts the entries the policy left out by rule (workspace.Policy.SkipRule,
+// workspace.RuleNotIncluded); an excluded directory counts once.
 //
 // Every directory is opened beneath in.dir following no symlink on the
 // way (vfs.OpenDirBeneath), and each name in it is stat'ed and read
@@ -66,7 +75,7 @@ type walkInput struct {
 // symlink meanwhile is never followed out of the tree. A directory or file
 // that vanishes (or becomes a symlink) between being listed and being
 // opened is left out and reported to in.changes.
-func walkTree(ctx context.Context, in *walkInput) ([]walked, error) {
+func walkTree(ctx context.Context, in *walkInput) (tree []walked, excluded map[string]int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	point := in.point
@@ -74,30 +83,69 @@ func walkTree(ctx context.Context, in *walkInput) ([]walked, error) {
 		point = func(string) error { return nil }
 	}
 	w := &walker{ctx: ctx, in: in, point: point,
-		sem: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), cancel: cancel}
+		sem: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), cancel: cancel, excluded: map[string]int{}}
 	top := &dirNode{}
 	w.wg.Add(1)
 	go w.dir(top)
 	w.wg.Wait()
 	if w.err != nil {
-		return nil, w.err
+		return nil, nil, w.err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := top.flatten(make([]walked, 0, w.entries.Load()))
 	if !in.allowEscape {
-		links := map[string]string{}
-		for i := range out {
-			if out[i].kind == chain.KindSymlink {
-				links[out[i].path] = out[i].target
-			}
-		}
-		if err := checkLinks(links); err != nil {
-			return nil, err
+		out, err = w.dropEscapingLinks(out)
+		if err != nil {
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return out, w.excluded, nil
+}
+
+// dropEscapingLinks refuses the tree if a symlink in it leaves the root
+// (checkLinks) or, when unsupported entries are skipped, leaves out each
+// such symlink with a warning. The check repeats on the symlinks that
+// remain until none leaves, so what is recorded always passes checkLinks.
+func (w *walker) dropEscapingLinks(tree []walked) ([]walked, error) {
+	links := map[string]string{}
+	for i := range tree {
+		if tree[i].kind == chain.KindSymlink {
+			links[tree[i].path] = tree[i].target
+		}
+	}
+	if !w.in.skipUnsupported || len(links) == 0 {
+		return tree, checkLinks(links)
+	}
+	dropped := map[string]bool{}
+	for {
+		var leaving []string
+		for _, p := range slices.Sorted(maps.Keys(links)) {
+			if linkLeaves(links, p) {
+				leaving = append(leaving, p)
+			}
+		}
+		if len(leaving) == 0 {
+			break
+		}
+		for _, p := range leaving {
+			w.in.changes.skip(p, fmt.Sprintf("a symlink to %q, outside the workspace", links[p]))
+			dropped[p] = true
+		}
+		for _, p := range leaving {
+			delete(links, p)
+		}
+	}
+	if len(dropped) == 0 {
+		return tree, nil
+	}
+	for i := range tree {
+		if dropped[tree[i].path] {
+			tree[i].gone = true
+		}
+	}
+	return dropVanished(tree), nil
 }
 
 // openWorkspace opens the workspace root for a capture. The root itself
@@ -191,8 +239,9 @@ type walker struct {
 
 	entries atomic.Int64 // files and symlinks found, to size the list
 
-	mu  sync.Mutex
-	err error
+	mu       sync.Mutex
+	err      error
+	excluded map[string]int // entries left out by policy, by rule; under mu
 }
 
 func (w *walker) fail(err error) {
@@ -231,6 +280,26 @@ func (w *walker) vanished(p, detail string) error {
 	return w.in.changes.report(p, EntryVanished, detail)
 }
 
+// unsupported returns err, the refusal of the entry p, unless unsupported
+// entries are skipped: then p is left out with a warning saying why, and
+// the walk goes on.
+func (w *walker) unsupported(p, why string, err error) error {
+	if !w.in.skipUnsupported {
+		return err
+	}
+	w.in.changes.skip(p, why)
+	return nil
+}
+
+// countExcluded adds one directory's counts of entries left out by policy.
+func (w *walker) countExcluded(counts map[string]int) {
+	w.mu.Lock()
+	for rule, n := range counts {
+		w.excluded[rule] += n
+	}
+	w.mu.Unlock()
+}
+
 func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) {
 	rel := n.rel
 	if err := w.ctx.Err(); err != nil {
@@ -244,12 +313,18 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		name = "."
 	}
 	f, err := vfs.OpenDirBeneath(w.in.dir, name)
+	if err == nil && rel != "" {
+		if perr := w.point("capture.openDir"); perr != nil { // an injected failure to open
+			f.Close()
+			f, err = nil, perr
+		}
+	}
 	if err != nil {
 		if vfs.IsGone(err) && rel != "" {
 			n.gone = true
 			return nil, nil, w.vanished(rel, "the directory vanished, or became a symlink, before it was read")
 		}
-		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
+		return nil, nil, w.unreadableDir(n, err)
 	}
 	defer f.Close()
 	ents, err := f.ReadDir(-1)
@@ -258,7 +333,14 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 			n.gone = true
 			return nil, nil, w.vanished(rel, "the directory was removed while it was read")
 		}
-		return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", rel, err)
+		return nil, nil, w.unreadableDir(n, err)
+	}
+	var excluded map[string]int // left out by policy, by rule
+	exclude := func(rule string) {
+		if excluded == nil {
+			excluded = map[string]int{}
+		}
+		excluded[rule]++
 	}
 	abs := f.Name()
 	for _, d := range ents {
@@ -267,19 +349,35 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		if rel != "" {
 			p = rel + "/" + name
 		}
-		if err := checkName(p, name); err != nil {
-			return nil, nil, err
-		}
 		t := d.Type()
+		kind := chain.KindFile // special files are asked about as files
 		switch {
 		case t.IsDir():
-			if !w.in.pol.Skip(p, chain.KindDir) && filepath.Join(abs, name) != w.in.skip {
-				subdirs = append(subdirs, p)
+			kind = chain.KindDir
+		case t&os.ModeSymlink != 0:
+			kind = chain.KindSymlink
+		}
+		if rule := w.in.pol.SkipRule(p, kind); rule != "" {
+			exclude(rule)
+			continue // a directory is not walked, a file not even stat'ed
+		}
+		if kind == chain.KindDir && filepath.Join(abs, name) == w.in.skip {
+			continue // the store's own directory
+		}
+		if !w.in.pol.Wants(p, kind) {
+			exclude(workspace.RuleNotIncluded)
+			continue
+		}
+		if why, err := checkName(p, name); err != nil {
+			if err := w.unsupported(p, why, err); err != nil {
+				return nil, nil, err
 			}
+			continue
+		}
+		switch {
+		case t.IsDir():
+			subdirs = append(subdirs, p)
 		case t.IsRegular():
-			if w.in.pol.Skip(p, chain.KindFile) || !w.in.pol.Wants(p, chain.KindFile) {
-				continue // not read, not even stat'ed
-			}
 			st, dev, err := lstatAt(f, name)
 			if err == nil && !isRegular(st) {
 				err = w.vanished(p, "the file was replaced by something else before it was read")
@@ -295,13 +393,14 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 					}
 					continue
 				}
-				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "lstat %q: %v", p, err)
+				err = w.unsupported(p, "cannot be read: "+errReason(err), chain.Errorf(chain.ErrInvalidWorkspace, "lstat %q: %v", p, err))
+				if err != nil {
+					return nil, nil, err
+				}
+				continue
 			}
 			found = append(found, walked{path: p, kind: chain.KindFile, exec: st.mode&0o111 != 0, st: st, dev: dev})
 		case t&os.ModeSymlink != 0:
-			if w.in.pol.Skip(p, chain.KindSymlink) || !w.in.pol.Wants(p, chain.KindSymlink) {
-				continue
-			}
 			target, err := readlinkAt(f, name)
 			if err != nil {
 				if vfs.IsGone(err) || errors.Is(err, syscall.EINVAL) { // EINVAL: no longer a symlink
@@ -310,35 +409,105 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 					}
 					continue
 				}
-				return nil, nil, chain.Errorf(chain.ErrInvalidWorkspace, "readlink %q: %v", p, err)
+				err = w.unsupported(p, "cannot be read: "+errReason(err), chain.Errorf(chain.ErrInvalidWorkspace, "readlink %q: %v", p, err))
+				if err != nil {
+					return nil, nil, err
+				}
+				continue
 			}
 			if err := checkLinkTarget(p, target); err != nil {
-				return nil, nil, err
+				if err := w.unsupported(p, "a symlink whose target is empty, holds NUL or is not valid UTF-8", err); err != nil {
+					return nil, nil, err
+				}
+				continue
 			}
 			found = append(found, walked{path: p, kind: chain.KindSymlink, target: target})
 		default:
-			if w.in.pol.Skip(p, chain.KindFile) {
-				continue
+			what := fileTypeName(t)
+			err := chain.Errorf(chain.ErrUnsupportedEntry, "%q is %s, not a regular file, directory or symlink", p, what)
+			if err := w.unsupported(p, what, err); err != nil {
+				return nil, nil, err
 			}
-			return nil, nil, chain.Errorf(chain.ErrUnsupportedEntry, "%q is a %v, not a regular file, directory or symlink", p, t)
 		}
+	}
+	if excluded != nil {
+		w.countExcluded(excluded)
 	}
 	return found, subdirs, nil
 }
 
-// checkName refuses names a manifest path cannot hold (SPEC §1.2) and names
-// that are not UTF-8, which the JSON form of a checkpoint cannot carry. A
-// directory entry's name is never empty, ".", ".." or holds "/" or NUL, so
-// of the path rules only the backslash and, at the root, the drive prefix
-// ("C:") can fail; the whole-path check runs for root names only.
-func checkName(p, name string) error {
-	if strings.ContainsAny(name, "\\\x00") || !utf8.ValidString(name) {
-		return chain.Errorf(chain.ErrUnsupportedEntry, "%q: a file name with a backslash, NUL or invalid UTF-8 cannot be recorded", p)
+// unreadableDir is the error of a directory that cannot be opened or
+// listed; when unsupported entries are skipped, the directory (never the
+// root) is left out with a warning instead, and the walk goes on.
+func (w *walker) unreadableDir(n *dirNode, err error) error {
+	fail := chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", n.rel, err)
+	if n.rel == "" {
+		return fail
 	}
-	if p == name && chain.ValidatePath(p) != nil {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "%q is not a valid manifest path", p)
+	if err := w.unsupported(n.rel, "the directory cannot be read: "+errReason(err), fail); err != nil {
+		return err
 	}
+	n.gone = true
 	return nil
+}
+
+// errReason is what an error of a system call says without the operation
+// and path around it: "permission denied" rather than
+// "openat a/b: permission denied".
+func errReason(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
+}
+
+// fileTypeName names the type of a file mode for messages, with its
+// article: "a named pipe", not "p---------".
+func fileTypeName(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t == 0:
+		return "a regular file"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeSymlink != 0:
+		return "a symlink"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "an irregular file"
+}
+
+// checkName refuses names a manifest path cannot hold (SPEC §1.2) and names
+// that are not UTF-8, which the JSON form of a checkpoint cannot carry, and
+// says why in a few words. A directory entry's name is never empty, ".",
+// ".." or holds "/" or NUL, so of the path rules only the backslash and, at
+// the root, the drive prefix ("C:") can fail; the whole-path check runs for
+// root names only.
+func checkName(p, name string) (why string, err error) {
+	switch {
+	case !utf8.ValidString(name):
+		why = "the name is not valid UTF-8"
+	case strings.IndexByte(name, '\\') >= 0:
+		why = "the name holds a backslash"
+	case strings.IndexByte(name, 0) >= 0:
+		why = "the name holds NUL"
+	}
+	if why != "" {
+		return why, chain.Errorf(chain.ErrUnsupportedEntry, "%q: a file name with a backslash, NUL or invalid UTF-8 cannot be recorded", p)
+	}
+	if p == name {
+		if err := chain.ValidatePath(p); err != nil {
+			return "not a valid manifest path", chain.Errorf(chain.ErrInvalidWorkspace, "%q is not a valid manifest path", p)
+		}
+	}
+	return "", nil
 }
 
 // checkLinkTarget applies the form rules of SPEC §10 Q5 to a symlink

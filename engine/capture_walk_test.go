@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -58,7 +59,7 @@ func TestWalkOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := walkTree(context.Background(), &walkInput{root: root, dir: dir, allowEscape: true, changes: &changeLog{}})
+		got, _, err := walkTree(context.Background(), &walkInput{root: root, dir: dir, allowEscape: true, changes: &changeLog{}})
 		dir.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -72,6 +73,28 @@ func TestWalkOrder(t *testing.T) {
 		}
 		if !slices.Equal(paths, want) {
 			t.Fatalf("seed %d: walk listed\n%q\nwant\n%q", seed, paths, want)
+		}
+	}
+}
+
+// TestFileTypeName: messages name a file's type in words, never by a mode
+// string such as "p---------".
+func TestFileTypeName(t *testing.T) {
+	for _, tt := range []struct {
+		mode fs.FileMode
+		want string
+	}{
+		{0o644, "a regular file"},
+		{fs.ModeDir | 0o755, "a directory"},
+		{fs.ModeSymlink | 0o777, "a symlink"},
+		{fs.ModeNamedPipe | 0o644, "a named pipe"},
+		{fs.ModeSocket | 0o755, "a socket"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "a character device"},
+		{fs.ModeDevice | 0o660, "a block device"},
+		{fs.ModeIrregular, "an irregular file"},
+	} {
+		if got := fileTypeName(tt.mode); got != tt.want {
+			t.Errorf("fileTypeName(%v) = %q, want %q", tt.mode, got, tt.want)
 		}
 	}
 }

@@ -209,6 +209,9 @@ type captureRequest struct {
 	AllowEscapingSymlinks bool               `json:"allowEscapingSymlinks"`
 	FailOnChange          bool               `json:"failOnChange"`
 	Rehash                bool               `json:"rehash"`
+	NoDefaultExcludes     bool               `json:"noDefaultExcludes"`
+	SkipUnsupported       bool               `json:"skipUnsupported"`
+	RequireFiles          bool               `json:"requireFiles"`
 }
 
 // artifactJSON is a checkpoint artifact in a capture request (chain.Artifact
@@ -241,7 +244,7 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer dir.release()
-	pol, err := policy(in.Excludes, in.Includes)
+	pol, err := policy(in.Excludes, in.Includes, in.NoDefaultExcludes)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -250,6 +253,7 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 		Writer: in.Writer, Dir: dir.path, ID: string(in.ID), Label: string(in.Label), Reason: chain.Reason(in.Reason),
 		CreatedAt: int64(in.CreatedAt), SourceRunID: string(in.SourceRunID), Conversation: in.Conversation,
 		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange, Rehash: in.Rehash,
+		SkipUnsupported: in.SkipUnsupported, RequireFiles: in.RequireFiles,
 	}
 	for _, a := range in.Artifacts {
 		ci.Artifacts = append(ci.Artifacts, chain.Artifact{ArtifactID: string(a.ArtifactID), Name: string(a.Name),
@@ -280,6 +284,7 @@ type restoreRequest struct {
 	Excludes              []text           `json:"excludes"`
 	Includes              []text           `json:"includes"`
 	AllowEscapingSymlinks bool             `json:"allowEscapingSymlinks"`
+	NoDefaultExcludes     bool             `json:"noDefaultExcludes"`
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
@@ -298,7 +303,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer dir.release()
-	pol, err := policy(in.Excludes, in.Includes)
+	pol, err := policy(in.Excludes, in.Includes, in.NoDefaultExcludes)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -315,8 +320,9 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// policy is the default workspace policy extended by the request's globs.
-func policy(excludes, includes []text) (workspace.Policy, error) {
+// policy is the default workspace policy, without its exclusions when
+// noDefault is set, extended by the request's globs.
+func policy(excludes, includes []text, noDefault bool) (workspace.Policy, error) {
 	strs := func(ts []text) []string {
 		out := make([]string, len(ts))
 		for i, t := range ts {
@@ -324,7 +330,7 @@ func policy(excludes, includes []text) (workspace.Policy, error) {
 		}
 		return out
 	}
-	pol, err := workspace.Policy{}.WithGlobs(strs(excludes), strs(includes))
+	pol, err := workspace.Policy{NoDefaultExclude: noDefault}.WithGlobs(strs(excludes), strs(includes))
 	if err != nil {
 		return pol, errorf(CodeBadRequest, "%v", err)
 	}

@@ -33,7 +33,8 @@ const (
 	// distinct from CodeNotFound, which a blob or object missing from a
 	// store gives, so that a client never reads a deleted store as an
 	// empty one.
-	CodeNoTestStore = "SBXDB_NO_TEST_STORE"
+	CodeNoTestStore  = "SBXDB_NO_TEST_STORE"
+	CodeEmptyCapture = "SBXDB_EMPTY_CAPTURE"
 )
 
 // ErrorBody is the JSON body of every failed request.
@@ -68,6 +69,7 @@ var sentinels = []struct {
 	{chain.ErrCorrupt, CodeCorrupt},
 	{cas.ErrCorrupt, CodeCorrupt},
 	{engine.ErrReadOnly, CodeReadOnly},
+	{engine.ErrEmptyCapture, CodeEmptyCapture},
 	{cas.ErrReadOnly, CodeReadOnly},
 	{engine.ErrClosed, CodeUnavailable},
 	{context.Canceled, CodeUnavailable},
@@ -97,7 +99,7 @@ func Status(code string) int {
 	switch code {
 	case chain.CodeInvalidID, chain.CodeInvalidEntry, chain.CodeInvalidPath,
 		chain.CodeInvalidWorkspace, chain.CodeUnsupportedEntry,
-		CodeBadRequest, CodeBlobMismatch:
+		CodeBadRequest, CodeBlobMismatch, CodeEmptyCapture:
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized

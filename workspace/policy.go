@@ -9,6 +9,7 @@ package workspace
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -39,7 +40,40 @@ type Policy struct {
 	// WorkspaceHash names the protected root entry MarkerPrefix+WorkspaceHash;
 	// "" means unknown, and then no entry is protected.
 	WorkspaceHash string
+	// NoDefaultExclude drops the default exclusions when Exclude is nil:
+	// node_modules, .git, .env*, CLAUDE.md and the rest are recorded like
+	// any other path. The projection marker stays protected, and exclude
+	// globs added by WithGlobs still apply. With Exclude set it changes
+	// nothing, since Exclude replaces the defaults anyway.
+	NoDefaultExclude bool
+
+	// excludes are WithGlobs' exclude globs: any match skips a path.
+	excludes []glob
+	// includes are WithGlobs' include sets, one per call with includes: a
+	// file must match a glob of every set.
+	includes [][]glob
 }
+
+// Rule names, as SkipRule returns them and a capture counts the entries it
+// left out (engine.CaptureStats.ExcludedByRule). An exclude glob's rule is
+// ExcludeGlobRule(pattern).
+const (
+	RuleGit         = ".git"         // a ".git" segment
+	RuleNodeModules = "node_modules" // a "node_modules" segment
+	RuleEnv         = ".env*"        // a segment starting with ".env"
+	RuleClaudeMD    = "CLAUDE.md"    // the root CLAUDE.md
+	RuleGeminiMD    = "GEMINI.md"    // the root GEMINI.md
+	RuleSkills      = "skills"       // .claude/skills/<name>, .codex/skills/<name>, .grok/skills/<name>
+	RuleMarker      = "marker"       // the projection marker, protected under any policy
+	RuleExclude     = "exclude"      // the caller's Exclude func
+	// RuleNotIncluded names an entry, not a directory, that no include matched
+	// (Wants false); SkipRule never returns it.
+	RuleNotIncluded = "not included"
+)
+
+// ExcludeGlobRule is the rule name of an exclude glob given to WithGlobs:
+// "--exclude " and the pattern, as the command line spells it.
+func ExcludeGlobRule(pattern string) string { return "--exclude " + pattern }
 
 // DefaultExclude returns the default exclusion of SPEC §6.4
 // (defaultSandboxSnapshotPolicy in the reference). It excludes a path when
@@ -71,18 +105,30 @@ func isMarker(p, workspaceHash string) bool {
 		p[len(MarkerPrefix):] == workspaceHash
 }
 
-// defaultExcluded is DefaultExclude without the marker. It walks the segments
-// in place because it runs once per entry of every capture.
-func defaultExcluded(p string) bool {
-	if p == "CLAUDE.md" || p == "GEMINI.md" {
-		return true
+// defaultExcluded is DefaultExclude without the marker.
+func defaultExcluded(p string) bool { return defaultRule(p) != "" }
+
+// defaultRule returns the rule of the default exclusion that excludes p,
+// marker aside, or "". It walks the segments in place because it runs once
+// per entry of every capture; the leftmost excluded segment names the rule.
+func defaultRule(p string) string {
+	switch p {
+	case "CLAUDE.md":
+		return RuleClaudeMD
+	case "GEMINI.md":
+		return RuleGeminiMD
 	}
 	nseg := 0
 	for rest := p; ; {
 		seg, tail, more := strings.Cut(rest, "/")
 		nseg++
-		if seg == ".git" || seg == "node_modules" || strings.HasPrefix(seg, ".env") {
-			return true
+		switch {
+		case seg == ".git":
+			return RuleGit
+		case seg == "node_modules":
+			return RuleNodeModules
+		case strings.HasPrefix(seg, ".env"):
+			return RuleEnv
 		}
 		if !more {
 			break
@@ -90,45 +136,91 @@ func defaultExcluded(p string) bool {
 		rest = tail
 	}
 	if nseg != 3 {
-		return false
+		return ""
 	}
 	for _, dir := range [...]string{".claude/skills/", ".codex/skills/", ".grok/skills/"} {
 		if strings.HasPrefix(p, dir) {
-			return true
+			return RuleSkills
 		}
 	}
-	return false
+	return ""
 }
 
 // Skip reports whether path is not recorded and, for a directory, not walked
-// at all. The projection marker is always skipped, under any policy, even
-// when a caller's Exclude returns false for it; otherwise Exclude decides, or
-// the default exclusion when Exclude is nil.
+// at all: SkipRule(path, kind) != "".
 func (p *Policy) Skip(path string, kind chain.Kind) bool {
-	var hash string
-	var exclude func(string, chain.Kind) bool
-	if p != nil {
-		hash, exclude = p.WorkspaceHash, p.Exclude
+	return p.SkipRule(path, kind) != ""
+}
+
+// SkipRule returns the name of the rule that skips path (see the Rule
+// constants), or "" when it is not skipped. The projection marker is always
+// skipped (RuleMarker), under any policy, even when a caller's Exclude
+// returns false for it; then Exclude decides (RuleExclude), or the default
+// exclusion when Exclude is nil and NoDefaultExclude is false; then the
+// exclude globs of WithGlobs, the first matching one naming the rule
+// (ExcludeGlobRule). The rule names are constants or made once by WithGlobs,
+// so asking costs no more than Skip did.
+func (p *Policy) SkipRule(path string, kind chain.Kind) string {
+	if p == nil {
+		return defaultRule(path)
 	}
-	if isMarker(path, hash) {
-		return true
+	if isMarker(path, p.WorkspaceHash) {
+		return RuleMarker
 	}
-	if exclude == nil {
-		return defaultExcluded(path)
+	if p.Exclude != nil {
+		if p.Exclude(path, kind) {
+			return RuleExclude
+		}
+	} else if !p.NoDefaultExclude {
+		if r := defaultRule(path); r != "" {
+			return r
+		}
 	}
-	return exclude(path, kind)
+	if len(p.excludes) > 0 {
+		segs := strings.Split(path, "/")
+		for i := range p.excludes {
+			if p.excludes[i].match(segs, kind) {
+				return p.excludes[i].rule
+			}
+		}
+	}
+	return ""
 }
 
 // Wants reports whether an entry that Skip did not skip is recorded. A
 // directory is always wanted, because it must be walked for its files to be
-// found. Any other kind is wanted when Include is nil or returns true; the
-// kind is passed on so that Include may treat symlinks differently from
-// regular files.
+// found. Any other kind is wanted when Include is nil or returns true, and
+// it matches every include set of WithGlobs; the kind is passed on so that
+// Include may treat symlinks differently from regular files. An entry not
+// wanted is counted under RuleNotIncluded.
 func (p *Policy) Wants(path string, kind chain.Kind) bool {
-	if kind == chain.KindDir || p == nil || p.Include == nil {
+	if kind == chain.KindDir || p == nil || (p.Include == nil && len(p.includes) == 0) {
 		return true
 	}
-	return p.Include(path, kind)
+	if len(p.includes) > 0 {
+		segs := strings.Split(path, "/")
+		for _, set := range p.includes {
+			if !matchSelfOrAncestor(set, segs, kind) {
+				return false
+			}
+		}
+	}
+	return p.Include == nil || p.Include(path, kind)
+}
+
+// IncludePatterns returns the include globs given to WithGlobs, in order;
+// nil when there are none.
+func (p *Policy) IncludePatterns() []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, set := range p.includes {
+		for _, g := range set {
+			out = append(out, g.pattern)
+		}
+	}
+	return out
 }
 
 // Admits reports whether a manifest entry at path is allowed on restore: no
@@ -148,20 +240,22 @@ func (p *Policy) Admits(path string, kind chain.Kind) bool {
 // WithGlobs returns a copy of p extended by glob patterns (see Match), as a
 // command line's --exclude and --include flags supply them.
 //
-// The returned Exclude is p's exclusion (DefaultExclude(p.WorkspaceHash)
-// when p.Exclude is nil) or any exclude glob; like every exclusion it applies
-// to directories too, so an excluded directory's subtree is not walked.
+// The result skips what p skips (its Exclude, or the default exclusion
+// unless NoDefaultExclude) and, besides, any path an exclude glob matches;
+// like every exclusion this applies to directories too, so an excluded
+// directory's subtree is not walked. SkipRule names such a path's rule
+// ExcludeGlobRule(pattern).
 //
-// When includes is non-empty, the returned Include requires a non-directory
-// entry to match at least one include glob, and to pass p.Include when that is
-// set. A glob that matches one of the entry's ancestor directories counts as
-// a match, as in .gitignore, so "src/" or "docs" takes a whole subtree.
-// Directories themselves are always included (they are walked, not recorded).
-// When includes is empty, p.Include is kept unchanged.
+// When includes is non-empty, the result also requires a non-directory
+// entry to match at least one of them, on top of what p requires. A glob that
+// matches one of the entry's ancestor directories counts as a match, as in
+// .gitignore, so "src/" or "docs" takes a whole subtree. Directories
+// themselves are always included (they are walked, not recorded).
 //
-// An invalid pattern is an error naming it, and p is returned unchanged.
-// The default exclusion is bound to p.WorkspaceHash at the time of the call;
-// the marker stays protected under whatever hash the result carries.
+// Exclude, Include, WorkspaceHash and NoDefaultExclude are kept as they are
+// and may still be changed on the result; the marker stays protected under
+// whatever hash it carries. An invalid pattern is an error naming it, and p
+// is returned unchanged.
 func (p Policy) WithGlobs(excludes, includes []string) (Policy, error) {
 	exc, err := compileAll("exclude", excludes)
 	if err != nil {
@@ -173,34 +267,13 @@ func (p Policy) WithGlobs(excludes, includes []string) (Policy, error) {
 	}
 	out := p
 	if len(exc) > 0 {
-		prev := p.Exclude
-		if prev == nil {
-			prev = DefaultExclude(p.WorkspaceHash)
+		for i := range exc {
+			exc[i].rule = ExcludeGlobRule(exc[i].pattern)
 		}
-		out.Exclude = func(name string, kind chain.Kind) bool {
-			if prev(name, kind) {
-				return true
-			}
-			segs := strings.Split(name, "/")
-			for _, g := range exc {
-				if g.match(segs, kind) {
-					return true
-				}
-			}
-			return false
-		}
+		out.excludes = append(slices.Clip(p.excludes), exc...)
 	}
 	if len(inc) > 0 {
-		prev := p.Include
-		out.Include = func(name string, kind chain.Kind) bool {
-			if kind == chain.KindDir {
-				return true
-			}
-			if !matchSelfOrAncestor(inc, strings.Split(name, "/"), kind) {
-				return false
-			}
-			return prev == nil || prev(name, kind)
-		}
+		out.includes = append(slices.Clip(p.includes), inc)
 	}
 	return out, nil
 }
@@ -276,6 +349,8 @@ func CheckPattern(pattern string) error {
 type glob struct {
 	segs    []string
 	dirOnly bool
+	pattern string // as given
+	rule    string // an exclude glob's rule name (ExcludeGlobRule)
 }
 
 func compile(pattern string) (glob, error) {
@@ -293,8 +368,7 @@ func compile(pattern string) (glob, error) {
 	if !anchored && !strings.Contains(p, "/") {
 		p = "**/" + p
 	}
-	var g glob
-	g.dirOnly = dirOnly
+	g := glob{dirOnly: dirOnly, pattern: pattern}
 	for seg := range strings.SplitSeq(p, "/") {
 		switch seg {
 		case "":

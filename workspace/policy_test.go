@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -514,4 +515,163 @@ func ExamplePolicy_WithGlobs() {
 	// docs/README.md         true
 	// notes.txt              false
 	// workspace: exclude pattern "src/[a-": malformed segment "[a-" (unclosed [ class or trailing \): syntax error in pattern
+}
+
+// TestSkipRule: every exclusion is named by its rule, and a path nothing
+// excludes has none.
+func TestSkipRule(t *testing.T) {
+	marker := workspace.MarkerPrefix + testHash
+	p, err := workspace.Policy{WorkspaceHash: testHash}.WithGlobs([]string{"*.log", "build/", "a/*.log"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		kind chain.Kind
+		want string
+	}{
+		{".git", dir, workspace.RuleGit},
+		{"a/.git", file, workspace.RuleGit},
+		{"node_modules", dir, workspace.RuleNodeModules},
+		{"pkg/node_modules", dir, workspace.RuleNodeModules},
+		{".env.local", file, workspace.RuleEnv},
+		{".envrc", file, workspace.RuleEnv},
+		{"CLAUDE.md", file, workspace.RuleClaudeMD},
+		{"GEMINI.md", file, workspace.RuleGeminiMD},
+		{".claude/skills/review", dir, workspace.RuleSkills},
+		{".codex/skills/x", file, workspace.RuleSkills},
+		{".grok/skills/y", link, workspace.RuleSkills},
+		{marker, dir, workspace.RuleMarker},
+		{"x.log", file, "--exclude *.log"},
+		{"a/x.log", file, "--exclude *.log"}, // the first matching glob names the rule
+		{"build", dir, "--exclude build/"},
+		{"node_modules/x.log", file, workspace.RuleNodeModules}, // the defaults come first
+		{"build", file, ""},
+		{"src/a.go", file, ""},
+		{"a/CLAUDE.md", file, ""},
+		{".gitkeep", file, ""},
+	} {
+		if got := p.SkipRule(tt.path, tt.kind); got != tt.want {
+			t.Errorf("SkipRule(%q, %s) = %q, want %q", tt.path, tt.kind, got, tt.want)
+		}
+		if got := p.Skip(tt.path, tt.kind); got != (tt.want != "") {
+			t.Errorf("Skip(%q, %s) = %v, but SkipRule says %q", tt.path, tt.kind, got, tt.want)
+		}
+	}
+	custom := workspace.Policy{Exclude: func(p string, _ chain.Kind) bool { return p == "secret" }, WorkspaceHash: testHash}
+	if r := custom.SkipRule("secret", file); r != workspace.RuleExclude {
+		t.Errorf("custom Exclude: rule %q", r)
+	}
+	if r := custom.SkipRule(marker, file); r != workspace.RuleMarker {
+		t.Errorf("marker under a custom Exclude: rule %q", r)
+	}
+	var nilPolicy *workspace.Policy
+	if r := nilPolicy.SkipRule("node_modules", dir); r != workspace.RuleNodeModules {
+		t.Errorf("nil policy: rule %q", r)
+	}
+	if r := nilPolicy.SkipRule("src", dir); r != "" {
+		t.Errorf("nil policy: src has rule %q", r)
+	}
+}
+
+// TestNoDefaultExclude: without the default exclusions every path the
+// defaults leave out is recorded and admitted, the marker stays protected,
+// and the command line's globs still apply, an include taking node_modules.
+func TestNoDefaultExclude(t *testing.T) {
+	marker := workspace.MarkerPrefix + testHash
+	p := workspace.Policy{WorkspaceHash: testHash, NoDefaultExclude: true}
+	for _, path := range []string{".git", "node_modules", "a/node_modules", ".env", "CLAUDE.md", "GEMINI.md", ".claude/skills/x"} {
+		if r := p.SkipRule(path, dir); r != "" {
+			t.Errorf("SkipRule(%q) = %q with no default exclusions", path, r)
+		}
+		if !p.Admits(path+"/f", file) {
+			t.Errorf("Admits(%q/f) = false with no default exclusions", path)
+		}
+	}
+	if r := p.SkipRule(marker, dir); r != workspace.RuleMarker || p.Admits(marker+"/state", file) {
+		t.Errorf("the marker is not protected with no default exclusions: rule %q", r)
+	}
+	q, err := p.WithGlobs([]string{"*.log"}, []string{"node_modules/**"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{
+		{"node_modules/left-pad/index.js", true},
+		{"node_modules/.bin/x", true},
+		{"node_modules/debug.log", false}, // excluded by glob
+		{"src/a.go", false},               // not included
+		{marker, false},
+	} {
+		if got := q.Admits(tt.path, file); got != tt.want {
+			t.Errorf("Admits(%q) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+	// The default policy prunes node_modules before any include is asked.
+	d, err := workspace.Policy{}.WithGlobs(nil, []string{"node_modules/**"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Admits("node_modules/left-pad/index.js", file) {
+		t.Error("the default policy admitted node_modules")
+	}
+	// A caller's Exclude replaces the defaults anyway.
+	c := workspace.Policy{Exclude: func(string, chain.Kind) bool { return false }, NoDefaultExclude: true}
+	if c.Skip(".git", dir) {
+		t.Error("a keep-all Exclude with NoDefaultExclude skipped .git")
+	}
+}
+
+// TestWithGlobsChained: a second WithGlobs adds exclusions (any skips) and
+// an include set that must match as well, and leaves the first result as it
+// was; the include patterns are reported in order.
+func TestWithGlobsChained(t *testing.T) {
+	a, err := workspace.Policy{}.WithGlobs([]string{"*.tmp"}, []string{"src/**", "docs/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.WithGlobs([]string{"*.bak"}, []string{"*.go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path      string
+		wantA     bool
+		wantRuleB string
+	}{
+		{"src/a.go", true, ""},
+		{"src/a.txt", true, workspace.RuleNotIncluded},
+		{"docs/a.go", true, ""},
+		{"lib/a.go", false, workspace.RuleNotIncluded},
+		{"src/x.tmp", false, "--exclude *.tmp"},
+		{"src/x.bak", true, "--exclude *.bak"},
+	} {
+		if got := a.Admits(tt.path, file); got != tt.wantA {
+			t.Errorf("first Admits(%q) = %v, want %v", tt.path, got, tt.wantA)
+		}
+		rule := b.SkipRule(tt.path, file)
+		if rule == "" && !b.Wants(tt.path, file) {
+			rule = workspace.RuleNotIncluded
+		}
+		if rule != tt.wantRuleB {
+			t.Errorf("second: %q left out by %q, want %q", tt.path, rule, tt.wantRuleB)
+		}
+	}
+	if got := b.IncludePatterns(); !slices.Equal(got, []string{"src/**", "docs/", "*.go"}) {
+		t.Errorf("IncludePatterns = %q", got)
+	}
+	if got := a.IncludePatterns(); !slices.Equal(got, []string{"src/**", "docs/"}) {
+		t.Errorf("the first policy's IncludePatterns = %q after a second WithGlobs", got)
+	}
+	// A failed WithGlobs returns the policy unchanged.
+	c, err := a.WithGlobs([]string{"ok"}, []string{"bad["})
+	if err == nil || !slices.Equal(c.IncludePatterns(), a.IncludePatterns()) || c.Skip("ok", file) {
+		t.Errorf("a failed WithGlobs changed the policy (%v)", err)
+	}
+	var zero workspace.Policy
+	if zero.IncludePatterns() != nil {
+		t.Error("the zero policy has include patterns")
+	}
 }

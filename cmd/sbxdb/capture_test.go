@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -268,7 +269,8 @@ func TestCaptureAgain(t *testing.T) {
 	if js.ID != "cp3" || js.ThreadID != "main" || deref(js.ParentID) != "cp2" || js.Reason != chain.ReasonNamed || js.Label != "v1" || js.Seconds <= 0 {
 		t.Errorf("capture --json: %+v", js)
 	}
-	if s := js.Stats; s != (engine.CaptureStats{Files: 4, Dirs: 4, Symlinks: 2, Bytes: 43, Unchanged: 4}) {
+	if s := js.Stats; !reflect.DeepEqual(s, engine.CaptureStats{Files: 4, Dirs: 4, Symlinks: 2, Bytes: 43, Unchanged: 4, Excluded: 6,
+		ExcludedByRule: map[string]int{".env*": 2, "node_modules": 1, "--exclude *.log": 2, "--exclude tmp/": 1}}) {
 		t.Errorf("capture --json stats: %+v", s)
 	}
 	m := decode[map[string]any](t, ok(t, "capture", ws, "--db", store, "--thread", "fresh", "--json", "--exclude", "*.log", "--exclude", "tmp/"))
