@@ -206,6 +206,9 @@ func newTree(inv *invocation, args []string) *cmdTree {
 		if cmd.Name() == "completion" {
 			cmd.Use = "completion SHELL"
 			cmd.Short = "Print the shell completion script for bash, zsh, fish or powershell"
+			cmd.Long = `Prints the script that makes SHELL complete sbxdb's commands, flags and
+arguments; sbxdb completion SHELL --help says how to load it.`
+			cmd.DisableFlagsInUseLine = true
 		}
 	}
 	return t

@@ -71,6 +71,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,6 +179,9 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if cmd == t.root {
 			cmd = nil
 		}
+		if m := extraArgRE.FindStringSubmatch(err.Error()); m != nil {
+			err = reword(err, "unexpected argument %s", m[1])
+		}
 		err = &usageError{cmd: cmd, err: err}
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
@@ -186,6 +190,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	err = inv.serverError(err)
 	return t.report(err, inv.json || (errors.As(err, &ue) && jsonRequested(args)), stdout, stderr)
 }
+
+// extraArgRE matches cobra's error for an argument a command it made
+// does not take.
+var extraArgRE = regexp.MustCompile(`^unknown command ("[^"]*") for "[^"]*"$`)
 
 // openError words a failure to open the store.
 func openError(inv *invocation, err error) error {

@@ -59,6 +59,14 @@ var fixture = []*chain.Checkpoint{
 func newStore(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
+	newStoreAt(t, dir)
+	return dir
+}
+
+// newStoreAt builds the fixture in dir, which must not hold a store, and
+// leaves it closed.
+func newStoreAt(t *testing.T, dir string) {
+	t.Helper()
 	clock := t0
 	db, err := engine.Open(dir, &engine.Options{Now: func() time.Time { return clock }, NoSync: true})
 	if err != nil {
@@ -104,7 +112,6 @@ func newStore(t *testing.T) string {
 	clock = time.Now()
 	_, err = db.AcquireWriter(ctx, "live")
 	must(err)
-	return dir
 }
 
 // cli runs the command line and returns its exit status and outputs. It
