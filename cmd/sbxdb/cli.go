@@ -209,6 +209,14 @@ func newTree(inv *invocation, args []string) *cmdTree {
 			cmd.Long = `Prints the script that makes SHELL complete sbxdb's commands, flags and
 arguments; sbxdb completion SHELL --help says how to load it.`
 			cmd.DisableFlagsInUseLine = true
+			cmd.Args = cobra.ArbitraryArgs
+			cmd.RunE = func(cmd *cobra.Command, args []string) error {
+				err := errors.New("missing SHELL")
+				if len(args) > 0 {
+					err = fmt.Errorf("unknown shell %q: want bash, zsh, fish or powershell", args[0])
+				}
+				return &usageError{cmd: cmd, err: err}
+			}
 		}
 	}
 	return t

@@ -182,3 +182,26 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version extra: exit %d, %q", code, errOut)
 	}
 }
+
+// sbxdb completion SHELL prints the shell's script, which asks sbxdb
+// __complete for the candidates.
+func TestCompletion(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash":       "__start_sbxdb",
+		"zsh":        "#compdef sbxdb",
+		"fish":       "complete -c sbxdb",
+		"powershell": "Register-ArgumentCompleter",
+	} {
+		if out := ok(t, "completion", shell); !strings.Contains(out, want) || !strings.Contains(out, "__complete") {
+			t.Errorf("completion %s lacks %q or __complete:\n%.300s", shell, want, out)
+		}
+	}
+	for args, want := range map[string]string{
+		"completion tcsh": `sbxdb completion: unknown shell "tcsh": want bash, zsh, fish or powershell` + "\nusage: sbxdb completion SHELL\n",
+		"completion":      "sbxdb completion: missing SHELL\nusage: sbxdb completion SHELL\n",
+	} {
+		if code, out, errOut := cli(t, strings.Fields(args)...); code != exitUsage || out != "" || errOut != want {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 and %q", args, code, out, errOut, want)
+		}
+	}
+}
