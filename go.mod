@@ -10,10 +10,15 @@ require (
 	go.etcd.io/bbolt v1.5.0
 )
 
-require golang.org/x/sys v0.48.0
+require (
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
+	golang.org/x/sys v0.48.0
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

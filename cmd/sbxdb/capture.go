@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,10 +14,12 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/workspace"
+	"github.com/spf13/pflag"
 )
 
-var captureCmd = &command{
+var captureCmd = register(&command{
 	name:       "capture",
+	group:      groupWorkspace,
 	args:       "DIR",
 	nargs:      1,
 	writes:     true,
@@ -58,8 +59,8 @@ Files and directories are opened beneath DIR without following symlinks, so
 a name renamed to a symlink during the capture never leads outside DIR. A
 file that changes while it is read is read again (up to 3 times) and
 recorded as read; a file or directory that vanishes is left out. Each prints
-a line sbxdb: warning: "PATH" changed|vanished: WHAT on standard error, and
-the summary counts them.
+a line sbxdb: warning: "PATH" changed|vanished: WHAT on standard error, the
+summary counts them, and the exit status is 3.
 
 On a terminal a progress line shows the files and bytes read and the rate.
 The summary line counts the files recorded, those unchanged, those read, the
@@ -74,7 +75,7 @@ named by its absolute path, on its own machine, and capture holds and renews
 the writer lease through the API, so that the other commands, and captures
 into other threads, run meanwhile. The --secret-env values travel in the
 request to the server.`,
-	flags: func(fset *flag.FlagSet, inv *invocation) {
+	flags: func(fset *pflag.FlagSet, inv *invocation) {
 		fset.StringVar(&inv.thread, "thread", "", "capture onto the head of thread `THREAD` (required)")
 		fset.StringVar(&inv.id, "id", "", "the new checkpoint's `ID` (default a random UUID)")
 		fset.StringVar(&inv.label, "label", "", "label the checkpoint `LABEL`, making its reason \"named\"")
@@ -92,11 +93,11 @@ request to the server.`,
 		return checkCount(args, 1, "DIR")
 	},
 	run: runCapture,
-}
+})
 
 // policyFlags binds the flags that choose the workspace policy, which
 // capture and restore share; restore must be given the capture's.
-func policyFlags(fset *flag.FlagSet, inv *invocation, restore bool) {
+func policyFlags(fset *pflag.FlagSet, inv *invocation, restore bool) {
 	if restore {
 		fset.Var(&inv.excludes, "exclude", "an --exclude `GLOB` the capture was given (repeatable)")
 		fset.Var(&inv.includes, "include", "an --include `GLOB` the capture was given (repeatable)")
@@ -180,15 +181,25 @@ func runCapture(inv *invocation, args []string) error {
 	cp, st := res.Checkpoint, res.Stats
 	printCaptureWarnings(inv.errOut, res.Warnings)
 	if inv.json {
-		return writeJSON(inv.out, captureJSON{
+		err = writeJSON(inv.out, captureJSON{
 			ID: cp.ID, ThreadID: cp.ThreadID, ParentID: nullable(cp.ParentID), Reason: cp.Reason, Label: cp.Label,
 			Stats: st, Warnings: res.Warnings, Seconds: elapsed.Seconds(),
 		})
+		return warned(err, res.Warnings)
 	}
 	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated%s in %s\n",
 		cell(cp.ID), cell(cp.ThreadID), count(st.Files, "file"), size(st.Bytes), st.Unchanged,
 		st.FilesRead, size(st.BytesRead), count(st.BlobsNew, "new blob"), size(st.BytesNew),
 		st.Deduplicated, changedWhileRead(st), seconds(elapsed))
+	return warned(err, res.Warnings)
+}
+
+// warned is the outcome of a capture that printed its summary with err:
+// errWarnings (exit status 3) when it left warnings and nothing failed.
+func warned(err error, warnings []engine.CaptureWarning) error {
+	if err == nil && len(warnings) > 0 {
+		return errWarnings
+	}
 	return err
 }
 

@@ -129,9 +129,16 @@ func wantTree(t *testing.T, got, want tree) {
 // standard output, and returns its one line of standard error.
 func fail(t *testing.T, args ...string) string {
 	t.Helper()
+	return failWith(t, exitError, args...)
+}
+
+// failWith runs a command line that must fail with exit status want and
+// nothing on standard output, and returns its one line of standard error.
+func failWith(t *testing.T, want int, args ...string) string {
+	t.Helper()
 	code, out, errOut := cli(t, args...)
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbxdb: ") || strings.Count(errOut, "\n") != 1 {
-		t.Fatalf("sbxdb %s: exit %d, stdout %q, stderr %q; want exit 1 and one error line", strings.Join(args, " "), code, out, errOut)
+	if code != want || out != "" || !strings.HasPrefix(errOut, "sbxdb: ") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("sbxdb %s: exit %d, stdout %q, stderr %q; want exit %d and one error line", strings.Join(args, " "), code, out, errOut, want)
 	}
 	return errOut
 }
@@ -422,23 +429,23 @@ func TestCatDamagedBlob(t *testing.T) {
 
 	// Packed blobs are checked before any byte is written.
 	code, out, errOut := cli(t, "cat", "cp1", "small.bin", "--db", store)
-	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"small.bin\": blob " + fileKey(small) + " is damaged: "; code != 1 || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
+	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"small.bin\": blob " + fileKey(small) + " is damaged: "; code != exitDamaged || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("cat of a damaged packed blob: exit %d, %d bytes out, stderr %q; want %q…", code, len(out), errOut, want)
 	}
 	// A large blob streams: the damage shows at its end, after bytes were
 	// written; the exit status says to discard them.
 	code, out, errOut = cli(t, "cat", "cp1", "big.bin", "--db", store)
-	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"big.bin\": blob " + fileKey(big) + " is damaged: "; code != 1 || len(out) > len(big) || !strings.HasPrefix(errOut, want) {
+	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"big.bin\": blob " + fileKey(big) + " is damaged: "; code != exitDamaged || len(out) > len(big) || !strings.HasPrefix(errOut, want) {
 		t.Errorf("cat of a damaged large blob: exit %d, %d bytes out, stderr %q; want %q…", code, len(out), errOut, want)
 	}
 	t.Logf("damaged large blob: %d of %d bytes written before the error", len(out), len(big))
-	if msg := fail(t, "cat", "cp1", "gone.txt", "--db", store); msg != "sbxdb: SANDBOX_SNAPSHOT_MISSING_BLOB: \"gone.txt\": blob "+fileKey(gone)+" is missing\n" {
+	if msg := failWith(t, exitDamaged, "cat", "cp1", "gone.txt", "--db", store); msg != "sbxdb: SANDBOX_SNAPSHOT_MISSING_BLOB: \"gone.txt\": blob "+fileKey(gone)+" is missing\n" {
 		t.Errorf("cat of a missing blob: %q", msg)
 	}
 
 	// restore refuses them too, and leaves nothing behind.
 	dst := filepath.Join(t.TempDir(), "out")
-	if msg := fail(t, "restore", "cp1", dst, "--db", store); !strings.Contains(msg, "SANDBOX_SNAPSHOT_INVALID_BLOB") && !strings.Contains(msg, "SANDBOX_SNAPSHOT_MISSING_BLOB") {
+	if msg := failWith(t, exitDamaged, "restore", "cp1", dst, "--db", store); !strings.Contains(msg, "SANDBOX_SNAPSHOT_INVALID_BLOB") && !strings.Contains(msg, "SANDBOX_SNAPSHOT_MISSING_BLOB") {
 		t.Errorf("restore of damaged blobs: %q", msg)
 	}
 	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
@@ -491,7 +498,7 @@ func TestCaptureWriterConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	msg := fail(t, "capture", ws, "--db", store, "--thread", "main")
+	msg := failWith(t, exitBusy, "capture", ws, "--db", store, "--thread", "main")
 	if want := `sbxdb: SANDBOX_SNAPSHOT_WRITER_CONFLICT: thread "main" has a live writer (fence 2)`; !strings.HasPrefix(msg, want) {
 		t.Errorf("capture under another writer: %q, want %q…", msg, want)
 	}
@@ -534,7 +541,7 @@ func TestCommandsOnABusyStore(t *testing.T) {
 		{"migrate"},
 	} {
 		start := time.Now()
-		msg := fail(t, append(args, "--db", store)...)
+		msg := failWith(t, exitBusy, append(args, "--db", store)...)
 		if want := "sbxdb: store " + store + " is busy: held by another process (" + proc.Self().String() + ")\n"; msg != want {
 			t.Errorf("%s on a busy store: %q, want %q", args[0], msg, want)
 		}
@@ -550,7 +557,7 @@ func TestCaptureInterrupted(t *testing.T) {
 	cancel()
 	var out, errOut bytes.Buffer
 	code := runContext(ctx, []string{"capture", ws, "--db", store, "--thread", "main"}, &out, &errOut)
-	if code != 1 || out.Len() != 0 || errOut.String() != "sbxdb: interrupted\n" {
+	if code != exitInterrupted || out.Len() != 0 || errOut.String() != "sbxdb: interrupted\n" {
 		t.Errorf("interrupted capture: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 	th := decode[[]threadRow](t, ok(t, "threads", "--db", store, "--json"))
@@ -576,7 +583,7 @@ func TestWorkspaceUsage(t *testing.T) {
 		{[]string{"restore", "cp1", "out", "--include", ""}, `sbxdb restore: workspace: include pattern "": empty pattern: syntax error in pattern`},
 		{[]string{"diff", "cp1"}, "sbxdb diff: missing B"},
 		{[]string{"cat", "cp1"}, "sbxdb cat: missing PATH"},
-		{[]string{"cat", "cp1", "README.md", "--json"}, "sbxdb cat: flag provided but not defined: -json"},
+		{[]string{"cat", "cp1", "README.md", "--jsn"}, "sbxdb cat: unknown flag: --jsn; did you mean --json?"},
 	} {
 		code, out, errOut := cli(t, append(tc.args, "--db", store)...)
 		first, rest, _ := strings.Cut(errOut, "\n")
@@ -599,7 +606,7 @@ func TestWorkspaceUsage(t *testing.T) {
 	// read-only commands never create a store.
 	missing := filepath.Join(t.TempDir(), "nothing")
 	for _, args := range [][]string{{"restore", "cp1", filepath.Join(t.TempDir(), "x")}, {"diff", "a", "b"}, {"cat", "a", "b"}} {
-		if msg := fail(t, append(args, "--db", missing)...); msg != "sbxdb: no sbxdb store at "+missing+"\n" {
+		if msg := failWith(t, exitNoStore, append(args, "--db", missing)...); msg != "sbxdb: no sbxdb store at "+missing+"\n" {
 			t.Errorf("%s without a store: %q", args[0], msg)
 		}
 	}

@@ -8,8 +8,9 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-var catCmd = &command{
+var catCmd = register(&command{
 	name:    "cat",
+	group:   groupInspect,
 	args:    "CHECKPOINT PATH",
 	nargs:   2,
 	noJSON:  true,
@@ -27,7 +28,7 @@ While sbxdb serve runs for the store, cat works through it (sbxdb help says
 how the server is found): the bytes come from the server, which verifies
 them, and are checked here against the entry's size and key as well.`,
 	run: runCat,
-}
+})
 
 func runCat(inv *invocation, args []string) error {
 	db, err := inv.open()

@@ -130,7 +130,7 @@ func (inv *invocation) refuseServer() error {
 			pid = fmt.Sprintf(" (pid %d)", n)
 		}
 	}
-	return fmt.Errorf("store %s is served by sbxdb serve%s at %s; stop it first", inv.dir, pid, srv.addr)
+	return reword(engine.ErrLocked, "store %s is served by sbxdb serve%s at %s; stop it first", inv.dir, pid, srv.addr)
 }
 
 // open returns the store the command works on: the running server of the
@@ -143,14 +143,18 @@ func (inv *invocation) open() (store, error) {
 	}
 	if srv != nil {
 		inv.served = srv.addr
-		return remoteStore{srv.client}, nil
+		return wrapStore(remoteStore{srv.client}), nil
 	}
 	db, err := inv.openStore()
 	if err != nil {
 		return nil, err
 	}
-	return localStore{db}, nil
+	return wrapStore(localStore{db}), nil
 }
+
+// wrapStore wraps every store a command opens: tests make it report what
+// no real store does on demand.
+var wrapStore = func(s store) store { return s }
 
 // openStore opens the store's files, read-only unless the command writes
 // (then creating the store if the command creates), and words the failures

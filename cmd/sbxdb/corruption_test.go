@@ -265,7 +265,13 @@ func TestCorruptCheckCommand(t *testing.T) {
 			code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--json")
 			switch {
 			case tc.refused:
-				if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbxdb: corrupt") || !strings.Contains(errOut, dbFile(store)) || strings.Count(errOut, "\n") != 1 {
+				// --json: the failure alone, as JSON on standard output.
+				if e := decode[jsonError](t, out).Error; code != exitDamaged || errOut != "" || e.Code != codeCorrupt ||
+					!strings.HasPrefix(e.Message, "corrupt") || !strings.Contains(e.Message, dbFile(store)) || strings.Count(out, "\n") != 1 {
+					t.Fatalf("check --json: exit %d, stdout %q, stderr %q; want exit 12 and a JSON error saying %s is corrupt", code, out, errOut, dbFile(store))
+				}
+				code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs")
+				if code != exitDamaged || out != "" || !strings.HasPrefix(errOut, "sbxdb: corrupt") || !strings.Contains(errOut, dbFile(store)) || strings.Count(errOut, "\n") != 1 {
 					t.Fatalf("check: exit %d, stdout %q, stderr %q; want one line saying %s is corrupt", code, out, errOut, dbFile(store))
 				}
 				return
@@ -273,8 +279,9 @@ func TestCorruptCheckCommand(t *testing.T) {
 				if code != 0 || errOut != "" {
 					t.Fatalf("check: exit %d, stdout %q, stderr %q; want a store with one warning", code, out, errOut)
 				}
-			case code != 1 || errOut != "sbxdb: the store has problems (see above)\n":
-				t.Fatalf("check: exit %d, stdout %q, stderr %q; want exit 1 and findings", code, out, errOut)
+			case code != exitDamaged || errOut != "":
+				// --json: the report says what is wrong, the exit status that something is.
+				t.Fatalf("check: exit %d, stdout %q, stderr %q; want exit 12 and findings", code, out, errOut)
 			}
 			var rep engine.CheckReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -299,8 +306,8 @@ func TestCorruptCheckCommand(t *testing.T) {
 				t.Fatalf("no finding names %s %s: %+v", subject, detail, rep.Findings)
 			}
 			// The text form says so too, on a line of its own.
-			if code, out, _ := cli(t, "check", "--db", store, "--verify-blobs"); code != 1 || !strings.Contains(out, subject) {
-				t.Errorf("check (text): exit %d, %q; want %s named", code, out, subject)
+			if code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs"); code != exitDamaged || !strings.Contains(out, subject) || errOut != "sbxdb: the store has problems (see above)\n" {
+				t.Errorf("check (text): exit %d, %q, stderr %q; want %s named", code, out, errOut, subject)
 			}
 		})
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-var diffCmd = &command{
+var diffCmd = register(&command{
 	name:    "diff",
+	group:   groupInspect,
 	args:    "A B",
 	nargs:   2,
 	summary: "Compare the file manifests of checkpoints A and B",
@@ -32,7 +33,7 @@ absent).
 
 ` + viaServer,
 	run: runDiff,
-}
+})
 
 // change is one path that differs, as `sbxdb diff --json` prints it.
 type change struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,12 +11,14 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/spf13/pflag"
 )
 
 // The maintenance commands: check (fsck), gc and compact.
 
-var checkCmd = &command{
+var checkCmd = register(&command{
 	name:       "check",
+	group:      groupMaintain,
 	flagsUsage: "[--verify-blobs] [--repair]",
 	summary:    "Check the store's consistency: reference counts, heads, chains and blobs",
 	detail: `Recomputes every blob key's reference count from the checkpoints and
@@ -40,14 +41,15 @@ again once a capture of the same files stores the bytes again; and
 indexes every intact blob in quarantine that the index lacks, then
 removes the quarantined file. After a repair that changed the blob index,
 the store is checked again and the exit status says how that went. Exit
-status 0 when no errors were found, 1 otherwise. Unreferenced blobs are
+status 0 when no errors were found, 12 otherwise (with --json, the report
+is printed either way). Unreferenced blobs are
 not a problem: gc deletes them once they are older than its --older-than.
 With --json: {threads, checkpoints, blobKeys, blobs, unreferenced,
 verified, repaired, findings: [{severity, kind, subject, detail}],
 dropped: [{key, checkpoints}], reindexed, reindexedFiles, left}.
 
 ` + viaServer,
-	flags: func(fset *flag.FlagSet, inv *invocation) {
+	flags: func(fset *pflag.FlagSet, inv *invocation) {
 		fset.BoolVar(&inv.verifyBlobs, "verify-blobs", false, "read every blob back and check it against its key")
 		fset.BoolVar(&inv.repair, "repair", false, "rewrite the reference counts, drop damaged blobs from the index, re-index the quarantine")
 	},
@@ -56,7 +58,7 @@ dropped: [{key, checkpoints}], reindexed, reindexedFiles, left}.
 		return checkCount(args, 0, "")
 	},
 	run: runCheck,
-}
+})
 
 func runCheck(inv *invocation, _ []string) error {
 	db, err := inv.open()
@@ -74,6 +76,9 @@ func runCheck(inv *invocation, _ []string) error {
 		return err
 	}
 	if inv.json {
+		if err != nil {
+			return err // the repair failed: that is the outcome
+		}
 		if err := writeJSON(inv.out, rep); err != nil {
 			return err
 		}
@@ -112,7 +117,7 @@ func runCheck(inv *invocation, _ []string) error {
 			fmt.Fprintf(inv.out, "after the repair: %s, %s\n", count(len(after.Findings)-warnings(after), "error"), count(warnings(after), "warning"))
 		}
 		if !after.Clean() {
-			return errors.New("the store has problems (see above)")
+			return problems(inv)
 		}
 		return nil
 	}
@@ -120,9 +125,18 @@ func runCheck(inv *invocation, _ []string) error {
 		if rep.Repaired > 0 && onlyKind(rep, engine.FindingRefCount) {
 			return nil // what was wrong is repaired
 		}
-		return errors.New("the store has problems (see above)")
+		return problems(inv)
 	}
 	return nil
+}
+
+// problems is the outcome of a check that found errors: exit status 12,
+// the report printed says which (with --json, nothing more is printed).
+func problems(inv *invocation) error {
+	if inv.json {
+		return &reportedError{errProblems}
+	}
+	return errProblems
 }
 
 // printBlobRepair says what a repair did to the blob index: the blobs it
@@ -164,8 +178,9 @@ func onlyKind(rep *engine.CheckReport, kind string) bool {
 	})
 }
 
-var gcCmd = &command{
+var gcCmd = register(&command{
 	name:       "gc",
+	group:      groupMaintain,
 	writes:     true,
 	flagsUsage: "--older-than DURATION [--keep N] [--thread THREAD]... [--repack-threshold FRACTION] [--dry-run] [-v]",
 	summary:    "Delete old checkpoints and unused blobs, and give their space back",
@@ -190,7 +205,7 @@ busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
 before, after}, before, after}.
 
 ` + viaServer,
-	flags: func(fset *flag.FlagSet, inv *invocation) {
+	flags: func(fset *pflag.FlagSet, inv *invocation) {
 		fset.Func("keep", "keep the newest `N` checkpoints of each thread, the head included (default: no retention)", func(s string) error {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 {
@@ -210,7 +225,7 @@ before, after}, before, after}.
 		fset.Var(&inv.threads, "thread", "apply retention to `THREAD` only (repeatable)")
 		fset.BoolVar(&inv.dryRun, "dry-run", false, "change nothing; print what would be deleted")
 		fset.Float64Var(&inv.repackThreshold, "repack-threshold", cas.DefaultRepackThreshold, "rewrite packs whose dead share is at least `FRACTION`")
-		fset.BoolVar(&inv.verbose, "v", false, "list every deleted blob key")
+		fset.BoolVarP(&inv.verbose, "verbose", "v", false, "list every deleted blob key")
 	},
 	check: func(inv *invocation, args []string) error {
 		switch {
@@ -227,7 +242,7 @@ before, after}, before, after}.
 		return checkCount(args, 0, "")
 	},
 	run: runGC,
-}
+})
 
 func runGC(inv *invocation, _ []string) error {
 	db, err := inv.open()
@@ -244,15 +259,22 @@ func runGC(inv *invocation, _ []string) error {
 		RepackThreshold: inv.repackThreshold,
 		DryRun:          inv.dryRun,
 	})
-	// On failure, what was done before it is printed too: retention may
-	// have deleted checkpoints before the sweep failed.
-	if res != nil {
-		if inv.json {
-			if werr := writeJSON(inv.out, res); err == nil {
-				err = werr
-			}
-		} else {
-			printGC(inv, res, err == nil)
+	// On failure, what was done before it is said too: retention may
+	// have deleted checkpoints before the sweep failed. --json prints the
+	// failure alone, saying so.
+	switch {
+	case res == nil:
+	case !inv.json:
+		printGC(inv, res, err == nil)
+	case err == nil:
+		err = writeJSON(inv.out, res)
+	case !inv.dryRun:
+		n := 0
+		for _, ids := range res.Retention.Deleted {
+			n += len(ids)
+		}
+		if n > 0 {
+			err = fmt.Errorf("%w (retention had deleted %s first)", err, count(n, "checkpoint"))
 		}
 	}
 	return err
@@ -337,8 +359,9 @@ func printGC(inv *invocation, res *engine.GCResult, complete bool) {
 	fmt.Fprintf(w, "blobs on disk: %s → %s, %s given back\n", size(before), size(after), size(before-after))
 }
 
-var compactCmd = &command{
+var compactCmd = register(&command{
 	name:      "compact",
+	group:     groupMaintain,
 	writes:    true,
 	exclusive: true,
 	summary:   "Rewrite the database file without its free pages",
@@ -348,10 +371,10 @@ over the old one (a crash leaves one or the other, whole), then prints the
 sizes before and after. Run it after a gc that deleted much; it needs the
 store to itself. With --json: {before, after}.
 
-While sbxdb serve runs for the store, it refuses to run (exit status 1),
+While sbxdb serve runs for the store, it refuses to run (exit status 11),
 naming the server: stop the server first.`,
 	run: runCompact,
-}
+})
 
 func runCompact(inv *invocation, _ []string) error {
 	if err := needStore(inv); err != nil {

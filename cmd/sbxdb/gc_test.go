@@ -29,12 +29,13 @@ func TestCheckCommand(t *testing.T) {
 	out := ok(t, "check", "--db", store, "--verify-blobs")
 	wantMatch(t, out, `^1 thread, 3 checkpoints, 4 blob keys referenced, 4 blobs stored \(0 unreferenced\), every blob read back: 0 errors, 0 warnings\n$`)
 
-	// A damaged pack is an error, and exit status 1.
+	// A damaged pack is an error, and exit status 12; with --json the
+	// report alone says so.
 	packs, _ := filepath.Glob(filepath.Join(store, "blobs", "packs", "*.pack"))
 	flipLast(t, packs[0])
 	code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--json")
 	var rep engine.CheckReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Clean() || errOut != "sbxdb: the store has problems (see above)\n" {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitDamaged || rep.Clean() || errOut != "" {
 		t.Fatalf("check of a damaged store: exit %d, %q, %q", code, out, errOut)
 	}
 	if f := rep.Findings[0]; f.Kind != engine.FindingBlob || !strings.HasPrefix(f.Subject, "sandbox-files/sha256/") {
@@ -42,7 +43,7 @@ func TestCheckCommand(t *testing.T) {
 	}
 	// Without reading blobs the damage is not seen.
 	ok(t, "check", "--db", store)
-	if msg := fail(t, "check", "--db", filepath.Join(t.TempDir(), "none")); !strings.Contains(msg, "no sbxdb store") {
+	if msg := failWith(t, exitNoStore, "check", "--db", filepath.Join(t.TempDir(), "none")); !strings.Contains(msg, "no sbxdb store") {
 		t.Errorf("check of no store: %q", msg)
 	}
 }
@@ -90,7 +91,7 @@ func TestCompactCommand(t *testing.T) {
 		t.Fatalf("compact grew the file: %d → %d", before.Size(), after.Size())
 	}
 	ok(t, "check", "--db", store, "--verify-blobs")
-	if msg := fail(t, "compact", "--db", filepath.Join(t.TempDir(), "none")); !strings.Contains(msg, "no sbxdb store") {
+	if msg := failWith(t, exitNoStore, "compact", "--db", filepath.Join(t.TempDir(), "none")); !strings.Contains(msg, "no sbxdb store") {
 		t.Errorf("compact of no store: %q", msg)
 	}
 }
@@ -104,7 +105,7 @@ func TestMaintenanceNeedsAStore(t *testing.T) {
 		{"check", "--db", none, "--repair"},
 		{"compact", "--db", none},
 	} {
-		if msg := fail(t, args...); !strings.Contains(msg, "no sbxdb store at "+none) {
+		if msg := failWith(t, exitNoStore, args...); !strings.Contains(msg, "no sbxdb store at "+none) {
 			t.Errorf("%v: %q", args, msg)
 		}
 	}
@@ -140,7 +141,7 @@ func TestGCRefusesADamagedStore(t *testing.T) {
 	db.Blobs().Delete(t.Context(), refs[0].Key)
 	db.Close()
 	log := ok(t, "log", "main", "--db", store)
-	if msg := fail(t, "gc", "--db", store, "--keep", "1", "--older-than", "0"); !strings.Contains(msg, "SANDBOX_SNAPSHOT_MISSING_BLOB") || !strings.Contains(msg, refs[0].Key) {
+	if msg := failWith(t, exitDamaged, "gc", "--db", store, "--keep", "1", "--older-than", "0"); !strings.Contains(msg, "SANDBOX_SNAPSHOT_MISSING_BLOB") || !strings.Contains(msg, refs[0].Key) {
 		t.Errorf("gc of a damaged store: %q", msg)
 	}
 	if ok(t, "log", "main", "--db", store) != log {
@@ -173,7 +174,7 @@ func TestCheckRepairExitStatus(t *testing.T) {
 	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(tx, fileKey("same\n"), 2) })
 	raw.Close()
 	code, out, _ := cli(t, "check", "--db", store)
-	if code != 1 || !strings.Contains(out, "refcount") {
+	if code != exitDamaged || !strings.Contains(out, "refcount") {
 		t.Fatalf("check of stale counts: exit %d, %q", code, out)
 	}
 	out = ok(t, "check", "--db", store, "--repair")

@@ -12,7 +12,7 @@ import (
 )
 
 // sbxdb check --verify-blobs --repair after one flipped byte in a pack:
-// it drops the damaged blob, says which checkpoint needs it and exits 1
+// it drops the damaged blob, says which checkpoint needs it and exits 12
 // (that checkpoint cannot be restored yet); a capture of the intact
 // workspace stores the bytes again, and the damaged checkpoint restores.
 func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
@@ -24,13 +24,13 @@ func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
 	testkit.FlipByte(t, path, off+64+10)
 
 	code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--repair")
-	if code != 1 || errOut == "" {
+	if code != exitDamaged || errOut == "" {
 		t.Fatalf("check --repair of a damaged blob: exit %d, stderr %q", code, errOut)
 	}
 	wantMatch(t, out, `(?m)^repaired: dropped 1 damaged blob from the index`)
 	wantMatch(t, out, `(?m)^\s+`+fileKey(content)+`\s+needed by cp1$`)
 	wantMatch(t, out, `(?m)^after the repair: 1 error`)
-	if code, out, _ := cli(t, "check", "--db", store); code != 1 || !strings.Contains(out, "missing-blob") || !strings.Contains(out, "cp1") {
+	if code, out, _ := cli(t, "check", "--db", store); code != exitDamaged || !strings.Contains(out, "missing-blob") || !strings.Contains(out, "cp1") {
 		t.Fatalf("check after the repair: exit %d, %q", code, out)
 	}
 

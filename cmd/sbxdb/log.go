@@ -6,8 +6,9 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-var logCmd = &command{
+var logCmd = register(&command{
 	name:    "log",
+	group:   groupInspect,
 	args:    "THREAD",
 	nargs:   1,
 	summary: "List a thread's chain from the head back through parents",
@@ -19,7 +20,7 @@ so a missing parent shows as the last row's parent.
 
 ` + viaServer,
 	run: runLog,
-}
+})
 
 // logRow is one checkpoint as `sbxdb log --json` prints it.
 type logRow struct {

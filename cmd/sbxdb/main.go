@@ -3,36 +3,44 @@
 //
 // Usage:
 //
-//	sbxdb <command> [--db DIR] [--server ADDR] [--json] [arguments]
+//	sbxdb [--db DIR] [--server ADDR] [--json] <command> [flags] [arguments]
 //
 // The commands are:
 //
 //	threads               list threads: head, checkpoint count, latest time, writer lease
 //	log THREAD            list a thread's chain from the head back through parents
 //	show CHECKPOINT       show one checkpoint: header, files, artifacts, conversation size
+//	diff A B              compare the file manifests of checkpoints A and B
+//	cat CHECKPOINT PATH   write one file's verified bytes to standard output
 //	refs                  list blob keys with their reference counts
 //	stats                 metadata and blob bytes, logical and on disk, and the sharing ratio
 //	capture DIR           record the workspace DIR as a new checkpoint on --thread's head
 //	restore CHECKPOINT DIR
 //	                      write a checkpoint's tree (or --thread's head) into DIR
-//	diff A B              compare the file manifests of checkpoints A and B
-//	cat CHECKPOINT PATH   write one file's verified bytes to standard output
 //	check                 check reference counts, heads, chains and blobs (--repair, --verify-blobs)
 //	gc                    retention (--keep N), the sweep of unused blobs (--older-than), repacking
 //	compact               rewrite the database file without its free pages
-//	migrate               upgrade a store of an older format (1 or 2) to this build's
+//	migrate               upgrade a store of an older format to this build's
 //	unlock THREAD         remove a thread's writer lease, whoever holds it
+//	serve                 serve the store over HTTP to the CLI and to hosts
+//	completion SHELL      print the completion script for bash, zsh, fish or powershell
+//	version               print the version, commit and store format (also --version)
 //	help [COMMAND]        print the command list, or one command's help
+//
+// The command tree is built with cobra: flags go before or after the
+// command and its arguments (--db, --json and --server are global), a
+// mistyped command or flag is answered with the nearest ones, and each
+// command is one file declaring it (register).
 //
 // capture, gc, compact, migrate, unlock and check --repair open the store for
 // writing (capture creates it if needed; capture holds the thread's writer
 // lease while it runs, taking over the lease of a writer on this host that
 // no longer runs); the other commands open it read-only. --db names the
 // store directory (default $SBXDB_DIR, else .sbxdb in the current
-// directory); --json prints JSON instead of a table (cat has no --json).
-// Flags may also follow the arguments. A store that another
-// process holds is reported as busy, naming that process, after about a
-// second.
+// directory); --json prints JSON instead of a table (cat's and serve's
+// output is no report: there it changes only how a failure is printed).
+// A store that another process holds is reported as busy, naming that
+// process, after about a second.
 //
 // While sbxdb serve runs for the store, every command works through its API
 // instead of opening the files, with the same output and exit status. The
@@ -49,18 +57,21 @@
 // terminal, and print one summary line on standard output.
 //
 // Exit status: 0 on success; 1 on failure, with one line "sbxdb: message" on
-// standard error; 2 on a usage error.
+// standard error; 2 on a usage error; 3 when it finished with warnings; 10
+// when there is no store at the path; 11 when the store or the thread's
+// writer lease is held; 12 when it found damaged data; 130 when
+// interrupted (exitHelp, exitStatus). With --json, a failure is one line
+// {"error":{"code","message"}} on standard output and nothing else.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,45 +109,6 @@ the same output (sbxdb help says how the server is found).`
 // holds it. Tests shorten it.
 var lockTimeout = time.Second
 
-// command is one entry of the command table.
-type command struct {
-	name    string
-	args    string // positional arguments, as shown in usage
-	nargs   int    // exact number of positional arguments, unless check is set
-	summary string // one line for the command list
-	detail  string // the rest of the command's help
-	run     func(inv *invocation, args []string) error
-
-	// writes makes the command open the store for writing; the others
-	// open it read-only. creates lets it create a store where there is
-	// none (capture); other writers refuse a directory without one.
-	writes  bool
-	creates bool
-	// exclusive marks a command that needs the store's files to itself
-	// (compact, migrate): it refuses to run while a server holds them.
-	exclusive bool
-	// serves marks the command that is the server (serve): it has no
-	// --server flag.
-	serves bool
-	// noJSON leaves out the --json flag, for a command whose output is not
-	// a report (cat).
-	noJSON bool
-	// flagsUsage shows the command's own flags in the usage line, between
-	// the common flags and the arguments.
-	flagsUsage string
-	// usageArgs, when set, replaces args in the usage line (args stays in
-	// the command list).
-	usageArgs string
-	// flags binds the command's own flags to inv.
-	flags func(fset *flag.FlagSet, inv *invocation)
-	// check, when set, replaces the nargs check: it returns a usage error
-	// for positional arguments or flags that do not go together.
-	check func(inv *invocation, args []string) error
-}
-
-// commands is the command table, in the order `sbxdb help` lists it.
-var commands = []*command{threadsCmd, logCmd, showCmd, refsCmd, statsCmd, captureCmd, restoreCmd, diffCmd, catCmd, checkCmd, gcCmd, compactCmd, migrateCmd, unlockCmd, serveCmd}
-
 // invocation is one run of a command: its common flags, the command's own
 // flags, and its output.
 type invocation struct {
@@ -145,7 +117,7 @@ type invocation struct {
 	dirGiven bool   // --db or $SBXDB_DIR named the store
 	server   string // --server
 	served   string // the address of the server the command went through
-	json     bool   // --json
+	json     bool   // --json: print JSON, and a failure as JSON
 	out      io.Writer
 	errOut   io.Writer // standard error, for the progress line
 	progress bool      // draw a progress line on errOut (it is a terminal)
@@ -170,7 +142,12 @@ type invocation struct {
 	threads         stringList     // --thread (gc)
 	dryRun          bool           // --dry-run
 	repackThreshold float64        // --repack-threshold
-	verbose         bool           // -v
+	verbose         bool           // -v, --verbose
+
+	version bool // --version, of sbxdb itself
+	// started is set once the command runs: an error before it is a
+	// usage error.
+	started bool
 
 	// status is the progress line on errOut, once a command drew one
 	// (invocation.statusLine).
@@ -197,165 +174,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // runContext is run under ctx, which an interrupt cancels.
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		printCommands(stderr)
-		return 2
-	}
-	name, args := args[0], args[1:]
-	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
-		if len(args) == 0 {
-			printCommands(stdout)
-			return 0
+	inv := &invocation{ctx: ctx, out: stdout, errOut: stderr, progress: isTerminal(stderr)}
+	t := newTree(inv, args)
+	cmd, err := t.root.ExecuteC()
+	var ue *usageError
+	if err != nil && !inv.started && !errors.As(err, &ue) {
+		// cobra's own check of a command it made (completion bash)
+		if cmd == t.root {
+			cmd = nil
 		}
-		if c := lookup(args[0]); c != nil && len(args) == 1 {
-			c.printHelp(stdout, c.flagSet(&invocation{}))
-			return 0
+		if m := extraArgRE.FindStringSubmatch(err.Error()); m != nil {
+			err = reword(err, "unexpected argument %s", m[1])
 		}
-		fmt.Fprintf(stderr, "sbxdb: help: unknown command %q\nusage: sbxdb help [COMMAND]\n", strings.Join(args, " "))
-		return 2
+		err = &usageError{cmd: cmd, err: err}
 	}
-	c := lookup(name)
-	if c == nil {
-		fmt.Fprintf(stderr, "sbxdb: unknown command %q\nusage: sbxdb <command> [flags] [arguments]; run 'sbxdb help' for the list\n", name)
-		return 2
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		err = errInterrupted
 	}
-	inv := &invocation{ctx: ctx, out: stdout, errOut: stderr, progress: isTerminal(stderr), writes: c.writes, creates: c.creates}
-	fset := c.flagSet(inv)
-	pos, err := parseArgs(fset, args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		c.printHelp(stdout, fset)
-		return 0
-	case err != nil:
-	case c.check != nil:
-		err = c.check(inv, pos)
-	default:
-		err = checkCount(pos, c.nargs, c.args)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "sbxdb %s: %v\nusage: %s\n", c.name, err, c.usage())
-		return 2
-	}
-	inv.dirGiven = inv.dir != "" || os.Getenv(dirEnv) != ""
-	if inv.dir == "" {
-		inv.dir = defaultDir()
-	}
-	if c.exclusive {
-		err = inv.refuseServer()
-	}
-	if err == nil {
-		err = c.run(inv, pos)
-	}
-	if err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			err = errors.New("interrupted")
-		}
-		err = inv.serverError(err)
-		inv.clearStatus()
-		fmt.Fprintf(stderr, "sbxdb: %s\n", message(err))
-		return 1
-	}
-	return 0
+	err = inv.serverError(err)
+	inv.clearStatus()
+	return t.report(err, inv.json || (errors.As(err, &ue) && jsonRequested(args)), stdout, stderr)
 }
 
-// checkCount is the usage check of a command that takes exactly n
-// positional arguments, named by what.
-func checkCount(pos []string, n int, what string) error {
-	switch {
-	case len(pos) < n:
-		return fmt.Errorf("missing %s", strings.Join(strings.Fields(what)[len(pos):], " "))
-	case len(pos) > n:
-		return fmt.Errorf("unexpected argument %q", pos[n])
-	}
-	return nil
-}
-
-func lookup(name string) *command {
-	for _, c := range commands {
-		if c.name == name {
-			return c
-		}
-	}
-	return nil
-}
-
-// printCommands writes the command list.
-func printCommands(w io.Writer) {
-	fmt.Fprint(w, "sbxdb inspects an sbxdb checkpoint store, captures workspaces into it,\nrestores them, checks the store and collects its garbage.\n\nusage: sbxdb <command> [--db DIR] [--server ADDR] [--json] [arguments]\n\ncommands:\n")
-	tw := table(w)
-	for _, c := range commands {
-		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
-	}
-	fmt.Fprintf(tw, "  help [COMMAND]\tPrint this list, or one command's help\n")
-	tw.Flush()
-	fmt.Fprintf(w, "\nThe store is --db DIR, else $%s, else %s in the current directory.\n", dirEnv, fallbackDir)
-	fmt.Fprint(w, `
-While sbxdb serve runs for the store, every command works through it, with
-the same output and exit status. The server is --server ADDR, else
-$SBXDB_SERVER (ADDR is unix:PATH or tcp:HOST:PORT; a TCP server is sent the
-token in $SBXDB_TOKEN), else the one answering on DIR/sbxdb.sock. compact
-and migrate need the store to themselves and refuse while a server runs.
-`)
-}
-
-// flagSet returns the command's flags, bound to inv. It prints nothing:
-// run reports parse errors itself.
-func (c *command) flagSet(inv *invocation) *flag.FlagSet {
-	fset := flag.NewFlagSet("sbxdb "+c.name, flag.ContinueOnError)
-	fset.SetOutput(io.Discard)
-	fset.StringVar(&inv.dir, "db", "", "the store directory `DIR` (default $"+dirEnv+", else "+fallbackDir+")")
-	if !c.serves {
-		fset.StringVar(&inv.server, "server", "", "work through the sbxdb serve at `ADDR`, unix:PATH or tcp:HOST:PORT (default $"+serverEnv+", else DIR/"+socketName+" when it answers)")
-	}
-	if !c.noJSON {
-		fset.BoolVar(&inv.json, "json", false, "print JSON instead of a table")
-	}
-	if c.flags != nil {
-		c.flags(fset, inv)
-	}
-	return fset
-}
-
-func (c *command) usage() string {
-	common := "[--db DIR] [--json]"
-	if c.noJSON {
-		common = "[--db DIR]"
-	}
-	args := c.args
-	if c.usageArgs != "" {
-		args = c.usageArgs
-	}
-	return strings.Join(strings.Fields("sbxdb "+c.name+" "+common+" "+c.flagsUsage+" "+args), " ")
-}
-
-func (c *command) printHelp(w io.Writer, fset *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: %s\n\n%s.\n", c.usage(), c.summary)
-	if c.detail != "" {
-		fmt.Fprintf(w, "\n%s\n", c.detail)
-	}
-	fmt.Fprint(w, "\nflags:\n")
-	fset.SetOutput(w)
-	fset.PrintDefaults()
-}
-
-// parseArgs parses flags wherever they stand among the positional
-// arguments, which it returns in order. Everything after "--" is positional.
-func parseArgs(fset *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fset.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fset.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if used := args[:len(args)-len(rest)]; len(used) > 0 && used[len(used)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
-}
+// extraArgRE matches cobra's error for an argument a command it made
+// does not take.
+var extraArgRE = regexp.MustCompile(`^unknown command ("[^"]*") for "[^"]*"$`)
 
 // openError words a failure to open the store. A store path that is not
 // a directory is said to be so, whatever the failure.
@@ -365,11 +208,11 @@ func openError(inv *invocation, err error) error {
 	}
 	switch {
 	case errors.Is(err, engine.ErrNoStore):
-		return fmt.Errorf("no sbxdb store at %s", inv.dir)
+		return reword(err, "no sbxdb store at %s", inv.dir)
 	case errors.Is(err, engine.ErrLocked):
 		// The engine says "…: DIR is held by another process (pid N)".
 		detail := strings.TrimPrefix(err.Error(), engine.ErrLocked.Error()+": "+inv.dir+" is ")
-		return fmt.Errorf("store %s is busy: %s", inv.dir, detail)
+		return reword(err, "store %s is busy: %s", inv.dir, detail)
 	}
 	return err
 }
@@ -395,6 +238,9 @@ func (l *stringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
 }
+
+// Type names the flag's kind for pflag.
+func (l *stringList) Type() string { return "strings" }
 
 // writeJSON prints v as one line of JSON.
 func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,14 @@ var fixture = []*chain.Checkpoint{
 func newStore(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
+	newStoreAt(t, dir)
+	return dir
+}
+
+// newStoreAt builds the fixture in dir, which must not hold a store, and
+// leaves it closed.
+func newStoreAt(t *testing.T, dir string) {
+	t.Helper()
 	clock := t0
 	db, err := engine.Open(dir, &engine.Options{Now: func() time.Time { return clock }, NoSync: true})
 	if err != nil {
@@ -103,7 +112,6 @@ func newStore(t *testing.T) string {
 	clock = time.Now()
 	_, err = db.AcquireWriter(ctx, "live")
 	must(err)
-	return dir
 }
 
 // cli runs the command line and returns its exit status and outputs. It
@@ -351,23 +359,36 @@ func TestDefaultDir(t *testing.T) {
 	}
 	t.Setenv(dirEnv, "")
 	t.Chdir(t.TempDir())
-	if code, _, errOut := cli(t, "refs"); code != 1 || errOut != "sbxdb: no sbxdb store at .sbxdb\n" {
+	if code, _, errOut := cli(t, "refs"); code != exitNoStore || errOut != "sbxdb: no sbxdb store at .sbxdb\n" {
 		t.Errorf("refs without a store: exit %d, %q", code, errOut)
 	}
 }
 
+// singleDash is a long flag written with one dash, as Go's flag package
+// prints them: sbxdb's help writes two.
+var singleDash = regexp.MustCompile(`(^|[\s\[(,])-[a-z][a-z]`)
+
 func TestHelp(t *testing.T) {
 	list := ok(t, "help")
+	if m := singleDash.FindString(list); m != "" {
+		t.Errorf("help writes a long flag with one dash: %q", m)
+	}
 	for _, c := range commands {
 		if !strings.Contains(list, c.summary) {
 			t.Errorf("help lacks %s: %q", c.name, c.summary)
 		}
 		out := ok(t, c.name, "-h")
-		want := []string{"usage: " + c.usage() + "\n", c.summary, c.detail, "-db DIR"}
-		if !c.noJSON {
-			want = append(want, "-json")
-		} else if strings.Contains(out, "-json") {
-			t.Errorf("%s -h offers -json:\n%s", c.name, out)
+		if m := singleDash.FindString(out); m != "" {
+			t.Errorf("%s -h writes a long flag with one dash: %q", c.name, m)
+		}
+		want := []string{"usage: " + c.usage() + "\n", c.summary, c.detail}
+		if !c.noStore {
+			want = append(want, "--db DIR")
+		}
+		if !c.serves {
+			want = append(want, "--json")
+		} else if strings.Contains(out, "--json") {
+			t.Errorf("%s -h offers --json:\n%s", c.name, out)
 		}
 		for _, s := range want {
 			if !strings.Contains(out, s) {
@@ -388,9 +409,21 @@ func TestHelp(t *testing.T) {
 	}
 	for _, c := range commands {
 		out := ok(t, c.name, "-h")
-		if !strings.Contains(out, "sbxdb serve") || strings.Contains(out, "-server ADDR") == c.serves {
+		if c.noStore {
+			continue
+		}
+		if !strings.Contains(out, "sbxdb serve") || strings.Contains(out, "--server ADDR") == c.serves {
 			t.Errorf("%s -h: the server and --server:\n%s", c.name, out)
 		}
+	}
+	// The exit statuses are in sbxdb help, and help help is help's help.
+	for _, s := range []string{"exit status:\n", "\n  130  interrupted", `{"error":{"code":CODE,"message":MESSAGE}}`} {
+		if !strings.Contains(list, s) {
+			t.Errorf("help lacks %q", s)
+		}
+	}
+	if out := ok(t, "help", "help"); !strings.HasPrefix(out, "usage: sbxdb help [COMMAND]\n") {
+		t.Errorf("help help:\n%s", out)
 	}
 	if code, out, errOut := cli(t); code != 2 || out != "" || errOut != list {
 		t.Errorf("no arguments: exit %d, stdout %q, stderr %q", code, out, errOut)
@@ -411,17 +444,24 @@ func TestFailures(t *testing.T) {
 		err  string // stderr, or its first line for usage errors
 	}{
 		{[]string{"frob"}, 2, `sbxdb: unknown command "frob"`},
-		{[]string{"help", "frob"}, 2, `sbxdb: help: unknown command "frob"`},
+		{[]string{"help", "frob"}, 2, `sbxdb help: unknown command "frob"`},
+		{[]string{"help", "show", "frob"}, 2, `sbxdb help: unknown command "show frob"`},
+		{[]string{"thread"}, 2, `sbxdb: unknown command "thread"; did you mean threads?`},
+		{[]string{"shwo"}, 2, `sbxdb: unknown command "shwo"; did you mean show?`},
 		{[]string{"show", "--db", dir}, 2, "sbxdb show: missing CHECKPOINT"},
 		{[]string{"log"}, 2, "sbxdb log: missing THREAD"},
 		{[]string{"refs", "extra"}, 2, `sbxdb refs: unexpected argument "extra"`},
-		{[]string{"threads", "--verbose"}, 2, "sbxdb threads: flag provided but not defined: -verbose"},
+		{[]string{"threads", "--verbose"}, 2, "sbxdb threads: unknown flag: --verbose"},
+		{[]string{"threads", "-db", dir}, 2, "sbxdb threads: unknown flag -db: long flags take two dashes, --db"},
+		{[]string{"log", "main", "--thred", "x"}, 2, "sbxdb log: unknown flag: --thred"},
+		{[]string{"restore", "c1", "out", "--thred", "x"}, 2, "sbxdb restore: unknown flag: --thred; did you mean --thread?"},
+		{[]string{"--db"}, 2, "sbxdb: flag needs an argument: --db"},
 		{[]string{"show", "nope", "--db", dir}, 1, "sbxdb: checkpoint nope not found\n"},
 		{[]string{"log", "nope", "--db", dir}, 1, "sbxdb: thread nope not found\n"},
-		{[]string{"threads", "--db", missing}, 1, "sbxdb: no sbxdb store at " + missing + "\n"},
-		{[]string{"show", "c1", "--db", missing}, 1, "sbxdb: no sbxdb store at " + missing + "\n"},
-		{[]string{"refs", "--db", empty}, 1, "sbxdb: no sbxdb store at " + empty + "\n"},
-		{[]string{"refs", "--db", notDir}, 1, "sbxdb: --db " + notDir + " is a regular file, not a store directory\n"},
+		{[]string{"threads", "--db", missing}, exitNoStore, "sbxdb: no sbxdb store at " + missing + "\n"},
+		{[]string{"show", "c1", "--db", missing}, exitNoStore, "sbxdb: no sbxdb store at " + missing + "\n"},
+		{[]string{"refs", "--db", empty}, exitNoStore, "sbxdb: no sbxdb store at " + empty + "\n"},
+		{[]string{"refs", "--db", notDir}, exitNoStore, "sbxdb: --db " + notDir + " is a regular file, not a store directory\n"},
 	} {
 		code, out, errOut := cli(t, tc.args...)
 		if tc.code == 2 {
@@ -450,8 +490,8 @@ func TestBusy(t *testing.T) {
 	lockTimeout = 100 * time.Millisecond
 
 	code, out, errOut := cli(t, "threads", "--db", dir)
-	if want := "sbxdb: store " + dir + " is busy: held by another process (pid "; code != 1 || out != "" ||
+	if want := "sbxdb: store " + dir + " is busy: held by another process (pid "; code != exitBusy || out != "" ||
 		!strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
-		t.Errorf("busy store: exit %d, stdout %q, stderr %q; want exit 1 and %q…", code, out, errOut, want)
+		t.Errorf("busy store: exit %d, stdout %q, stderr %q; want exit 11 and %q…", code, out, errOut, want)
 	}
 }

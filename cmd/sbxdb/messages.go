@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -87,9 +86,9 @@ func notADirectory(inv *invocation) error {
 	case err != nil || fi.IsDir():
 		return nil
 	case fi.Mode().IsRegular():
-		return fmt.Errorf("%s is a regular file, not a store directory", storeName(inv))
+		return reword(engine.ErrNoStore, "%s is a regular file, not a store directory", storeName(inv))
 	}
-	return fmt.Errorf("%s is not a directory", storeName(inv))
+	return reword(engine.ErrNoStore, "%s is not a directory", storeName(inv))
 }
 
 // needStore returns nil when the store's database file exists, else the

@@ -84,7 +84,7 @@ func TestErrorShortensLongPaths(t *testing.T) {
 	missing := longPath(t.TempDir())
 	code, out, errOut := runArgs([]string{"threads", "--db", missing})
 	want := "sbxdb: no sbxdb store at " + shortenPath(missing, maxPathRunes) + "\n"
-	if code != 1 || out != "" || errOut != want {
+	if code != exitNoStore || out != "" || errOut != want {
 		t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 	if strings.Contains(errOut, missing) || !strings.HasSuffix(errOut, "/tail/file.txt\n") {
@@ -110,12 +110,12 @@ func TestStorePathIsARegularFile(t *testing.T) {
 		{"gc", "--older-than", "1h"}, {"compact"}, {"migrate"}, {"unlock", "main"},
 	} {
 		code, out, errOut := runArgs(append(args, "--db", file))
-		if want := "sbxdb: --db " + file + " is a regular file, not a store directory\n"; code != 1 || out != "" || errOut != want {
+		if want := "sbxdb: --db " + file + " is a regular file, not a store directory\n"; code != exitNoStore || out != "" || errOut != want {
 			t.Errorf("sbxdb %q: exit %d, stdout %q, stderr %q; want %q", args, code, out, errOut, want)
 		}
 	}
 	t.Setenv(dirEnv, file)
-	if code, _, errOut := runArgs([]string{"threads"}); code != 1 || errOut != "sbxdb: $SBXDB_DIR ("+file+") is a regular file, not a store directory\n" {
+	if code, _, errOut := runArgs([]string{"threads"}); code != exitNoStore || errOut != "sbxdb: $SBXDB_DIR ("+file+") is a regular file, not a store directory\n" {
 		t.Errorf("$SBXDB_DIR: exit %d, stderr %q", code, errOut)
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "not a store" {
@@ -216,7 +216,7 @@ func TestGCMissingBlobCount(t *testing.T) {
 	refs, _ := db.BlobReferences(t.Context())
 	db.Blobs().Delete(t.Context(), refs[0].Key)
 	db.Close()
-	msg := fail(t, "gc", "--db", store, "--older-than", "0")
+	msg := failWith(t, exitDamaged, "gc", "--db", store, "--older-than", "0")
 	if want := "sweep refused: 1 referenced blob is missing (" + refs[0].Key + ")"; !strings.Contains(msg, want) {
 		t.Errorf("gc: %q, want %q in it", msg, want)
 	}

@@ -6,8 +6,9 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-var refsCmd = &command{
+var refsCmd = register(&command{
 	name:    "refs",
+	group:   groupInspect,
 	summary: "List blob keys with their reference counts",
 	detail: `One line per blob key that checkpoints use, with the number of checkpoints
 using it, in key order, then a total. A key used twice in one checkpoint counts
@@ -15,7 +16,7 @@ once. With --json, an array of {key, references}.
 
 ` + viaServer,
 	run: runRefs,
-}
+})
 
 func runRefs(inv *invocation, _ []string) error {
 	db, err := inv.open()

@@ -2,16 +2,17 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/spf13/pflag"
 )
 
-var restoreCmd = &command{
+var restoreCmd = register(&command{
 	name:       "restore",
+	group:      groupWorkspace,
 	args:       "CHECKPOINT DIR",
 	usageArgs:  "{CHECKPOINT | --thread THREAD} DIR",
 	flagsUsage: "[--exclude GLOB]... [--include GLOB]...",
@@ -34,7 +35,7 @@ symlinks, bytes, seconds}.
 While sbxdb serve runs for the store, restore works through it (sbxdb help
 says how the server is found), with the same output: the server writes DIR,
 named by its absolute path, on its own machine.`,
-	flags: func(fset *flag.FlagSet, inv *invocation) {
+	flags: func(fset *pflag.FlagSet, inv *invocation) {
 		fset.StringVar(&inv.thread, "thread", "", "restore the head of thread `THREAD` (then give no CHECKPOINT)")
 		policyFlags(fset, inv, true)
 	},
@@ -51,7 +52,7 @@ named by its absolute path, on its own machine.`,
 		return checkCount(args, 1, "DIR")
 	},
 	run: runRestore,
-}
+})
 
 // restoreJSON is what `sbxdb restore --json` prints.
 type restoreJSON struct {

@@ -3,24 +3,24 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/sbxdb/sbxdb/server"
+	"github.com/spf13/pflag"
 )
 
 // socketName is the default listener's socket, in the store directory.
 const socketName = "sbxdb.sock"
 
-var serveCmd = &command{
+var serveCmd = register(&command{
 	name:    "serve",
+	group:   groupOther,
 	writes:  true,
 	creates: true,
 	noJSON:  true,
@@ -66,7 +66,7 @@ flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
 nothing), closes the store and the test stores, removes its socket files
 and exits 0.`,
-	flags: func(fset *flag.FlagSet, inv *invocation) {
+	flags: func(fset *pflag.FlagSet, inv *invocation) {
 		f := &serveFlags{grace: server.DefaultGrace, maxRequests: server.DefaultMaxRequests, logFormat: "text"}
 		fset.Var(&f.listen, "listen", "listen on `ADDR`, unix:PATH or tcp:HOST:PORT (repeatable; default unix:DIR/"+socketName+")")
 		fset.StringVar(&f.tokenFile, "token-file", "", "read the bearer token TCP clients must send from `FILE`")
@@ -85,7 +85,7 @@ and exits 0.`,
 		return checkCount(args, 0, "")
 	},
 	run: runServe,
-}
+})
 
 // serveFlags are the flags of serve. They travel in the invocation's
 // context (withServeFlags), so that the invocation keeps only the flags
@@ -209,13 +209,4 @@ func runServe(inv *invocation, _ []string) error {
 	}
 	opts.Logger.Info("stopped")
 	return err
-}
-
-// version names this build for /v1/health: its module version, "(devel)"
-// for a build from a source tree.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

@@ -133,8 +133,8 @@ func TestServeProcesses(t *testing.T) {
 	}
 	r := runChild(t, "capture", wsA, "--db", store, "--thread", "held")
 	want := `sbxdb: SANDBOX_SNAPSHOT_WRITER_CONFLICT: thread "held" has a live writer (fence 1) held by ` + proc.Self().String() + " until "
-	if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, want) || !strings.HasSuffix(r.stderr, "; if that writer is gone, `sbxdb unlock held` frees the thread\n") {
-		t.Errorf("capture into a held thread: exit %d, stdout %q, stderr %q; want exit 1 and %q…", r.code, r.stdout, r.stderr, want)
+	if r.code != exitBusy || r.stdout != "" || !strings.HasPrefix(r.stderr, want) || !strings.HasSuffix(r.stderr, "; if that writer is gone, `sbxdb unlock held` frees the thread\n") {
+		t.Errorf("capture into a held thread: exit %d, stdout %q, stderr %q; want exit 11 and %q…", r.code, r.stdout, r.stderr, want)
 	}
 	if head, err := c.Head(t.Context(), "held"); err != nil || head != "" {
 		t.Errorf("the refused capture appended: head %q, %v", head, err)
@@ -147,8 +147,8 @@ func TestServeProcesses(t *testing.T) {
 	for _, cmd := range []string{"compact", "migrate"} {
 		r := runChild(t, cmd, "--db", store)
 		want := fmt.Sprintf("sbxdb: store %s is served by sbxdb serve (pid %d) at unix:%s; stop it first\n", store, serve.cmd.Process.Pid, filepath.Join(store, socketName))
-		if r.code != 1 || r.stdout != "" || r.stderr != want {
-			t.Errorf("%s while served: exit %d, stdout %q, stderr %q; want exit 1 and %q", cmd, r.code, r.stdout, r.stderr, want)
+		if r.code != exitBusy || r.stdout != "" || r.stderr != want {
+			t.Errorf("%s while served: exit %d, stdout %q, stderr %q; want exit 11 and %q", cmd, r.code, r.stdout, r.stderr, want)
 		}
 	}
 }
@@ -214,7 +214,7 @@ func TestThreadsDuringACapture(t *testing.T) {
 		t.Errorf("show during the capture:\n%s", out)
 	}
 	// The thread is the capture's: another capture into it is refused.
-	msg := fail(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp3")
+	msg := failWith(t, exitBusy, "capture", ws, "--db", store, "--thread", "main", "--id", "cp3")
 	if want := `sbxdb: SANDBOX_SNAPSHOT_WRITER_CONFLICT: thread "main" has a live writer (fence 2) held by ` + proc.Self().String(); !strings.HasPrefix(msg, want) {
 		t.Errorf("a second capture into the thread: %q, want %q…", msg, want)
 	}

@@ -183,7 +183,8 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--max-requests", "0"}, 2, "sbxdb serve: --max-requests 0: must be at least 1"},
 		{[]string{"--grace", "-1s"}, 2, "sbxdb serve: --grace -1s: must not be negative"},
 		{[]string{"extra"}, 2, `sbxdb serve: unexpected argument "extra"`},
-		{[]string{"--json"}, 2, "sbxdb serve: flag provided but not defined: -json"},
+		{[]string{"--server", "unix:/tmp/s.sock"}, 2, "sbxdb serve: --server names a server to work through; serve is the server"},
+		{[]string{"--lisen", "unix:/tmp/s.sock"}, 2, "sbxdb serve: unknown flag: --lisen; did you mean --listen?"},
 		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", empty}, 1, "sbxdb: --token-file " + empty + ": the file holds no token"},
 		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", filepath.Join(dir, "none")}, 1, "sbxdb: --token-file: open " + filepath.Join(dir, "none") + ": no such file or directory"},
 		{[]string{"--allow-dirs", filepath.Join(dir, "none")}, 1, "sbxdb: --allow-dirs: stat " + filepath.Join(dir, "none") + ": no such file or directory"},
@@ -197,6 +198,14 @@ func TestServeUsage(t *testing.T) {
 		if _, err := os.Stat(store); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("serve %q made the store: %v", tc.args, err)
 		}
+	}
+	// --json is global, but serve's output is a log: refused, as JSON.
+	code, out, errOut := serveInProcess(t, "--json", "--db", store)
+	if want := `{"error":{"code":"SBXDB_USAGE","message":"serve: --json does not apply to serve: --log-format json logs as JSON"}}` + "\n"; code != exitUsage || out != want || errOut != "" {
+		t.Errorf("serve --json: exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, want)
+	}
+	if _, err := os.Stat(store); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("serve --json made the store: %v", err)
 	}
 }
 
@@ -221,7 +230,7 @@ func TestServe(t *testing.T) {
 	defer func(d time.Duration) { lockTimeout = d }(lockTimeout)
 	lockTimeout = 100 * time.Millisecond
 	code, _, errOut := serveInProcess(t, "--db", store)
-	if want := fmt.Sprintf("sbxdb: store %s is busy: held by another process (pid %d ", store, p.cmd.Process.Pid); code != 1 || !strings.HasPrefix(errOut, want) {
+	if want := fmt.Sprintf("sbxdb: store %s is busy: held by another process (pid %d ", store, p.cmd.Process.Pid); code != exitBusy || !strings.HasPrefix(errOut, want) {
 		t.Errorf("a second server of the store: exit %d, %q; want %q", code, errOut, want)
 	}
 	other := filepath.Join(t.TempDir(), "other")

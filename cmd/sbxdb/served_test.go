@@ -76,18 +76,8 @@ func newTwin(t *testing.T, args []string) *twin {
 	if len(args) == 0 || testing.Short() || isLocalOnly(t) {
 		return nil
 	}
-	c := lookup(args[0])
-	if c == nil {
-		return nil
-	}
-	inv := &invocation{}
-	pos, err := parseArgs(c.flagSet(inv), args[1:])
-	if err == nil && c.check != nil {
-		err = c.check(inv, pos)
-	} else if err == nil {
-		err = checkCount(pos, c.nargs, c.args)
-	}
-	if err != nil || inv.server != "" || os.Getenv(serverEnv) != "" {
+	c, inv, pos, err := parseLine(args)
+	if c == nil || c.noStore || err != nil || inv.server != "" || os.Getenv(serverEnv) != "" {
 		return nil
 	}
 	tw := &twin{c: c, dir: inv.dir}
@@ -156,24 +146,45 @@ func newTwin(t *testing.T, args []string) *twin {
 	return tw
 }
 
+// parseLine parses the command line args as a run does, without running
+// it: the command it runs (nil for none of sbxdb's, such as help), the
+// invocation with its flags, the positional arguments, and the usage
+// error when it does not parse.
+func parseLine(args []string) (*command, *invocation, []string, error) {
+	inv := &invocation{ctx: context.Background(), out: io.Discard, errOut: io.Discard}
+	t := newTree(inv, args)
+	cmd, rest, err := t.root.Find(args)
+	if err != nil || t.spec[cmd] == nil {
+		return nil, inv, nil, err
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		return t.spec[cmd], inv, nil, err
+	}
+	if h, _ := cmd.Flags().GetBool("help"); h {
+		return nil, inv, nil, nil
+	}
+	pos := cmd.Flags().Args()
+	return t.spec[cmd], inv, pos, cmd.ValidateArgs(pos)
+}
+
 // withDB returns args naming store with --db: the value of every --db
 // flag replaced, or one --db added.
 func withDB(args []string, store string) []string {
 	out := append([]string(nil), args...)
 	found := false
-	for i := 1; i < len(out) && out[i] != "--"; i++ {
+	for i := 0; i < len(out) && out[i] != "--"; i++ {
 		switch a := out[i]; {
-		case (a == "--db" || a == "-db") && i+1 < len(out):
+		case a == "--db" && i+1 < len(out):
 			out[i+1] = store
 			found = true
 			i++
-		case strings.HasPrefix(a, "--db=") || strings.HasPrefix(a, "-db="):
+		case strings.HasPrefix(a, "--db="):
 			out[i] = "--db=" + store
 			found = true
 		}
 	}
 	if !found {
-		out = append(out[:1], append([]string{"--db=" + store}, out[1:]...)...)
+		out = append([]string{"--db=" + store}, out...)
 	}
 	return out
 }
@@ -239,8 +250,8 @@ func (tw *twin) compare(t *testing.T, code int, stdout, stderr string) {
 	if tw.c.exclusive {
 		sock := filepath.Join(tw.store, socketName)
 		want := regexp.MustCompile(`^sbxdb: store ` + regexp.QuoteMeta(tw.store) + ` is served by sbxdb serve \(pid \d+\) at unix:` + regexp.QuoteMeta(sock) + "; stop it first\n$")
-		if tw.code != 1 || tw.stdout != "" || !want.MatchString(tw.stderr) {
-			t.Errorf("served sbxdb %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", args, tw.code, tw.stdout, tw.stderr, want)
+		if tw.code != exitBusy || tw.stdout != "" || !want.MatchString(tw.stderr) {
+			t.Errorf("served sbxdb %s: exit %d, stdout %q, stderr %q; want exit 11 and %q", args, tw.code, tw.stdout, tw.stderr, want)
 		}
 		return
 	}

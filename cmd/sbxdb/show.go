@@ -7,8 +7,9 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-var showCmd = &command{
+var showCmd = register(&command{
 	name:    "show",
+	group:   groupInspect,
 	args:    "CHECKPOINT",
 	nargs:   1,
 	summary: "Show one checkpoint: header, files, artifacts and conversation size",
@@ -18,7 +19,7 @@ checkpoint in its wire shape (the TypeScript SandboxCheckpoint).
 
 ` + viaServer,
 	run: runShow,
-}
+})
 
 func runShow(inv *invocation, args []string) error {
 	db, err := inv.open()

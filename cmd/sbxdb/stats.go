@@ -7,8 +7,9 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 )
 
-var statsCmd = &command{
+var statsCmd = register(&command{
 	name:    "stats",
+	group:   groupInspect,
 	summary: "Show what the store holds and what it costs on disk",
 	detail: `Prints the number of threads and checkpoints; the checkpoint metadata as it
 would take stored whole (logical: every checkpoint with its full file list and
@@ -20,7 +21,7 @@ size, not the blobs. With --json, the same fields as an object.
 
 ` + viaServer,
 	run: runStats,
-}
+})
 
 func runStats(inv *invocation, _ []string) error {
 	db, err := inv.open()
@@ -54,8 +55,9 @@ func runStats(inv *invocation, _ []string) error {
 	return tw.Flush()
 }
 
-var migrateCmd = &command{
+var migrateCmd = register(&command{
 	name:      "migrate",
+	group:     groupMaintain,
 	exclusive: true,
 	summary:   "Upgrade a store written by an older sbxdb to this build's format",
 	detail: `Opens the store for writing, which rewrites a store of an older format in
@@ -68,10 +70,10 @@ weighed. A current store is left alone. Commands that only read refuse an
 older store and point here; commands that write migrate it themselves. It needs the store
 to itself. With --json: {from, to, seconds}.
 
-While sbxdb serve runs for the store, it refuses to run (exit status 1),
+While sbxdb serve runs for the store, it refuses to run (exit status 11),
 naming the server: stop the server first.`,
 	run: runMigrate,
-}
+})
 
 func runMigrate(inv *invocation, _ []string) error {
 	if err := needStore(inv); err != nil {

@@ -8,8 +8,9 @@ import (
 	"github.com/sbxdb/sbxdb/lease"
 )
 
-var threadsCmd = &command{
+var threadsCmd = register(&command{
 	name:    "threads",
+	group:   groupInspect,
 	summary: "List threads with head, checkpoint count, latest time and writer lease",
 	detail: `One line per thread that has checkpoints, a head, a saved transcript or a
 writer lease. LATEST is the newest createdAt of the thread's checkpoints, in
@@ -17,7 +18,7 @@ UTC. WRITER is "live until TIME", "expired" or "none".
 
 ` + viaServer,
 	run: runThreads,
-}
+})
 
 // threadRow is one thread as `sbxdb threads --json` prints it.
 type threadRow struct {

@@ -8,8 +8,9 @@ import (
 	"github.com/sbxdb/sbxdb/lease"
 )
 
-var unlockCmd = &command{
+var unlockCmd = register(&command{
 	name:    "unlock",
+	group:   groupMaintain,
 	args:    "THREAD",
 	nargs:   1,
 	writes:  true,
@@ -25,7 +26,7 @@ exit status is 0 either way. With --json: {threadId, removed, fence, holder:
 
 ` + viaServer,
 	run: runUnlock,
-}
+})
 
 // unlockJSON is what `sbxdb unlock --json` prints.
 type unlockJSON struct {

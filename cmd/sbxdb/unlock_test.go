@@ -124,7 +124,7 @@ var remoteHolder = proc.Identity{Host: "host-elsewhere", Boot: "b", PID: 4242, S
 func TestCaptureConflictNamesHolder(t *testing.T) {
 	store, ws := captured(t, "cp1")
 	forgeLease(t, store, "main", remoteHolder, time.Now())
-	msg := fail(t, "capture", ws, "--db", store, "--thread", "main")
+	msg := failWith(t, exitBusy, "capture", ws, "--db", store, "--thread", "main")
 	wantMatch(t, msg, `^sbxdb: SANDBOX_SNAPSHOT_WRITER_CONFLICT: thread "main" has a live writer \(fence 2\) held by pid 4242 on host-elsewhere `+
 		"until \\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z; if that writer is gone, `sbxdb unlock main` frees the thread\n$")
 	if m := regexp.MustCompile(`\d{13}`).FindString(msg); m != "" {
@@ -187,7 +187,7 @@ func TestUnlockCommand(t *testing.T) {
 		t.Errorf("unlock of an invalid thread id: %q", msg)
 	}
 	none := filepath.Join(t.TempDir(), "typo")
-	if msg := fail(t, "unlock", "main", "--db", none); !strings.Contains(msg, "no sbxdb store at "+none) {
+	if msg := failWith(t, exitNoStore, "unlock", "main", "--db", none); !strings.Contains(msg, "no sbxdb store at "+none) {
 		t.Errorf("unlock without a store: %q", msg)
 	}
 }
