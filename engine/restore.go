@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -31,13 +31,27 @@ type RestoreOptions struct {
 	// AllowEscapingSymlinks restores symlinks whose target is absolute or
 	// leaves the tree. They are still created last and never followed.
 	AllowEscapingSymlinks bool
+	// Paths, if not empty, restores only the entries they name: each names
+	// a file, a symlink, or a directory (recorded, or implied by entries
+	// beneath it) restored with everything beneath it; the directories
+	// above them are created as directories. Paths are slash-separated and
+	// relative to the tree's root, and cleaned ("." segments, repeated and
+	// trailing slashes dropped); an empty, absolute or drive path, a ".."
+	// segment, a backslash, or the root itself is
+	// SANDBOX_SNAPSHOT_INVALID_PATH, and so is a path that names nothing in
+	// the checkpoint (a *PathNotFoundError: errors.Is(err,
+	// ErrPathNotFound)), all before anything is written. Duplicates and
+	// nested paths are allowed. The whole manifest is still checked (paths,
+	// policy, symlinks): a partial restore refuses what a full one refuses.
+	Paths []string
 	// Progress, if set, is called from one goroutine about every 100 ms
 	// while files are written, and once at the end.
 	Progress func(Progress)
 }
 
 // RestoreStats counts what a restore wrote. Dirs counts the empty
-// directories recorded. The JSON names are what the CLI prints.
+// directories recorded (that RestoreOptions.Paths selected), not the
+// directories made above entries. The JSON names are what the CLI prints.
 type RestoreStats struct {
 	Files    int   `json:"files"`
 	Dirs     int   `json:"dirs"`
@@ -46,20 +60,30 @@ type RestoreStats struct {
 }
 
 // Restore writes the tree of checkpoint id into dir, which must not exist or
-// be an empty directory (SPEC §10 Q20). Everything is written into a staging
-// directory beside dir, each blob verified (present, sha256, size) as it is
-// written, and the staging directory is renamed to dir only when all is
-// well: on any error, and when ctx ends, nothing is left behind. A killed
+// be an empty directory (SPEC §10 Q20); with opts.Paths, only the entries
+// they name. Everything is written into a staging directory, each blob
+// verified (present, sha256, size) as it is written, and nothing becomes
+// visible in dir before all is well: on any error, and when ctx ends,
+// nothing is left behind. A missing blob is SANDBOX_SNAPSHOT_MISSING_BLOB
+// and a damaged one SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the
+// key.
+//
+// A dir that does not exist is staged beside it and the staging directory
+// renamed to dir. An existing empty dir is kept (its mode, owner, inode; it
+// may be a mount point): the staging directory is made inside it, and once
+// everything is written and verified each of its entries is renamed into
+// dir and the staging directory removed. A failure while the entries are
+// moved moves the moved ones back (or, failing that, removes them) and
+// removes the staging directory, so dir is left empty, as it was. A killed
 // restore leaves its staging directory; the next restore into the same
-// parent removes it (see removeStaleStaging). A missing blob is
-// SANDBOX_SNAPSHOT_MISSING_BLOB and a damaged one
-// SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key.
+// parent, or into the same dir, removes it (see removeStaleStaging).
 //
 // No write escapes dir: paths are checked (no "..", no absolute or drive
 // paths, nothing beneath a file or symlink), files are created with
 // O_EXCL|O_NOFOLLOW, and symlinks are created last. Files get mode 0755 when
-// recorded executable, 0644 otherwise. Restored files are not fsynced: like
-// tar, a restore produces a working copy that the store can reproduce.
+// recorded executable, 0644 otherwise. Long runs of zero bytes are left as
+// holes (see sparseWriter). Restored files are not fsynced: like tar, a
+// restore produces a working copy that the store can reproduce.
 func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions) (RestoreStats, error) {
 	var o RestoreOptions
 	if opts != nil {
@@ -76,12 +100,20 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	if err := checkRestoreManifest(cp.Files, &o); err != nil {
 		return stats, err
 	}
+	files, err := selectEntries(cp.ID, cp.Files, o.Paths)
+	if err != nil {
+		return stats, err
+	}
 	target, err := filepath.Abs(dir)
 	if err != nil {
 		return stats, err
 	}
-	if err := checkTarget(target); err != nil {
+	exists, err := checkTarget(target)
+	if err != nil {
 		return stats, err
+	}
+	if exists {
+		return db.restoreIntoDir(ctx, files, target, &o)
 	}
 	parent := filepath.Dir(target)
 	created, err := mkdirAllTracked(db.opts.FS, parent)
@@ -100,32 +132,188 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	if l := lockStaging(staging); l != nil {
 		defer l.Close()
 	}
-	if err := db.restoreInto(ctx, cp, staging, &o, &stats); err != nil {
+	if err := db.restoreInto(ctx, files, staging, true, &o, &stats); err != nil {
 		os.RemoveAll(staging)
 		removeCreated(created)
 		return RestoreStats{}, err
 	}
-	// An empty target directory is replaced; rename cannot replace a
-	// directory on every system, and must not replace a non-empty one.
-	var emptyTarget fs.FileMode // the mode of an empty target directory, 0 if none
-	if st, err := os.Lstat(target); err == nil && st.IsDir() {
-		if err := db.opts.FS.Remove(target); err != nil {
-			os.RemoveAll(staging)
-			return RestoreStats{}, fmt.Errorf("restore: target %s: %w", target, err)
-		}
-		emptyTarget = st.Mode().Perm() | fs.ModeDir
-	}
 	if err := db.opts.FS.Rename(staging, target); err != nil {
 		os.RemoveAll(staging)
-		if emptyTarget != 0 { // as the caller left it
-			if os.Mkdir(target, 0o700) == nil {
-				os.Chmod(target, emptyTarget.Perm())
-			}
-		}
 		removeCreated(created)
 		return RestoreStats{}, fmt.Errorf("restore: %w", err)
 	}
 	return stats, nil
+}
+
+// restoreIntoDir restores files into target, an existing empty directory,
+// keeping the directory itself: it stages inside target (the same file
+// system as the final entries, so each move is a rename) and moves the
+// staging directory's entries up once all is written and verified. On any
+// failure target is left empty: the entries moved so far are moved back
+// (a move back that fails removes the entry) and the staging directory
+// removed. The clean-up bypasses the FS, as every clean-up after a
+// failure does.
+func (db *DB) restoreIntoDir(ctx context.Context, files []chain.Entry, target string, o *RestoreOptions) (RestoreStats, error) {
+	staging, err := db.opts.FS.MkdirTemp(target, stagingName(proc.Self())+"*")
+	if err != nil {
+		return RestoreStats{}, fmt.Errorf("restore: %w", err)
+	}
+	if l := lockStaging(staging); l != nil {
+		defer l.Close()
+	}
+	fail := func(err error) (RestoreStats, error) {
+		os.RemoveAll(staging)
+		return RestoreStats{}, err
+	}
+	var stats RestoreStats
+	if err := db.restoreInto(ctx, files, staging, false, o, &stats); err != nil {
+		return fail(err)
+	}
+	names, err := readNames(staging)
+	if err != nil {
+		return fail(fmt.Errorf("restore: %w", err))
+	}
+	moveBack := func(moved []string) {
+		for _, name := range moved {
+			to := filepath.Join(target, name)
+			if os.Rename(to, filepath.Join(staging, name)) != nil {
+				os.RemoveAll(to)
+			}
+		}
+	}
+	for i, name := range names {
+		if err := db.opts.FS.Rename(filepath.Join(staging, name), filepath.Join(target, name)); err != nil {
+			moveBack(names[:i])
+			return fail(fmt.Errorf("restore: %w", err))
+		}
+	}
+	if err := db.opts.FS.Remove(staging); err != nil {
+		moveBack(names)
+		return fail(fmt.Errorf("restore: %w", err))
+	}
+	return stats, nil
+}
+
+// readNames returns the names in directory dir, sorted.
+func readNames(dir string) ([]string, error) {
+	f, err := vfs.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	slices.Sort(names)
+	return names, err
+}
+
+// ErrPathNotFound matches the error of a restore whose RestoreOptions.Paths
+// name an entry the checkpoint does not hold (a *PathNotFoundError, which
+// also matches chain.ErrInvalidPath).
+var ErrPathNotFound = errors.New("sbxdb: path not found in checkpoint")
+
+// PathNotFoundError reports a path of RestoreOptions.Paths that names no
+// entry of the checkpoint, nor a directory above one. Its contract code is
+// SANDBOX_SNAPSHOT_INVALID_PATH.
+type PathNotFoundError struct {
+	Path       string // as cleaned
+	Checkpoint string
+}
+
+func (e *PathNotFoundError) Error() string {
+	return fmt.Sprintf("%s: restore path %q is not in checkpoint %q", chain.CodeInvalidPath, e.Path, e.Checkpoint)
+}
+
+// Unwrap returns the contract sentinel and ErrPathNotFound.
+func (e *PathNotFoundError) Unwrap() []error { return []error{chain.ErrInvalidPath, ErrPathNotFound} }
+
+// selectEntries returns the entries of files that paths select (all of
+// them when paths is empty), in the manifest's order: the entry each path
+// names and every entry beneath it. Any path that is malformed or selects
+// nothing is an error, before anything is written.
+func selectEntries(cpID string, files []chain.Entry, paths []string) ([]chain.Entry, error) {
+	if len(paths) == 0 {
+		return files, nil
+	}
+	clean := make([]string, len(paths))
+	for i, p := range paths {
+		c, err := cleanRestorePath(p)
+		if err != nil {
+			return nil, err
+		}
+		clean[i] = c
+	}
+	// The paths beneath p are those with the prefix p+"/": one contiguous
+	// range of the sorted paths.
+	order := make([]int, len(files))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(files[a].Path, files[b].Path) })
+	find := func(p string) int {
+		i, _ := slices.BinarySearchFunc(order, p, func(j int, p string) int { return strings.Compare(files[j].Path, p) })
+		return i
+	}
+	keep := make([]bool, len(files))
+	n := 0
+	mark := func(j int) {
+		if !keep[j] {
+			keep[j] = true
+			n++
+		}
+	}
+	for _, p := range clean {
+		found := false
+		if i := find(p); i < len(order) && files[order[i]].Path == p {
+			mark(order[i])
+			found = true
+		}
+		below := p + "/"
+		for i := find(below); i < len(order) && strings.HasPrefix(files[order[i]].Path, below); i++ {
+			mark(order[i])
+			found = true
+		}
+		if !found {
+			return nil, &PathNotFoundError{Path: p, Checkpoint: cpID}
+		}
+	}
+	out := make([]chain.Entry, 0, n)
+	for i := range files {
+		if keep[i] {
+			out = append(out, files[i])
+		}
+	}
+	return out, nil
+}
+
+// cleanRestorePath checks a path of RestoreOptions.Paths and cleans it
+// into the form of a manifest path: "." segments, repeated and trailing
+// slashes are dropped; an empty, absolute or drive path, a NUL, a
+// backslash, a ".." segment or the root itself is
+// SANDBOX_SNAPSHOT_INVALID_PATH.
+func cleanRestorePath(p string) (string, error) {
+	bad := func(why string) error { return chain.Errorf(chain.ErrInvalidPath, "restore path %q %s", p, why) }
+	switch {
+	case p == "":
+		return "", bad("is empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return "", bad("contains NUL")
+	case p[0] == '/':
+		return "", bad("is absolute")
+	case strings.IndexByte(p, '\\') >= 0:
+		return "", bad("contains a backslash")
+	case len(p) >= 2 && p[1] == ':':
+		return "", bad("has a drive prefix")
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == ".." {
+			return "", bad("has a .. segment")
+		}
+	}
+	c := path.Clean(p)
+	if c == "." {
+		return "", bad("names the root: restore the whole tree by naming no path")
+	}
+	return c, nil
 }
 
 // checkRestoreManifest refuses, before anything is written, a manifest a
@@ -166,41 +354,47 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 }
 
 // checkTarget accepts a target that does not exist or is an empty
-// directory.
-func checkTarget(target string) error {
+// directory, and reports whether it exists. The staging directories of
+// killed restores into it are removed first (removeStaleStaging), so a
+// killed restore does not leave the target unusable.
+func checkTarget(target string) (bool, error) {
 	st, err := os.Lstat(target)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
+		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
 	}
 	if !st.IsDir() {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
+		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
 	}
-	f, err := os.Open(target)
+	removeStaleStaging(target)
+	f, err := vfs.OpenDir(target)
 	if err != nil {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
+		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
 	}
 	defer f.Close()
 	if names, _ := f.Readdirnames(1); len(names) > 0 {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
+		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
 	}
-	return nil
+	return true, nil
 }
 
-// restoreInto writes cp's tree into the empty directory root.
-func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string, o *RestoreOptions, stats *RestoreStats) error {
-	if err := db.opts.FS.Chmod(root, 0o755); err != nil {
-		return err
+// restoreInto writes the entries files into the empty directory root,
+// which gets mode 0755 if chmodRoot (it becomes the target).
+func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string, chmodRoot bool, o *RestoreOptions, stats *RestoreStats) error {
+	if chmodRoot {
+		if err := db.opts.FS.Chmod(root, 0o755); err != nil {
+			return err
+		}
 	}
 	// Directories first, parents before children: every ancestor of an
 	// entry and every dir entry.
 	dirs := map[string]bool{}
-	var files, links []*chain.Entry
+	var regular, links []*chain.Entry
 	var prog progressCounters
-	for i := range cp.Files {
-		e := &cp.Files[i]
+	for i := range files {
+		e := &files[i]
 		for j := 0; j < len(e.Path); j++ {
 			if e.Path[j] == '/' {
 				dirs[e.Path[:j]] = true
@@ -211,7 +405,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 			dirs[e.Path] = true
 			stats.Dirs++
 		case chain.KindFile:
-			files = append(files, e)
+			regular = append(regular, e)
 			prog.totalFiles.Add(1)
 			prog.totalBytes.Add(e.Size)
 		case chain.KindSymlink:
@@ -245,7 +439,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	}()
 	dirsMade := func() error { <-made; return dirsErr }
 	stop := reportProgress(o.Progress, &prog)
-	err := db.writeFiles(ctx, root, files, &prog, dirsMade)
+	err := db.writeFiles(ctx, root, regular, &prog, dirsMade)
 	stop()
 	if derr := dirsMade(); err == nil {
 		err = derr
@@ -253,7 +447,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	if err != nil {
 		return err
 	}
-	stats.Files = len(files)
+	stats.Files = len(regular)
 	stats.Bytes = prog.bytes.Load()
 	// Links last, so no write above can pass through one.
 	for _, e := range links {
