@@ -115,6 +115,11 @@ func (f *faultFixture) edit() {
 		big[i] = byte(i*7 + f.version)
 	}
 	write(f.t, f.ws, "big.bin", big, 0o644)
+	// Restored with a hole in the middle and one at the end (Seek,
+	// Truncate).
+	sparse := make([]byte, 256<<10)
+	sparse[0], sparse[128<<10] = byte(f.version), 1
+	write(f.t, f.ws, "sparse.bin", sparse, 0o644)
 }
 
 func (f *faultFixture) capture(thread string) (*chain.Checkpoint, error) {

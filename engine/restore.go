@@ -488,9 +488,16 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 			var err error
 			if i == 0 {
 				// r checks ctx between the chunks of a large blob.
-				err = db.writeFile(root, e, func(f io.Writer) error {
-					_, err := io.Copy(f, &entryReader{r: r, e: e})
-					return err
+				err = db.writeFile(root, e, func(f vfs.File) error {
+					if e.Size < sparseMin {
+						_, err := io.Copy(f, &entryReader{r: r, e: e})
+						return err
+					}
+					w := newSparseWriter(f)
+					if _, err := io.Copy(w, &entryReader{r: r, e: e}); err != nil {
+						return err
+					}
+					return w.finish()
 				})
 			} else { // written and verified: copy it
 				err = db.copyFile(ctx, root, es[0], e)
@@ -517,14 +524,18 @@ const copyChunk = 64 << 20
 // copyFile writes entry e as a copy of the restored file of entry from,
 // stopping between chunks once ctx ends. Each chunk goes through the new
 // file's ReadFrom (on Linux, copy_file_range: the bytes never leave the
-// kernel).
+// kernel), except from a file with holes, whose data only is copied
+// through a sparseWriter (copySparse), so the copy has the same holes.
 func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) error {
 	src, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
 	defer src.Close()
-	return db.writeFile(root, e, func(f io.Writer) error {
+	return db.writeFile(root, e, func(f vfs.File) error {
+		if e.Size >= sparseMin && hasHole(src, e.Size) {
+			return copySparse(ctx, src, f, e.Size)
+		}
 		for {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -539,7 +550,7 @@ func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) e
 
 // writeFile creates the file of entry e and fills it with fill: an
 // entryReader's WriteTo writes a packed blob's bytes in one call.
-func (db *DB) writeFile(root string, e *chain.Entry, fill func(f io.Writer) error) error {
+func (db *DB) writeFile(root string, e *chain.Entry, fill func(f vfs.File) error) error {
 	mode := os.FileMode(0o644)
 	if e.Executable {
 		mode = 0o755
