@@ -108,12 +108,13 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	if err != nil {
 		return stats, err
 	}
-	exists, err := checkTarget(target)
+	dirFile, err := checkTarget(target)
 	if err != nil {
 		return stats, err
 	}
-	if exists {
-		return db.restoreIntoDir(ctx, files, target, &o)
+	if dirFile != nil {
+		defer dirFile.Close()
+		return db.restoreIntoDir(ctx, files, target, dirFile, &o)
 	}
 	parent := filepath.Dir(target)
 	created, err := mkdirAllTracked(db.opts.FS, parent)
@@ -121,77 +122,157 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 		return stats, fmt.Errorf("restore: creating %s: %w", parent, err)
 	}
 	removeStaleStaging(parent)
-	staging, err := db.opts.FS.MkdirTemp(parent, stagingName(proc.Self())+"*")
+	pst, err := os.Stat(parent)
+	stg, err := db.makeStaging(parent, err != nil || sharedDir(pst))
 	if err != nil {
 		removeCreated(created)
-		return stats, fmt.Errorf("restore: %w", err)
+		return stats, err
 	}
-	// Held until the staging directory is renamed or removed: no other
-	// restore's clean-up removes a directory whose lock it cannot take,
-	// whatever it concludes of the owner's name.
-	if l := lockStaging(staging); l != nil {
-		defer l.Close()
-	}
-	if err := db.restoreInto(ctx, files, staging, true, &o, &stats); err != nil {
-		os.RemoveAll(staging)
+	defer stg.f.Close()
+	if err := db.restoreInto(ctx, files, stg.root, true, &o, &stats); err != nil {
+		os.RemoveAll(stg.path)
 		removeCreated(created)
-		return RestoreStats{}, err
+		return RestoreStats{}, stg.unpin(err)
 	}
-	if err := db.opts.FS.Rename(staging, target); err != nil {
-		os.RemoveAll(staging)
+	if err := db.opts.FS.Rename(stg.path, target); err != nil {
+		os.RemoveAll(stg.path)
 		removeCreated(created)
 		return RestoreStats{}, fmt.Errorf("restore: %w", err)
 	}
 	return stats, nil
 }
 
-// restoreIntoDir restores files into target, an existing empty directory,
-// keeping the directory itself: it stages inside target (the same file
-// system as the final entries, so each move is a rename) and moves the
-// staging directory's entries up once all is written and verified. On any
-// failure target is left empty: the entries moved so far are moved back
-// (a move back that fails removes the entry) and the staging directory
-// removed. The clean-up bypasses the FS, as every clean-up after a
-// failure does.
-func (db *DB) restoreIntoDir(ctx context.Context, files []chain.Entry, target string, o *RestoreOptions) (RestoreStats, error) {
-	staging, err := db.opts.FS.MkdirTemp(target, stagingName(proc.Self())+"*")
+// restoreIntoDir restores files into target, an existing empty directory
+// (open as dir), keeping the directory itself: it stages inside target
+// (the same file system as the final entries, so each move is a rename)
+// and moves the staging directory's entries up once all is written and
+// verified. On any failure target is left empty: the entries moved so far
+// are moved back (a move back that fails removes the entry) and the
+// staging directory removed. The clean-up bypasses the FS, as every
+// clean-up after a failure does. Target is used through dir (see
+// pinnedPath): whatever is renamed meanwhile, the restore stays in the
+// directory checkTarget found empty.
+func (db *DB) restoreIntoDir(ctx context.Context, files []chain.Entry, target string, dir *os.File, o *RestoreOptions) (RestoreStats, error) {
+	troot := pinnedPath(dir, target)
+	st, err := dir.Stat()
+	stg, err := db.makeStaging(troot, err != nil || sharedDir(st))
 	if err != nil {
-		return RestoreStats{}, fmt.Errorf("restore: %w", err)
+		return RestoreStats{}, unpinError(err, troot, target)
 	}
-	if l := lockStaging(staging); l != nil {
-		defer l.Close()
-	}
+	defer stg.f.Close()
 	fail := func(err error) (RestoreStats, error) {
-		os.RemoveAll(staging)
-		return RestoreStats{}, err
+		os.RemoveAll(stg.path)
+		return RestoreStats{}, unpinError(stg.unpin(err), troot, target)
 	}
 	var stats RestoreStats
-	if err := db.restoreInto(ctx, files, staging, false, o, &stats); err != nil {
+	if err := db.restoreInto(ctx, files, stg.root, false, o, &stats); err != nil {
 		return fail(err)
 	}
-	names, err := readNames(staging)
+	names, err := readNames(stg.root)
 	if err != nil {
 		return fail(fmt.Errorf("restore: %w", err))
 	}
 	moveBack := func(moved []string) {
 		for _, name := range moved {
-			to := filepath.Join(target, name)
-			if os.Rename(to, filepath.Join(staging, name)) != nil {
+			to := filepath.Join(troot, name)
+			if os.Rename(to, filepath.Join(stg.root, name)) != nil {
 				os.RemoveAll(to)
 			}
 		}
 	}
 	for i, name := range names {
-		if err := db.opts.FS.Rename(filepath.Join(staging, name), filepath.Join(target, name)); err != nil {
+		if err := db.opts.FS.Rename(filepath.Join(stg.root, name), filepath.Join(troot, name)); err != nil {
 			moveBack(names[:i])
 			return fail(fmt.Errorf("restore: %w", err))
 		}
 	}
-	if err := db.opts.FS.Remove(staging); err != nil {
+	if err := db.opts.FS.Remove(stg.path); err != nil {
 		moveBack(names)
 		return fail(fmt.Errorf("restore: %w", err))
 	}
 	return stats, nil
+}
+
+// staging is a restore's staging directory, open (f, which holds its
+// lock). path is its name in the directory it was made in, root the path
+// the restore writes through: the open directory's (pinnedPath), so that
+// renaming the staging directory, or putting a symlink in its place,
+// sends no write elsewhere.
+type staging struct {
+	path, root string
+	f          *os.File
+}
+
+// makeStaging makes a staging directory in dir, opens it without following
+// a symlink and takes its lock (held until it is closed: no other
+// restore's clean-up removes a directory whose lock it cannot take,
+// whatever it concludes of the owner's name). If dir is shared (another
+// user may rename its entries: see sharedDir), the directory opened must
+// be this process's user's: one swapped in for it between the mkdir and
+// the open is refused.
+func (db *DB) makeStaging(dir string, shared bool) (*staging, error) {
+	p, err := db.opts.FS.MkdirTemp(dir, stagingName(proc.Self())+"*")
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	f, err := openDirNoFollow(p)
+	if err == nil && shared {
+		err = checkOwn(f)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore: the staging directory %s was replaced as it was made: %v", p, err)
+	}
+	tryLock(f, true) // the lock only guards against a clean-up misjudging its owner
+	return &staging{path: p, root: pinnedPath(f, p), f: f}, nil
+}
+
+// unpin returns err with the staging directory named by its path, not by
+// its descriptor.
+func (s *staging) unpin(err error) error { return unpinError(err, s.root, s.path) }
+
+// unpinError returns err with every mention of root (a descriptor's path,
+// /proc/self/fd/N) in its message replaced by path, the name it stands
+// for; errors.Is and errors.As see err unchanged.
+func unpinError(err error, root, path string) error {
+	if err == nil || root == path || !strings.Contains(err.Error(), root) {
+		return err
+	}
+	msg := err.Error()
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, root)
+		if i < 0 {
+			break
+		}
+		j := i + len(root)
+		if j < len(msg) && msg[j] >= '0' && msg[j] <= '9' { // another descriptor
+			b.WriteString(msg[:j])
+		} else {
+			b.WriteString(msg[:i])
+			b.WriteString(path)
+		}
+		msg = msg[j:]
+	}
+	b.WriteString(msg)
+	return &renamedError{msg: b.String(), err: err}
+}
+
+// renamedError is err with another message.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
+
+// openDirNoFollow opens the directory name for reading; a symlink in its
+// place is an error.
+func openDirNoFollow(name string) (*os.File, error) {
+	return os.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 }
 
 // readNames returns the names in directory dir, sorted.
@@ -353,31 +434,29 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 	return checkLinks(links)
 }
 
-// checkTarget accepts a target that does not exist or is an empty
-// directory, and reports whether it exists. The staging directories of
-// killed restores into it are removed first (removeStaleStaging), so a
-// killed restore does not leave the target unusable.
-func checkTarget(target string) (bool, error) {
-	st, err := os.Lstat(target)
+// checkTarget accepts a target that does not exist (it returns nil) or is
+// an empty directory, which it returns open: a symlink in its place is
+// refused, and the directory opened is the one the restore writes into,
+// whatever is renamed meanwhile. The staging directories of killed
+// restores into it are removed first (removeStaleStaging), so a killed
+// restore does not leave the target unusable.
+func checkTarget(target string) (*os.File, error) {
+	f, err := openDirNoFollow(target)
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
+		if st, lerr := os.Lstat(target); lerr == nil && !st.IsDir() {
+			return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
+		}
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
 	}
-	if !st.IsDir() {
-		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
-	}
-	removeStaleStaging(target)
-	f, err := vfs.OpenDir(target)
-	if err != nil {
-		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
-	}
-	defer f.Close()
+	removeStaleStaging(pinnedPath(f, target))
 	if names, _ := f.Readdirnames(1); len(names) > 0 {
-		return false, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
+		f.Close()
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
 	}
-	return true, nil
+	return f, nil
 }
 
 // restoreInto writes the entries files into the empty directory root,
@@ -744,21 +823,6 @@ func removeStaleStaging(parent string) {
 		}
 		f.Close()
 	}
-}
-
-// lockStaging takes an flock on the staging directory dir for as long as
-// the returned file is open; nil when it cannot (the restore goes on: the
-// lock only guards against a clean-up misjudging its owner).
-func lockStaging(dir string) *os.File {
-	f, err := vfs.OpenDir(dir)
-	if err != nil {
-		return nil
-	}
-	if ok, err := tryLock(f, true); err != nil || !ok {
-		f.Close()
-		return nil
-	}
-	return f
 }
 
 // mkdirAllTracked is os.MkdirAll that returns the directories it created,
