@@ -76,11 +76,16 @@ type RestoreStats struct {
 // moved moves the moved ones back (or, failing that, removes them) and
 // removes the staging directory, so dir is left empty, as it was. A killed
 // restore leaves its staging directory; the next restore into the same
-// parent, or into the same dir, removes it (see removeStaleStaging).
+// parent, or into the same dir, removes it (see removeStaleStaging). One
+// killed while it moved entries into dir also leaves those: dir is then
+// not empty, and a restore into it refused until it is emptied.
 //
 // No write escapes dir: paths are checked (no "..", no absolute or drive
 // paths, nothing beneath a file or symlink), files are created with
-// O_EXCL|O_NOFOLLOW, and symlinks are created last. Files get mode 0755 when
+// O_EXCL|O_NOFOLLOW, symlinks are created last, and the existing target
+// and the staging directory are opened without following a symlink and
+// written through their descriptors (see staging), whatever another user
+// renames meanwhile. Files get mode 0755 when
 // recorded executable, 0644 otherwise. Long runs of zero bytes are left as
 // holes (see sparseWriter). Restored files are not fsynced: like tar, a
 // restore produces a working copy that the store can reproduce.
