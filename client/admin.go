@@ -150,8 +150,13 @@ func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.Captur
 // on its machine (POST /v1/restore).
 type RestoreRequest struct {
 	// Dir is an absolute path on the server's machine.
-	CheckpointID, Dir     string
-	Excludes, Includes    []string
+	CheckpointID, Dir  string
+	Excludes, Includes []string
+	// Paths, if not empty, restores only these entries and the
+	// directories above them (engine.RestoreOptions.Paths). A path that
+	// is malformed or names nothing in the checkpoint is
+	// chain.ErrInvalidPath.
+	Paths                 []string
 	AllowEscapingSymlinks bool
 	// NoDefaultExcludes must be what the capture said.
 	NoDefaultExcludes bool
@@ -164,6 +169,9 @@ func (c *Client) Restore(ctx context.Context, in RestoreRequest) (engine.Restore
 	body := map[string]any{
 		"checkpointId": chain.WireString(in.CheckpointID), "dir": text(in.Dir), "excludes": texts(in.Excludes), "includes": texts(in.Includes),
 		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "noDefaultExcludes": in.NoDefaultExcludes,
+	}
+	if len(in.Paths) > 0 {
+		body["paths"] = texts(in.Paths)
 	}
 	var st engine.RestoreStats
 	err := c.maintain(ctx, "/v1/restore", body, workProgress(in.Progress), &st)

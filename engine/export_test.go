@@ -105,3 +105,6 @@ func (db *DB) SetHoldCount(key string, n int64) error {
 		return meta.AddHold(tx, key, n-old)
 	})
 }
+
+// ProbeHoles reports whether files in dir can have holes, and if not, why.
+func ProbeHoles(dir string) (bool, string) { return probeHoles(dir) }

@@ -115,6 +115,11 @@ func (f *faultFixture) edit() {
 		big[i] = byte(i*7 + f.version)
 	}
 	write(f.t, f.ws, "big.bin", big, 0o644)
+	// Restored with a hole in the middle and one at the end (Seek,
+	// Truncate).
+	sparse := make([]byte, 256<<10)
+	sparse[0], sparse[128<<10] = byte(f.version), 1
+	write(f.t, f.ws, "sparse.bin", sparse, 0o644)
 }
 
 func (f *faultFixture) capture(thread string) (*chain.Checkpoint, error) {
@@ -234,9 +239,10 @@ type faultCase struct {
 
 func faultCases() []faultCase {
 	ctx := context.Background()
-	var target string   // restore
-	var doomed []string // sweep: keys the run must delete
-	var dst string      // fork: the destination thread
+	var target string          // restore
+	var targetInfo os.FileInfo // restore-into-empty-dir: the target before
+	var doomed []string        // sweep: keys the run must delete
+	var dst string             // fork: the destination thread
 	restores := 0
 	return []faultCase{
 		{
@@ -254,16 +260,11 @@ func faultCases() []faultCase {
 			},
 		},
 		{
+			// Into a target that does not exist: staged beside it.
 			name: "restore",
 			prepare: func(f *faultFixture) {
 				restores++
 				target = filepath.Join(f.dir, "restores", fmt.Sprint(restores), "out")
-				if restores%2 == 0 { // an empty directory the caller made
-					if err := os.MkdirAll(target, 0o750); err != nil {
-						f.t.Fatal(err)
-					}
-					os.Chmod(target, 0o750)
-				}
 			},
 			run: func(f *faultFixture) error {
 				_, err := f.db.Restore(ctx, f.head, target, nil)
@@ -276,25 +277,57 @@ func faultCases() []faultCase {
 			},
 			undone: func(f *faultFixture) {
 				// Nothing of the failed restore is left: not the target,
-				// not its staging directory, not the parents it made; an
-				// empty target the caller made is there as it was.
+				// not its staging directory, not the parents it made.
 				parent := filepath.Join(f.dir, "restores", fmt.Sprint(restores))
-				if restores%2 != 0 {
-					if _, err := os.Lstat(parent); !os.IsNotExist(err) {
-						f.t.Errorf("a failed restore left %s behind (%v)", parent, err)
-					}
-					return
+				if _, err := os.Lstat(parent); !os.IsNotExist(err) {
+					f.t.Errorf("a failed restore left %s behind (%v)", parent, err)
 				}
+			},
+		},
+		{
+			// Into an empty directory the caller made: staged inside it,
+			// the entries moved up at the end; a failure among the moves
+			// moves back those already moved.
+			name: "restore-into-empty-dir",
+			prepare: func(f *faultFixture) {
+				restores++
+				target = filepath.Join(f.dir, "restores", fmt.Sprint(restores), "out")
+				if err := os.MkdirAll(target, 0o750); err != nil {
+					f.t.Fatal(err)
+				}
+				os.Chmod(target, 0o750)
+				st, err := os.Lstat(target)
+				if err != nil {
+					f.t.Fatal(err)
+				}
+				targetInfo = st
+			},
+			run: func(f *faultFixture) error {
+				_, err := f.db.Restore(ctx, f.head, target, nil)
+				return err
+			},
+			done: func(f *faultFixture) {
+				if diff := fstree.Diff(f.trees[f.head], snapshot(f.t, target)); diff != nil {
+					f.t.Fatalf("restored wrong:\n%s", strings.Join(diff, "\n"))
+				}
+				if st, err := os.Lstat(target); err != nil || !os.SameFile(st, targetInfo) || st.Mode() != targetInfo.Mode() {
+					f.t.Errorf("the restore replaced or changed its target: %v (%v), was %v", st, err, targetInfo.Mode())
+				}
+			},
+			undone: func(f *faultFixture) {
+				// The caller's empty target is there as it was: the same
+				// directory, its mode, nothing in it (no staging directory).
+				parent := filepath.Join(f.dir, "restores", fmt.Sprint(restores))
 				names, err := os.ReadDir(parent)
 				st, serr := os.Lstat(target)
 				switch {
 				case err != nil || len(names) != 1 || names[0].Name() != "out":
 					f.t.Errorf("after a failed restore %s holds %v (%v), want only the target", parent, names, err)
-				case serr != nil || !st.IsDir() || st.Mode().Perm() != 0o750:
-					f.t.Errorf("after a failed restore the caller's empty target is %v (%v), want a 0750 directory", st.Mode(), serr)
+				case serr != nil || !os.SameFile(st, targetInfo) || st.Mode() != targetInfo.Mode():
+					f.t.Errorf("after a failed restore the caller's empty target is %v (%v), want the same 0750 directory", st.Mode(), serr)
 				default:
 					if inside, _ := os.ReadDir(target); len(inside) != 0 {
-						f.t.Errorf("after a failed restore the target holds %d entries", len(inside))
+						f.t.Errorf("after a failed restore the target holds %v", inside)
 					}
 				}
 			},

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -31,13 +31,27 @@ type RestoreOptions struct {
 	// AllowEscapingSymlinks restores symlinks whose target is absolute or
 	// leaves the tree. They are still created last and never followed.
 	AllowEscapingSymlinks bool
+	// Paths, if not empty, restores only the entries they name: each names
+	// a file, a symlink, or a directory (recorded, or implied by entries
+	// beneath it) restored with everything beneath it; the directories
+	// above them are created as directories. Paths are slash-separated and
+	// relative to the tree's root, and cleaned ("." segments, repeated and
+	// trailing slashes dropped); an empty, absolute or drive path, a ".."
+	// segment, a backslash, or the root itself is
+	// SANDBOX_SNAPSHOT_INVALID_PATH, and so is a path that names nothing in
+	// the checkpoint (a *PathNotFoundError: errors.Is(err,
+	// ErrPathNotFound)), all before anything is written. Duplicates and
+	// nested paths are allowed. The whole manifest is still checked (paths,
+	// policy, symlinks): a partial restore refuses what a full one refuses.
+	Paths []string
 	// Progress, if set, is called from one goroutine about every 100 ms
 	// while files are written, and once at the end.
 	Progress func(Progress)
 }
 
 // RestoreStats counts what a restore wrote. Dirs counts the empty
-// directories recorded. The JSON names are what the CLI prints.
+// directories recorded (that RestoreOptions.Paths selected), not the
+// directories made above entries. The JSON names are what the CLI prints.
 type RestoreStats struct {
 	Files    int   `json:"files"`
 	Dirs     int   `json:"dirs"`
@@ -46,20 +60,35 @@ type RestoreStats struct {
 }
 
 // Restore writes the tree of checkpoint id into dir, which must not exist or
-// be an empty directory (SPEC §10 Q20). Everything is written into a staging
-// directory beside dir, each blob verified (present, sha256, size) as it is
-// written, and the staging directory is renamed to dir only when all is
-// well: on any error, and when ctx ends, nothing is left behind. A killed
+// be an empty directory (SPEC §10 Q20); with opts.Paths, only the entries
+// they name. Everything is written into a staging directory, each blob
+// verified (present, sha256, size) as it is written, and nothing becomes
+// visible in dir before all is well: on any error, and when ctx ends,
+// nothing is left behind. A missing blob is SANDBOX_SNAPSHOT_MISSING_BLOB
+// and a damaged one SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the
+// key.
+//
+// A dir that does not exist is staged beside it and the staging directory
+// renamed to dir. An existing empty dir is kept (its mode, owner, inode; it
+// may be a mount point): the staging directory is made inside it, and once
+// everything is written and verified each of its entries is renamed into
+// dir and the staging directory removed. A failure while the entries are
+// moved moves the moved ones back (or, failing that, removes them) and
+// removes the staging directory, so dir is left empty, as it was. A killed
 // restore leaves its staging directory; the next restore into the same
-// parent removes it (see removeStaleStaging). A missing blob is
-// SANDBOX_SNAPSHOT_MISSING_BLOB and a damaged one
-// SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key.
+// parent, or into the same dir, removes it (see removeStaleStaging). One
+// killed while it moved entries into dir also leaves those: dir is then
+// not empty, and a restore into it refused until it is emptied.
 //
 // No write escapes dir: paths are checked (no "..", no absolute or drive
 // paths, nothing beneath a file or symlink), files are created with
-// O_EXCL|O_NOFOLLOW, and symlinks are created last. Files get mode 0755 when
-// recorded executable, 0644 otherwise. Restored files are not fsynced: like
-// tar, a restore produces a working copy that the store can reproduce.
+// O_EXCL|O_NOFOLLOW, symlinks are created last, and the existing target
+// and the staging directory are opened without following a symlink and
+// written through their descriptors (see staging), whatever another user
+// renames meanwhile. Files get mode 0755 when
+// recorded executable, 0644 otherwise. Long runs of zero bytes are left as
+// holes (see sparseWriter). Restored files are not fsynced: like tar, a
+// restore produces a working copy that the store can reproduce.
 func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions) (RestoreStats, error) {
 	var o RestoreOptions
 	if opts != nil {
@@ -76,12 +105,21 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	if err := checkRestoreManifest(cp.Files, &o); err != nil {
 		return stats, err
 	}
+	files, err := selectEntries(cp.ID, cp.Files, o.Paths)
+	if err != nil {
+		return stats, err
+	}
 	target, err := filepath.Abs(dir)
 	if err != nil {
 		return stats, err
 	}
-	if err := checkTarget(target); err != nil {
+	dirFile, err := checkTarget(target)
+	if err != nil {
 		return stats, err
+	}
+	if dirFile != nil {
+		defer dirFile.Close()
+		return db.restoreIntoDir(ctx, files, target, dirFile, &o)
 	}
 	parent := filepath.Dir(target)
 	created, err := mkdirAllTracked(db.opts.FS, parent)
@@ -89,43 +127,279 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 		return stats, fmt.Errorf("restore: creating %s: %w", parent, err)
 	}
 	removeStaleStaging(parent)
-	staging, err := db.opts.FS.MkdirTemp(parent, stagingName(proc.Self())+"*")
+	pst, err := os.Stat(parent)
+	stg, err := db.makeStaging(parent, err != nil || sharedDir(pst))
 	if err != nil {
 		removeCreated(created)
-		return stats, fmt.Errorf("restore: %w", err)
+		return stats, err
 	}
-	// Held until the staging directory is renamed or removed: no other
-	// restore's clean-up removes a directory whose lock it cannot take,
-	// whatever it concludes of the owner's name.
-	if l := lockStaging(staging); l != nil {
-		defer l.Close()
-	}
-	if err := db.restoreInto(ctx, cp, staging, &o, &stats); err != nil {
-		os.RemoveAll(staging)
+	defer stg.f.Close()
+	if err := db.restoreInto(ctx, files, stg.root, true, &o, &stats); err != nil {
+		os.RemoveAll(stg.path)
 		removeCreated(created)
-		return RestoreStats{}, err
+		return RestoreStats{}, stg.unpin(err)
 	}
-	// An empty target directory is replaced; rename cannot replace a
-	// directory on every system, and must not replace a non-empty one.
-	var emptyTarget fs.FileMode // the mode of an empty target directory, 0 if none
-	if st, err := os.Lstat(target); err == nil && st.IsDir() {
-		if err := db.opts.FS.Remove(target); err != nil {
-			os.RemoveAll(staging)
-			return RestoreStats{}, fmt.Errorf("restore: target %s: %w", target, err)
-		}
-		emptyTarget = st.Mode().Perm() | fs.ModeDir
-	}
-	if err := db.opts.FS.Rename(staging, target); err != nil {
-		os.RemoveAll(staging)
-		if emptyTarget != 0 { // as the caller left it
-			if os.Mkdir(target, 0o700) == nil {
-				os.Chmod(target, emptyTarget.Perm())
-			}
-		}
+	if err := db.opts.FS.Rename(stg.path, target); err != nil {
+		os.RemoveAll(stg.path)
 		removeCreated(created)
 		return RestoreStats{}, fmt.Errorf("restore: %w", err)
 	}
 	return stats, nil
+}
+
+// restoreIntoDir restores files into target, an existing empty directory
+// (open as dir), keeping the directory itself: it stages inside target
+// (the same file system as the final entries, so each move is a rename)
+// and moves the staging directory's entries up once all is written and
+// verified. On any failure target is left empty: the entries moved so far
+// are moved back (a move back that fails removes the entry) and the
+// staging directory removed. The clean-up bypasses the FS, as every
+// clean-up after a failure does. Target is used through dir (see
+// pinnedPath): whatever is renamed meanwhile, the restore stays in the
+// directory checkTarget found empty.
+func (db *DB) restoreIntoDir(ctx context.Context, files []chain.Entry, target string, dir *os.File, o *RestoreOptions) (RestoreStats, error) {
+	troot := pinnedPath(dir, target)
+	st, err := dir.Stat()
+	stg, err := db.makeStaging(troot, err != nil || sharedDir(st))
+	if err != nil {
+		return RestoreStats{}, unpinError(err, troot, target)
+	}
+	defer stg.f.Close()
+	fail := func(err error) (RestoreStats, error) {
+		os.RemoveAll(stg.path)
+		return RestoreStats{}, unpinError(stg.unpin(err), troot, target)
+	}
+	var stats RestoreStats
+	if err := db.restoreInto(ctx, files, stg.root, false, o, &stats); err != nil {
+		return fail(err)
+	}
+	names, err := readNames(stg.root)
+	if err != nil {
+		return fail(fmt.Errorf("restore: %w", err))
+	}
+	moveBack := func(moved []string) {
+		for _, name := range moved {
+			to := filepath.Join(troot, name)
+			if os.Rename(to, filepath.Join(stg.root, name)) != nil {
+				os.RemoveAll(to)
+			}
+		}
+	}
+	for i, name := range names {
+		if err := db.opts.FS.Rename(filepath.Join(stg.root, name), filepath.Join(troot, name)); err != nil {
+			moveBack(names[:i])
+			return fail(fmt.Errorf("restore: %w", err))
+		}
+	}
+	if err := db.opts.FS.Remove(stg.path); err != nil {
+		moveBack(names)
+		return fail(fmt.Errorf("restore: %w", err))
+	}
+	return stats, nil
+}
+
+// staging is a restore's staging directory, open (f, which holds its
+// lock). path is its name in the directory it was made in, root the path
+// the restore writes through: the open directory's (pinnedPath), so that
+// renaming the staging directory, or putting a symlink in its place,
+// sends no write elsewhere.
+type staging struct {
+	path, root string
+	f          *os.File
+}
+
+// makeStaging makes a staging directory in dir, opens it without following
+// a symlink and takes its lock (held until it is closed: no other
+// restore's clean-up removes a directory whose lock it cannot take,
+// whatever it concludes of the owner's name). If dir is shared (another
+// user may rename its entries: see sharedDir), the directory opened must
+// be this process's user's: one swapped in for it between the mkdir and
+// the open is refused.
+func (db *DB) makeStaging(dir string, shared bool) (*staging, error) {
+	p, err := db.opts.FS.MkdirTemp(dir, stagingName(proc.Self())+"*")
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	f, err := openDirNoFollow(p)
+	if err == nil && shared {
+		err = checkOwn(f)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore: the staging directory %s was replaced as it was made: %v", p, err)
+	}
+	tryLock(f, true) // the lock only guards against a clean-up misjudging its owner
+	return &staging{path: p, root: pinnedPath(f, p), f: f}, nil
+}
+
+// unpin returns err with the staging directory named by its path, not by
+// its descriptor.
+func (s *staging) unpin(err error) error { return unpinError(err, s.root, s.path) }
+
+// unpinError returns err with every mention of root (a descriptor's path,
+// /proc/self/fd/N) in its message replaced by path, the name it stands
+// for; errors.Is and errors.As see err unchanged.
+func unpinError(err error, root, path string) error {
+	if err == nil || root == path || !strings.Contains(err.Error(), root) {
+		return err
+	}
+	msg := err.Error()
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, root)
+		if i < 0 {
+			break
+		}
+		j := i + len(root)
+		if j < len(msg) && msg[j] >= '0' && msg[j] <= '9' { // another descriptor
+			b.WriteString(msg[:j])
+		} else {
+			b.WriteString(msg[:i])
+			b.WriteString(path)
+		}
+		msg = msg[j:]
+	}
+	b.WriteString(msg)
+	return &renamedError{msg: b.String(), err: err}
+}
+
+// renamedError is err with another message.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
+
+// openDirNoFollow opens the directory name for reading; a symlink in its
+// place is an error.
+func openDirNoFollow(name string) (*os.File, error) {
+	return os.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+}
+
+// readNames returns the names in directory dir, sorted.
+func readNames(dir string) ([]string, error) {
+	f, err := vfs.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	slices.Sort(names)
+	return names, err
+}
+
+// ErrPathNotFound matches the error of a restore whose RestoreOptions.Paths
+// name an entry the checkpoint does not hold (a *PathNotFoundError, which
+// also matches chain.ErrInvalidPath).
+var ErrPathNotFound = errors.New("sbxdb: path not found in checkpoint")
+
+// PathNotFoundError reports a path of RestoreOptions.Paths that names no
+// entry of the checkpoint, nor a directory above one. Its contract code is
+// SANDBOX_SNAPSHOT_INVALID_PATH.
+type PathNotFoundError struct {
+	Path       string // as cleaned
+	Checkpoint string
+}
+
+func (e *PathNotFoundError) Error() string {
+	return fmt.Sprintf("%s: restore path %q is not in checkpoint %q", chain.CodeInvalidPath, e.Path, e.Checkpoint)
+}
+
+// Unwrap returns the contract sentinel and ErrPathNotFound.
+func (e *PathNotFoundError) Unwrap() []error { return []error{chain.ErrInvalidPath, ErrPathNotFound} }
+
+// selectEntries returns the entries of files that paths select (all of
+// them when paths is empty), in the manifest's order: the entry each path
+// names and every entry beneath it. Any path that is malformed or selects
+// nothing is an error, before anything is written.
+func selectEntries(cpID string, files []chain.Entry, paths []string) ([]chain.Entry, error) {
+	if len(paths) == 0 {
+		return files, nil
+	}
+	clean := make([]string, len(paths))
+	for i, p := range paths {
+		c, err := cleanRestorePath(p)
+		if err != nil {
+			return nil, err
+		}
+		clean[i] = c
+	}
+	// The paths beneath p are those with the prefix p+"/": one contiguous
+	// range of the sorted paths.
+	order := make([]int, len(files))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(files[a].Path, files[b].Path) })
+	find := func(p string) int {
+		i, _ := slices.BinarySearchFunc(order, p, func(j int, p string) int { return strings.Compare(files[j].Path, p) })
+		return i
+	}
+	keep := make([]bool, len(files))
+	n := 0
+	mark := func(j int) {
+		if !keep[j] {
+			keep[j] = true
+			n++
+		}
+	}
+	for _, p := range clean {
+		found := false
+		if i := find(p); i < len(order) && files[order[i]].Path == p {
+			mark(order[i])
+			found = true
+		}
+		below := p + "/"
+		for i := find(below); i < len(order) && strings.HasPrefix(files[order[i]].Path, below); i++ {
+			mark(order[i])
+			found = true
+		}
+		if !found {
+			return nil, &PathNotFoundError{Path: p, Checkpoint: cpID}
+		}
+	}
+	out := make([]chain.Entry, 0, n)
+	for i := range files {
+		if keep[i] {
+			out = append(out, files[i])
+		}
+	}
+	return out, nil
+}
+
+// cleanRestorePath checks a path of RestoreOptions.Paths and cleans it
+// into the form of a manifest path: "." segments, repeated and trailing
+// slashes are dropped; an empty, absolute or drive path, a NUL, a
+// backslash, a ".." segment or the root itself is
+// SANDBOX_SNAPSHOT_INVALID_PATH.
+func cleanRestorePath(p string) (string, error) {
+	bad := func(why string) error { return chain.Errorf(chain.ErrInvalidPath, "restore path %q %s", p, why) }
+	switch {
+	case p == "":
+		return "", bad("is empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return "", bad("contains NUL")
+	case p[0] == '/':
+		return "", bad("is absolute")
+	case strings.IndexByte(p, '\\') >= 0:
+		return "", bad("contains a backslash")
+	case len(p) >= 2 && p[1] == ':':
+		return "", bad("has a drive prefix")
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == ".." {
+			return "", bad("has a .. segment")
+		}
+	}
+	c := path.Clean(p)
+	if c == "." {
+		return "", bad("names the root: restore the whole tree by naming no path")
+	}
+	return c, nil
 }
 
 // checkRestoreManifest refuses, before anything is written, a manifest a
@@ -165,42 +439,46 @@ func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
 	return checkLinks(links)
 }
 
-// checkTarget accepts a target that does not exist or is an empty
-// directory.
-func checkTarget(target string) error {
-	st, err := os.Lstat(target)
+// checkTarget accepts a target that does not exist (it returns nil) or is
+// an empty directory, which it returns open: a symlink in its place is
+// refused, and the directory opened is the one the restore writes into,
+// whatever is renamed meanwhile. The staging directories of killed
+// restores into it are removed first (removeStaleStaging), so a killed
+// restore does not leave the target unusable.
+func checkTarget(target string) (*os.File, error) {
+	f, err := openDirNoFollow(target)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
+		if st, lerr := os.Lstat(target); lerr == nil && !st.IsDir() {
+			return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
+		}
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
 	}
-	if !st.IsDir() {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s exists and is not a directory", target)
-	}
-	f, err := os.Open(target)
-	if err != nil {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
-	}
-	defer f.Close()
+	removeStaleStaging(pinnedPath(f, target))
 	if names, _ := f.Readdirnames(1); len(names) > 0 {
-		return chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
+		f.Close()
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
 	}
-	return nil
+	return f, nil
 }
 
-// restoreInto writes cp's tree into the empty directory root.
-func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string, o *RestoreOptions, stats *RestoreStats) error {
-	if err := db.opts.FS.Chmod(root, 0o755); err != nil {
-		return err
+// restoreInto writes the entries files into the empty directory root,
+// which gets mode 0755 if chmodRoot (it becomes the target).
+func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string, chmodRoot bool, o *RestoreOptions, stats *RestoreStats) error {
+	if chmodRoot {
+		if err := db.opts.FS.Chmod(root, 0o755); err != nil {
+			return err
+		}
 	}
 	// Directories first, parents before children: every ancestor of an
 	// entry and every dir entry.
 	dirs := map[string]bool{}
-	var files, links []*chain.Entry
+	var regular, links []*chain.Entry
 	var prog progressCounters
-	for i := range cp.Files {
-		e := &cp.Files[i]
+	for i := range files {
+		e := &files[i]
 		for j := 0; j < len(e.Path); j++ {
 			if e.Path[j] == '/' {
 				dirs[e.Path[:j]] = true
@@ -211,7 +489,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 			dirs[e.Path] = true
 			stats.Dirs++
 		case chain.KindFile:
-			files = append(files, e)
+			regular = append(regular, e)
 			prog.totalFiles.Add(1)
 			prog.totalBytes.Add(e.Size)
 		case chain.KindSymlink:
@@ -245,7 +523,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	}()
 	dirsMade := func() error { <-made; return dirsErr }
 	stop := reportProgress(o.Progress, &prog)
-	err := db.writeFiles(ctx, root, files, &prog, dirsMade)
+	err := db.writeFiles(ctx, root, regular, &prog, dirsMade)
 	stop()
 	if derr := dirsMade(); err == nil {
 		err = derr
@@ -253,7 +531,7 @@ func (db *DB) restoreInto(ctx context.Context, cp *chain.Checkpoint, root string
 	if err != nil {
 		return err
 	}
-	stats.Files = len(files)
+	stats.Files = len(regular)
 	stats.Bytes = prog.bytes.Load()
 	// Links last, so no write above can pass through one.
 	for _, e := range links {
@@ -294,9 +572,16 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 			var err error
 			if i == 0 {
 				// r checks ctx between the chunks of a large blob.
-				err = db.writeFile(root, e, func(f io.Writer) error {
-					_, err := io.Copy(f, &entryReader{r: r, e: e})
-					return err
+				err = db.writeFile(root, e, func(f vfs.File) error {
+					if e.Size < sparseMin {
+						_, err := io.Copy(f, &entryReader{r: r, e: e})
+						return err
+					}
+					w := newSparseWriter(f)
+					if _, err := io.Copy(w, &entryReader{r: r, e: e}); err != nil {
+						return err
+					}
+					return w.finish()
 				})
 			} else { // written and verified: copy it
 				err = db.copyFile(ctx, root, es[0], e)
@@ -323,14 +608,18 @@ const copyChunk = 64 << 20
 // copyFile writes entry e as a copy of the restored file of entry from,
 // stopping between chunks once ctx ends. Each chunk goes through the new
 // file's ReadFrom (on Linux, copy_file_range: the bytes never leave the
-// kernel).
+// kernel), except from a file with holes, whose data only is copied
+// through a sparseWriter (copySparse), so the copy has the same holes.
 func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) error {
 	src, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
 	}
 	defer src.Close()
-	return db.writeFile(root, e, func(f io.Writer) error {
+	return db.writeFile(root, e, func(f vfs.File) error {
+		if e.Size >= sparseMin && hasHole(src, e.Size) {
+			return copySparse(ctx, src, f, e.Size)
+		}
 		for {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -345,7 +634,7 @@ func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) e
 
 // writeFile creates the file of entry e and fills it with fill: an
 // entryReader's WriteTo writes a packed blob's bytes in one call.
-func (db *DB) writeFile(root string, e *chain.Entry, fill func(f io.Writer) error) error {
+func (db *DB) writeFile(root string, e *chain.Entry, fill func(f vfs.File) error) error {
 	mode := os.FileMode(0o644)
 	if e.Executable {
 		mode = 0o755
@@ -539,21 +828,6 @@ func removeStaleStaging(parent string) {
 		}
 		f.Close()
 	}
-}
-
-// lockStaging takes an flock on the staging directory dir for as long as
-// the returned file is open; nil when it cannot (the restore goes on: the
-// lock only guards against a clean-up misjudging its owner).
-func lockStaging(dir string) *os.File {
-	f, err := vfs.OpenDir(dir)
-	if err != nil {
-		return nil
-	}
-	if ok, err := tryLock(f, true); err != nil || !ok {
-		f.Close()
-		return nil
-	}
-	return f
 }
 
 // mkdirAllTracked is os.MkdirAll that returns the directories it created,

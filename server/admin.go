@@ -277,12 +277,14 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// restoreRequest is the body of POST /v1/restore.
+// restoreRequest is the body of POST /v1/restore. Paths are the entries
+// to restore (engine.RestoreOptions.Paths), all when empty.
 type restoreRequest struct {
 	CheckpointID          chain.WireString `json:"checkpointId"`
 	Dir                   text             `json:"dir"`
 	Excludes              []text           `json:"excludes"`
 	Includes              []text           `json:"includes"`
+	Paths                 []text           `json:"paths"`
 	AllowEscapingSymlinks bool             `json:"allowEscapingSymlinks"`
 	NoDefaultExcludes     bool             `json:"noDefaultExcludes"`
 }
@@ -308,9 +310,13 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	var paths []string
+	for _, p := range in.Paths {
+		paths = append(paths, string(p))
+	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
 		st, err := s.db.Restore(ctx, string(in.CheckpointID), dir.path, &engine.RestoreOptions{
-			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks,
+			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: paths,
 			Progress: func(p engine.Progress) { progress(wireProgress(p)) },
 		})
 		if err != nil {

@@ -403,3 +403,84 @@ func scrape(t *testing.T, u *unixServer) string {
 	}
 	return string(r.body)
 }
+
+// A restore with paths restores those entries and the directories above
+// them, on a unix socket and on TCP (below AllowDirs, into an existing
+// empty directory, which is kept); a malformed path or one the checkpoint
+// does not hold is INVALID_PATH and makes nothing.
+func TestRestorePaths(t *testing.T) {
+	db := openDB(t)
+	w := writer(t, db, "main")
+	allowed := t.TempDir()
+	c, _ := tcp(t, New(db, Options{AllowDirs: []string{allowed}}), "")
+	u := serveUnix(t, New(db, Options{}))
+	ctx := context.Background()
+	dir := tree(t, 14, 20) // d0…d6, two files each
+	if _, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, ID: "cp1"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"d1", "d1/f0001.txt", "d1/f0008.txt", "d2", "d2/f0002.txt"}
+	check := func(out string) {
+		t.Helper()
+		var got []string
+		filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+			if rel, _ := filepath.Rel(out, p); err == nil && rel != "." {
+				got = append(got, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("restored %v, want %v", got, want)
+		}
+	}
+	paths := []string{"d1", "./d2//f0002.txt", "d1/f0008.txt"}
+	out := filepath.Join(t.TempDir(), "out")
+	st, err := u.c.Restore(ctx, client.RestoreRequest{CheckpointID: "cp1", Dir: out, Paths: paths})
+	if err != nil || st.Files != 3 {
+		t.Fatalf("restore of %q: %+v, %v", paths, st, err)
+	}
+	check(out)
+	into := filepath.Join(allowed, "home")
+	if err := os.Mkdir(into, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.Lstat(into)
+	if _, err := c.Restore(ctx, client.RestoreRequest{CheckpointID: "cp1", Dir: into, Paths: paths}); err != nil {
+		t.Fatal(err)
+	}
+	check(into)
+	if after, _ := os.Lstat(into); !os.SameFile(before, after) || after.Mode() != before.Mode() {
+		t.Errorf("restore on TCP replaced its empty target: %v, was %v", after.Mode(), before.Mode())
+	}
+
+	for _, p := range []string{"nope", "d1/f0001.txt/x", "../d1", "/d1", ""} {
+		out := filepath.Join(t.TempDir(), "out")
+		_, err := u.c.Restore(ctx, client.RestoreRequest{CheckpointID: "cp1", Dir: out, Paths: []string{"d1", p}})
+		wantCode(t, "restore of path "+strconv.Quote(p), err, chain.CodeInvalidPath, chain.ErrInvalidPath)
+		if !strings.Contains(err.Error(), strconv.Quote(p)) {
+			t.Errorf("error %q does not name the path %q", err, p)
+		}
+		if _, err := os.Lstat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a restore of path %q made %s (%v)", p, out, err)
+		}
+	}
+	// On the wire: a path that is not UTF-8 arrives as it was (and is not
+	// in the checkpoint); one that is not a string is a bad request.
+	out = filepath.Join(t.TempDir(), "out")
+	for body, code := range map[string]string{
+		`{"checkpointId": "cp1", "dir": "` + out + `", "paths": [{"bytes": "ZDH/"}]}`: chain.CodeInvalidPath,
+		`{"checkpointId": "cp1", "dir": "` + out + `", "paths": [1]}`:                 CodeBadRequest,
+		`{"checkpointId": "cp1", "dir": "` + out + `", "paths": "d1"}`:                CodeBadRequest,
+	} {
+		r := do(t, u.http, "POST", "http://sbxdb/v1/restore", body)
+		if r.status != http.StatusBadRequest || r.code(t) != code {
+			t.Errorf("%s: %d %s, want 400 %s", body, r.status, r.body, code)
+		}
+		if code == chain.CodeInvalidPath && !strings.Contains(string(r.body), `d1\\xff`) {
+			t.Errorf("%s: %s does not name the path", body, r.body)
+		}
+	}
+	if _, err := os.Lstat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refused restores made %s (%v)", out, err)
+	}
+}

@@ -1,5 +1,5 @@
 // Package vfs is the seam between sbxdb and the filesystem: every operation
-// that changes a file — creating, writing, syncing, renaming, removing,
+// that changes a file — creating, writing, truncating, syncing, renaming, removing,
 // making directories and links — goes through an FS, so tests can make any
 // one of them fail (a full disk, an I/O error) and check that the store is
 // left exactly as it was. Reads are not faulted (a failed read changes
@@ -46,11 +46,15 @@ type FS interface {
 	BeforeCommit(path string) error
 }
 
-// File is a file opened for writing.
+// File is a file opened for writing. Seek moves the offset Write writes
+// at (a restore skips a run of zero bytes with it, leaving a hole);
+// Truncate sets the file's size.
 type File interface {
 	io.Writer
 	io.WriterAt
+	io.Seeker
 	Name() string
+	Truncate(size int64) error
 	Chmod(mode fs.FileMode) error
 	Sync() error
 	Close() error

@@ -17,7 +17,8 @@ type Op uint8
 
 // The operations an FS counts. Write covers Write and WriteAt; Mkdir covers
 // Mkdir, MkdirAll and MkdirTemp; Create covers OpenFile and CreateTemp;
-// Chmod covers FS.Chmod and File.Chmod.
+// Chmod covers FS.Chmod and File.Chmod; Truncate is File.Truncate (a
+// File's Seek changes nothing on disk and is not counted).
 const (
 	Create Op = iota
 	Write
@@ -30,10 +31,11 @@ const (
 	Symlink
 	SyncDir
 	Commit
+	Truncate
 	numOps
 )
 
-var opNames = [numOps]string{"create", "write", "sync", "close", "chmod", "mkdir", "rename", "remove", "symlink", "syncdir", "commit"}
+var opNames = [numOps]string{"create", "write", "sync", "close", "chmod", "mkdir", "rename", "remove", "symlink", "syncdir", "commit", "truncate"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -201,7 +203,8 @@ func (f *FS) BeforeCommit(path string) error {
 	return f.base.BeforeCommit(path)
 }
 
-// File is a vfs.File whose writes, syncs, chmods and close can be failed.
+// File is a vfs.File whose writes, truncates, syncs, chmods and close can
+// be failed.
 // A failed write is a short one, as a disk filling up gives: the first half
 // of the bytes are written, then the error.
 type File struct {
@@ -223,6 +226,13 @@ func (w *File) WriteAt(p []byte, off int64) (int, error) {
 		return n, err
 	}
 	return w.File.WriteAt(p, off)
+}
+
+func (w *File) Truncate(size int64) error {
+	if err := w.fs.check(Truncate, w.Name()); err != nil {
+		return err
+	}
+	return w.File.Truncate(size)
 }
 
 func (w *File) Sync() error {
