@@ -12,20 +12,6 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 )
 
-// names lists dir's entries.
-func names(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 // An Open that fails on the database file names the file once: the
 // operating system's error names it already.
 func TestOpenErrorNamesTheFileOnce(t *testing.T) {
@@ -51,7 +37,7 @@ func TestOpenErrorNamesTheFileOnce(t *testing.T) {
 			t.Errorf("read-only %v: the link is now %q, %v", ro, target, err)
 		}
 		// Nothing but the lock file, which every Open takes first.
-		if got := slices.DeleteFunc(names(t, dir), func(n string) bool { return n == "sbx.lock" }); !slices.Equal(got, []string{engine.DBFile}) {
+		if got := slices.DeleteFunc(names(dir), func(n string) bool { return n == "sbx.lock" }); !slices.Equal(got, []string{engine.DBFile}) {
 			t.Errorf("read-only %v: the directory holds %v", ro, got)
 		}
 	}
