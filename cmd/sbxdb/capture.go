@@ -24,7 +24,7 @@ var captureCmd = register(&command{
 	nargs:      1,
 	writes:     true,
 	creates:    true,
-	flagsUsage: "--thread THREAD [--id ID] [--label LABEL] [--exclude GLOB]... [--include GLOB]... [--secret-env NAME]... [--rehash]",
+	flagsUsage: "--thread THREAD [--id ID] [--label LABEL] [--exclude GLOB]... [--include GLOB]... [--allow-empty] [--no-default-excludes] [--skip-unsupported] [--secret-env NAME]... [--rehash]",
 	summary:    "Record the workspace DIR as a new checkpoint on the head of a thread",
 	detail: `capture opens the store for writing, creating it if it does not exist, and
 holds the thread's writer lease while it runs; a live lease of another writer
@@ -36,13 +36,18 @@ The new checkpoint's parent is the thread's head; its reason is "named" with
 --label, else "automatic".
 
 The default policy skips .git, node_modules and .env* at any depth, the root
-CLAUDE.md and GEMINI.md, and .claude/.codex/.grok skill directories.
---exclude skips more (a skipped directory is not walked); --include records
-only the files that match, or lie beneath a directory that matches. A glob
-without a slash matches a name at any depth ("*.log"), one with a slash is
-anchored at DIR ("src/*.go"), "**" matches any number of directories, and a
-trailing "/" matches directories only ("build/"). Restore with the same
---exclude and --include flags, or the restore refuses the checkpoint.
+CLAUDE.md and GEMINI.md, and .claude/.codex/.grok skill directories;
+--no-default-excludes records them (node_modules restored rather than
+installed again). --exclude skips more (a skipped directory is not walked);
+--include records only the files that match, or lie beneath a directory
+that matches. A glob without a slash matches a name at any depth ("*.log"),
+one with a slash is anchored at DIR ("src/*.go"), "**" matches any number of
+directories, and a trailing "/" matches directories only ("build/"). Capture
+and restore apply the same policy: restore with the same --exclude,
+--include and --no-default-excludes flags, or the restore refuses the
+checkpoint. When the --include globs match no file (nor symlink), the capture
+fails and records nothing, unless --allow-empty: then it records the empty
+checkpoint.
 
 --secret-env NAME zero-fills the value of the environment variable NAME
 wherever it occurs in the files' bytes, before they are hashed and stored.
@@ -58,16 +63,24 @@ not stored twice).
 Files and directories are opened beneath DIR without following symlinks, so
 a name renamed to a symlink during the capture never leads outside DIR. A
 file that changes while it is read is read again (up to 3 times) and
-recorded as read; a file or directory that vanishes is left out. Each prints
-a line sbxdb: warning: "PATH" changed|vanished: WHAT on standard error, the
+recorded as read; a file or directory that vanishes is left out. A named
+pipe, socket or device, an entry that cannot be read, a name a checkpoint
+cannot hold (not UTF-8, a backslash) and a symlink the policy refuses fail
+the capture, which then records nothing; with --skip-unsupported each is
+left out instead. Each entry changed, vanished or skipped prints a line
+sbxdb: warning: "PATH" changed|vanished|skipped: WHY on standard error, the
 summary counts them, and the exit status is 3.
 
 On a terminal a progress line shows the files and bytes read and the rate.
 The summary line counts the files recorded, those unchanged, those read, the
 new blobs stored (with their compressed size), the files whose bytes were
-stored already (deduplicated), and any changed or vanished while read. With
---json: {id, threadId, parentCheckpointId, reason, label, stats, warnings,
-seconds}; stats.changed and stats.vanished count the warnings.
+stored already (deduplicated), and any entries the policy excluded (an
+excluded directory counts once), skipped, or changed or vanished while read.
+With --json: {id, threadId, parentCheckpointId, reason, label, stats,
+warnings, seconds}; stats.changed, stats.vanished and stats.skipped count the
+warnings, stats.excluded the entries the policy left out and
+stats.excludedByRule those by rule (".git", "node_modules", ".env*",
+"--exclude GLOB", "not included", …).
 
 While sbxdb serve runs for the store, capture works through it (sbxdb help
 says how the server is found), with the same output: the server reads DIR,
@@ -82,6 +95,8 @@ request to the server.`,
 		policyFlags(fset, inv, false)
 		fset.Var(&inv.secretEnvs, "secret-env", "zero-fill the value of environment variable `NAME` in stored bytes (repeatable)")
 		fset.BoolVar(&inv.rehash, "rehash", false, "read and hash every file, trusting no stat from the previous capture")
+		fset.BoolVar(&inv.skipUnsupported, "skip-unsupported", false, "leave out named pipes, sockets, devices, unreadable entries and unrecordable names, with a warning each (exit status 3)")
+		fset.BoolVar(&inv.allowEmpty, "allow-empty", false, "record an empty checkpoint when the --include globs match no file")
 	},
 	check: func(inv *invocation, args []string) error {
 		if inv.thread == "" {
@@ -101,11 +116,13 @@ func policyFlags(fset *pflag.FlagSet, inv *invocation, restore bool) {
 	if restore {
 		fset.Var(&inv.excludes, "exclude", "an --exclude `GLOB` the capture was given (repeatable)")
 		fset.Var(&inv.includes, "include", "an --include `GLOB` the capture was given (repeatable)")
+		fset.BoolVar(&inv.noDefaultExcludes, "no-default-excludes", false, "the capture was given --no-default-excludes")
 		fset.BoolVar(&inv.allowEscaping, "allow-escaping-symlinks", false, "create symlinks whose target is absolute or leaves the tree")
 		return
 	}
 	fset.Var(&inv.excludes, "exclude", "also skip paths matching `GLOB` (repeatable)")
 	fset.Var(&inv.includes, "include", "record only files matching `GLOB` or beneath a matching directory (repeatable)")
+	fset.BoolVar(&inv.noDefaultExcludes, "no-default-excludes", false, "record what the default policy skips (.git, node_modules, .env*, …); restore needs the flag too")
 	fset.BoolVar(&inv.allowEscaping, "allow-escaping-symlinks", false, "record symlinks whose target is absolute or leaves the tree")
 }
 
@@ -113,7 +130,7 @@ func policyFlags(fset *pflag.FlagSet, inv *invocation, restore bool) {
 // travel as they are (client.CaptureRequest, client.RestoreRequest), and
 // the store makes the workspace policy of them.
 func (inv *invocation) checkPolicy() error {
-	_, err := workspace.Policy{}.WithGlobs(inv.excludes, inv.includes)
+	_, err := workspace.Policy{NoDefaultExclude: inv.noDefaultExcludes}.WithGlobs(inv.excludes, inv.includes)
 	return err
 }
 
@@ -135,7 +152,8 @@ type captureJSON struct {
 	Reason   chain.Reason        `json:"reason"`
 	Label    string              `json:"label,omitempty"`
 	Stats    engine.CaptureStats `json:"stats"`
-	// Warnings names the entries that changed or vanished while read.
+	// Warnings names the entries that changed or vanished while read,
+	// and those skipped as unsupported.
 	Warnings []engine.CaptureWarning `json:"warnings,omitempty"`
 	Seconds  float64                 `json:"seconds"`
 }
@@ -166,11 +184,18 @@ func runCapture(inv *invocation, args []string) error {
 			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
 			Excludes: inv.excludes, Includes: inv.includes, Secrets: secrets,
 			AllowEscapingSymlinks: inv.allowEscaping, Rehash: inv.rehash,
-			Progress: inv.progressFunc("reading", start),
+			NoDefaultExcludes: inv.noDefaultExcludes, SkipUnsupported: inv.skipUnsupported,
+			RequireFiles: len(inv.includes) > 0 && !inv.allowEmpty, Progress: inv.progressFunc("reading", start),
 		})
 		return err
 	})
 	if err != nil {
+		switch {
+		case errors.Is(err, engine.ErrEmptyCapture):
+			return fmt.Errorf("%w; --allow-empty records the empty checkpoint", err)
+		case errors.Is(err, chain.ErrUnsupportedEntry):
+			return fmt.Errorf("%w; --skip-unsupported leaves such entries out", err)
+		}
 		if res != nil {
 			return fmt.Errorf("captured %s, but %w", res.Checkpoint.ID, err)
 		}
@@ -187,10 +212,10 @@ func runCapture(inv *invocation, args []string) error {
 		})
 		return warned(err, res.Warnings)
 	}
-	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated%s in %s\n",
+	_, err = fmt.Fprintf(inv.out, "captured %s on thread %s: %s (%s), %d unchanged, %d read (%s), %s (%s stored), %d deduplicated%s%s in %s\n",
 		cell(cp.ID), cell(cp.ThreadID), count(st.Files, "file"), size(st.Bytes), st.Unchanged,
 		st.FilesRead, size(st.BytesRead), count(st.BlobsNew, "new blob"), size(st.BytesNew),
-		st.Deduplicated, changedWhileRead(st), seconds(elapsed))
+		st.Deduplicated, leftOut(st), changedWhileRead(st), seconds(elapsed))
 	return warned(err, res.Warnings)
 }
 
@@ -204,11 +229,27 @@ func warned(err error, warnings []engine.CaptureWarning) error {
 }
 
 // printCaptureWarnings writes one line per entry that changed or vanished
-// while the capture read it, as tar does ("file changed as we read it").
+// while the capture read it, as tar does ("file changed as we read it"),
+// and per entry skipped as unsupported.
 func printCaptureWarnings(w io.Writer, warnings []engine.CaptureWarning) {
 	for _, x := range warnings {
 		fmt.Fprintf(w, "sbxdb: warning: %s\n", x)
 	}
+}
+
+// leftOut is the summary's counts of the entries the policy excluded and
+// of those skipped as unsupported, each left out when 0. An entry is what
+// either counts (an excluded directory counts once), so neither has a noun
+// to agree with its number.
+func leftOut(st engine.CaptureStats) string {
+	var s string
+	if st.Excluded > 0 {
+		s += fmt.Sprintf(", %d excluded by policy", st.Excluded)
+	}
+	if st.Skipped > 0 {
+		s += fmt.Sprintf(", %d skipped as unsupported", st.Skipped)
+	}
+	return s
 }
 
 // changedWhileRead is the summary's count of changed and vanished entries,

@@ -212,7 +212,7 @@ func TestCaptureRestore(t *testing.T) {
 	makeTree(t, ws, sampleTree)
 	out := ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1", "--exclude", "*.log", "--exclude", "tmp/")
 	wantMatch(t, out, `^captured cp1 on thread main: 4 files \(43 B\), 0 unchanged, 4 read \(43 B\), `+
-		`3 new blobs \(200 B stored\), 1 deduplicated in \d+\.\d\ds\n$`)
+		`3 new blobs \(200 B stored\), 1 deduplicated, 6 excluded by policy in \d+\.\d\ds\n$`)
 
 	show := ok(t, "show", "cp1", "--db", store)
 	for _, s := range []string{"parent      (root)\n", "reason      automatic\n", "files: 10\n"} {

@@ -11,6 +11,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/server"
 )
 
 // The exit statuses of sbxdb (exitHelp says them to the user).
@@ -41,7 +42,8 @@ const exitHelp = `exit status:
   0    success
   1    failure
   2    usage: a bad flag, a missing or extra argument, an unknown command
-  3    finished with warnings (capture: files changed or vanished while read)
+  3    finished with warnings (capture: files changed or vanished while
+       read, or skipped with --skip-unsupported)
   10   no store at the path
   11   the store is busy (another process, or a server, holds it; the
        message names it), or the thread's writer lease is held
@@ -52,7 +54,8 @@ const exitHelp = `exit status:
 With --json a failure prints one line on standard output and nothing else:
 {"error":{"code":CODE,"message":MESSAGE}}. CODE is the contract's code
 (SANDBOX_SNAPSHOT_…) where the failure has one, the server's (SBXDB_…) for
-a server's own failure, else SBXDB_USAGE, SBXDB_NO_STORE, SBXDB_BUSY,
+a server's own failure, SBXDB_EMPTY_CAPTURE for a capture whose --include
+globs matched no file, else SBXDB_USAGE, SBXDB_NO_STORE, SBXDB_BUSY,
 SBXDB_CORRUPT, SBXDB_INTERRUPTED or SBXDB_ERROR.
 `
 
@@ -100,6 +103,8 @@ func exitStatus(err error) (status int, code string) {
 		code = c
 	} else if errors.As(err, &ce) && ce.Code != "" {
 		code = ce.Code
+	} else if errors.Is(err, engine.ErrEmptyCapture) {
+		code = server.CodeEmptyCapture // as a server says it
 	}
 	return status, code
 }

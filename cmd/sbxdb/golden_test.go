@@ -52,6 +52,8 @@ import (
 //	                    ("/", "-> TARGET", "x:BYTES" or BYTES, Go-quoted),
 //	                    modified an hour after the workspace's files
 //	remove PATH         remove PATH and what is beneath it
+//	mkfifo PATH         make a named pipe at PATH (under $TMP); a file
+//	                    using it is skipped where there are none
 //	flip-last GLOB      flip the last byte of each file GLOB matches
 //	hold-store          open $STORE for writing in this process, so that
 //	                    others find it busy (after 100 ms), until
@@ -239,6 +241,16 @@ func (env *goldenEnv) directive(t *testing.T, where string, blk goldenBlock) {
 		setMtimes(t, filepath.Join(env.tmp, arg(0)), t0.Add(time.Hour))
 	case "remove":
 		if err := os.RemoveAll(filepath.Join(env.tmp, arg(0))); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+	case "mkfifo":
+		p := filepath.Join(env.tmp, arg(0))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if err := mkfifo(p); errors.Is(err, errors.ErrUnsupported) {
+			t.Skipf("%s: no named pipes on this system", where)
+		} else if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
 	case "flip-last":

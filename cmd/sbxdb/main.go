@@ -125,14 +125,18 @@ type invocation struct {
 	creates  bool      // create the store if there is none (command.creates)
 
 	// The flags of capture and restore.
-	thread        string     // --thread
-	id            string     // --id
-	label         string     // --label
-	excludes      stringList // --exclude
-	includes      stringList // --include
-	secretEnvs    stringList // --secret-env
-	allowEscaping bool       // --allow-escaping-symlinks
-	rehash        bool       // --rehash
+	thread            string     // --thread
+	id                string     // --id
+	label             string     // --label
+	excludes          stringList // --exclude
+	includes          stringList // --include
+	secretEnvs        stringList // --secret-env
+	allowEscaping     bool       // --allow-escaping-symlinks
+	rehash            bool       // --rehash
+	noDefaultExcludes bool       // --no-default-excludes
+	skipUnsupported   bool       // --skip-unsupported
+	allowEmpty        bool       // --allow-empty
+	paths             stringList // --path (restore)
 
 	// The flags of check, gc and compact.
 	verifyBlobs     bool           // --verify-blobs

@@ -15,7 +15,7 @@ var restoreCmd = register(&command{
 	group:      groupWorkspace,
 	args:       "CHECKPOINT DIR",
 	usageArgs:  "{CHECKPOINT | --thread THREAD} DIR",
-	flagsUsage: "[--exclude GLOB]... [--include GLOB]...",
+	flagsUsage: "[--path PATH]... [--exclude GLOB]... [--include GLOB]... [--no-default-excludes]",
 	summary:    "Write a checkpoint's tree, or the head of --thread, into DIR",
 	detail: `DIR must not exist or be an empty directory. The tree is written into a
 staging directory beside DIR, every blob verified as it is written, and
@@ -26,8 +26,14 @@ SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key. Files get mode
 their recorded targets.
 
 --thread THREAD restores the thread's head instead of a checkpoint named by
-id. Give the --exclude and --include flags that the capture was given: an
-entry that policy would not have recorded is SANDBOX_SNAPSHOT_INVALID_PATH.
+id. --path PATH restores only the entry PATH (slash-separated, relative to
+the checkpoint's root) and, when it is a directory, everything beneath it,
+with the directories above it; repeat it for more. A PATH the checkpoint
+does not hold is SANDBOX_SNAPSHOT_INVALID_PATH, and nothing is written.
+
+Capture and restore apply the same policy: give the --exclude, --include
+and --no-default-excludes flags that the capture was given; an entry that
+policy would not have recorded is SANDBOX_SNAPSHOT_INVALID_PATH.
 restore opens the store read-only. On a terminal a progress line shows the
 files and bytes written and the rate. With --json: {id, dir, files, dirs,
 symlinks, bytes, seconds}.
@@ -37,6 +43,7 @@ says how the server is found), with the same output: the server writes DIR,
 named by its absolute path, on its own machine.`,
 	flags: func(fset *pflag.FlagSet, inv *invocation) {
 		fset.StringVar(&inv.thread, "thread", "", "restore the head of thread `THREAD` (then give no CHECKPOINT)")
+		fset.Var(&inv.paths, "path", "restore only the entry `PATH`, with what lies beneath it and the directories above it (repeatable)")
 		policyFlags(fset, inv, true)
 	},
 	check: func(inv *invocation, args []string) error {
@@ -87,8 +94,9 @@ func runRestore(inv *invocation, args []string) error {
 	}
 	start := time.Now()
 	st, err := db.Restore(inv.ctx, client.RestoreRequest{
-		CheckpointID: id, Dir: abs, Excludes: inv.excludes, Includes: inv.includes,
-		AllowEscapingSymlinks: inv.allowEscaping, Progress: inv.progressFunc("writing", start),
+		CheckpointID: id, Dir: abs, Excludes: inv.excludes, Includes: inv.includes, Paths: inv.paths,
+		NoDefaultExcludes: inv.noDefaultExcludes, AllowEscapingSymlinks: inv.allowEscaping,
+		Progress: inv.progressFunc("writing", start),
 	})
 	if err != nil {
 		return err

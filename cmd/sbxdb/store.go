@@ -69,7 +69,7 @@ var (
 type localStore struct{ *engine.DB }
 
 func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*engine.CaptureResult, error) {
-	pol, err := workspace.Policy{}.WithGlobs(in.Excludes, in.Includes)
+	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
 	if err != nil {
 		return nil, err
 	}
@@ -78,17 +78,18 @@ func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*eng
 		SourceRunID: in.SourceRunID, CreatedAt: in.CreatedAt, Conversation: in.Conversation,
 		Artifacts: in.Artifacts, Policy: pol, Secrets: in.Secrets,
 		AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange,
-		Rehash: in.Rehash, Progress: in.Progress,
+		Rehash: in.Rehash, SkipUnsupported: in.SkipUnsupported, RequireFiles: in.RequireFiles,
+		Progress: in.Progress,
 	})
 }
 
 func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (engine.RestoreStats, error) {
-	pol, err := workspace.Policy{}.WithGlobs(in.Excludes, in.Includes)
+	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
 	if err != nil {
 		return engine.RestoreStats{}, err
 	}
 	return s.DB.Restore(ctx, in.CheckpointID, in.Dir, &engine.RestoreOptions{
-		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Progress: in.Progress,
+		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: in.Paths, Progress: in.Progress,
 	})
 }
 
