@@ -11,6 +11,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/server"
 )
 
 // The exit statuses of sbxdb (exitHelp says them to the user).
@@ -52,7 +53,8 @@ const exitHelp = `exit status:
 With --json a failure prints one line on standard output and nothing else:
 {"error":{"code":CODE,"message":MESSAGE}}. CODE is the contract's code
 (SANDBOX_SNAPSHOT_…) where the failure has one, the server's (SBXDB_…) for
-a server's own failure, else SBXDB_USAGE, SBXDB_NO_STORE, SBXDB_BUSY,
+a server's own failure, SBXDB_AMBIGUOUS for a checkpoint prefix that
+several ids start with, else SBXDB_USAGE, SBXDB_NO_STORE, SBXDB_BUSY,
 SBXDB_CORRUPT, SBXDB_INTERRUPTED or SBXDB_ERROR.
 `
 
@@ -87,6 +89,8 @@ func exitStatus(err error) (status int, code string) {
 	}
 	status, code = exitError, codeError
 	switch {
+	case errors.Is(err, engine.ErrAmbiguousRef):
+		code = server.CodeAmbiguous // as a server words it
 	case errors.Is(err, engine.ErrNoStore):
 		status, code = exitNoStore, codeNoStore
 	case errors.Is(err, engine.ErrLocked), errors.Is(err, chain.ErrWriterConflict):
