@@ -9,6 +9,7 @@
 //
 //	threads               list threads: head, checkpoint count, latest time, writer lease
 //	log THREAD            list a thread's chain from the head back through parents
+//	ls CHECKPOINT [PATH]  list a checkpoint's entries under PATH: mode, size, path
 //	show CHECKPOINT       show one checkpoint: header, files, artifacts, conversation size
 //	diff A B              compare the file manifests of checkpoints A and B
 //	cat CHECKPOINT PATH   write one file's verified bytes to standard output
