@@ -41,7 +41,8 @@ const (
 const exitHelp = `exit status:
   0    success
   1    failure
-  2    usage: a bad flag, a missing or extra argument, an unknown command
+  2    usage: a bad flag, a missing or extra argument, an unknown command;
+       delete-thread without --yes
   3    finished with warnings (capture: files changed or vanished while read)
   10   no store at the path
   11   the store is busy (another process, or a server, holds it; the

@@ -39,6 +39,9 @@ type store interface {
 	// engine.DB.ResolveCheckpoint does; a prefix of several ids matches
 	// engine.ErrAmbiguousRef either way.
 	ResolveCheckpoint(ctx context.Context, ref string) (string, error)
+	// DeleteThread removes the thread's checkpoints, head, transcript,
+	// writer lease and artifact records, as engine.DB.DeleteThread does.
+	DeleteThread(ctx context.Context, threadID string, force bool) (engine.DeleteThreadResult, error)
 	BlobReferences(ctx context.Context) ([]chain.BlobRef, error)
 	Threads(ctx context.Context) ([]string, error)
 	Writers(ctx context.Context) (map[string]lease.State, error)
