@@ -342,7 +342,7 @@ M src/main.go (13 B -> 13 B, executable)
 		t.Errorf("diff --json of equal checkpoints: %v", m)
 	}
 
-	if msg := fail(t, "diff", "cp1", "nope", "--db", store); msg != "sbxdb: checkpoint nope not found\n" {
+	if msg := fail(t, "diff", "cp1", "nope", "--db", store); msg != "sbxdb: SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND: no checkpoint id is or starts with \"nope\"\n" {
 		t.Errorf("diff with a missing checkpoint: %q", msg)
 	}
 }
@@ -360,7 +360,7 @@ func TestCat(t *testing.T) {
 		{"cp1", "empty", "sbxdb: empty is a directory in checkpoint cp1, not a file\n"},
 		{"cp1", "src", "sbxdb: src is not in checkpoint cp1\n"},
 		{"cp1", "link", "sbxdb: link is a symlink in checkpoint cp1, not a file\n"},
-		{"nope", "README.md", "sbxdb: checkpoint nope not found\n"},
+		{"nope", "README.md", "sbxdb: SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND: no checkpoint id is or starts with \"nope\"\n"},
 	} {
 		if msg := fail(t, "cat", tc[0], tc[1], "--db", store); msg != tc[2] {
 			t.Errorf("cat %s %s: %q, want %q", tc[0], tc[1], msg, tc[2])
@@ -593,7 +593,7 @@ func TestWorkspaceUsage(t *testing.T) {
 	}
 	for _, tc := range [][2][]string{
 		{{"restore", "--thread", "nope", filepath.Join(t.TempDir(), "x")}, {"sbxdb: thread nope has no head checkpoint\n"}},
-		{{"restore", "nope", filepath.Join(t.TempDir(), "x")}, {`sbxdb: SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND: checkpoint "nope" not found` + "\n"}},
+		{{"restore", "nope", filepath.Join(t.TempDir(), "x")}, {`sbxdb: SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND: no checkpoint id is or starts with "nope"` + "\n"}},
 		{{"capture", filepath.Join(ws, "README.md"), "--thread", "main"}, {"sbxdb: SANDBOX_SNAPSHOT_INVALID_WORKSPACE: workspace " + filepath.Join(ws, "README.md") + " is not a directory\n"}},
 	} {
 		if msg := fail(t, append(tc[0], "--db", store)...); msg != tc[1][0] {

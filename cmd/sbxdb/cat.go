@@ -24,6 +24,8 @@ must be discarded. A missing blob is SANDBOX_SNAPSHOT_MISSING_BLOB and a
 damaged one SANDBOX_SNAPSHOT_INVALID_BLOB, naming the path and the key.
 Bytes that capture zero-filled for --secret-env are zeros here too.
 
+` + checkpointHelp + `
+
 While sbxdb serve runs for the store, cat works through it (sbxdb help says
 how the server is found): the bytes come from the server, which verifies
 them, and are checked here against the entry's size and key as well.`,

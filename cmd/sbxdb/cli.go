@@ -240,7 +240,14 @@ func (t *cmdTree) cobraCommand(c *command) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inv.started = true
-			return inv.runCommand(c, args)
+			err := inv.runCommand(c, args)
+			// A usage error found once the command ran (delete-thread
+			// without --yes) is about this command.
+			var ue *usageError
+			if errors.As(err, &ue) && ue.cmd == nil {
+				ue.cmd = cmd
+			}
+			return err
 		},
 	}
 	if c.flags != nil {

@@ -31,6 +31,9 @@ added, removed, changed}, each change {op, path, old, new} with op "+", "-"
 or "M" and old and new manifest entries in their wire shape (null when
 absent).
 
+A and B are CHECKPOINTs, each resolved on its own.
+` + checkpointHelp + `
+
 ` + viaServer,
 	run: runDiff,
 })
@@ -93,18 +96,6 @@ func runDiff(inv *invocation, args []string) error {
 	}
 	_, err = fmt.Fprintf(inv.out, "%d added, %d removed, %d changed\n", d.Added, d.Removed, d.Changed)
 	return err
-}
-
-// getCheckpoint returns checkpoint id, or an error saying it is not found.
-func getCheckpoint(inv *invocation, db store, id string) (*chain.Checkpoint, error) {
-	cp, err := db.Get(inv.ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if cp == nil {
-		return nil, fmt.Errorf("checkpoint %s not found", cell(id))
-	}
-	return cp, nil
 }
 
 // diffManifests returns the paths whose entries differ between a and b, in

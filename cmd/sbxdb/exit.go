@@ -41,7 +41,8 @@ const (
 const exitHelp = `exit status:
   0    success
   1    failure
-  2    usage: a bad flag, a missing or extra argument, an unknown command
+  2    usage: a bad flag, a missing or extra argument, an unknown command;
+       delete-thread without --yes
   3    finished with warnings (capture: files changed or vanished while
        read, or skipped with --skip-unsupported)
   10   no store at the path
@@ -55,7 +56,8 @@ With --json a failure prints one line on standard output and nothing else:
 {"error":{"code":CODE,"message":MESSAGE}}. CODE is the contract's code
 (SANDBOX_SNAPSHOT_…) where the failure has one, the server's (SBXDB_…) for
 a server's own failure, SBXDB_EMPTY_CAPTURE for a capture whose --include
-globs matched no file, else SBXDB_USAGE, SBXDB_NO_STORE, SBXDB_BUSY,
+globs matched no file, SBXDB_AMBIGUOUS for a checkpoint prefix that
+several ids start with, else SBXDB_USAGE, SBXDB_NO_STORE, SBXDB_BUSY,
 SBXDB_CORRUPT, SBXDB_INTERRUPTED or SBXDB_ERROR.
 `
 
@@ -90,6 +92,8 @@ func exitStatus(err error) (status int, code string) {
 	}
 	status, code = exitError, codeError
 	switch {
+	case errors.Is(err, engine.ErrAmbiguousRef):
+		code = server.CodeAmbiguous // as a server words it
 	case errors.Is(err, engine.ErrNoStore):
 		status, code = exitNoStore, codeNoStore
 	case errors.Is(err, engine.ErrLocked), errors.Is(err, chain.ErrWriterConflict):

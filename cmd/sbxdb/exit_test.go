@@ -38,6 +38,7 @@ func TestExitStatus(t *testing.T) {
 		{errProblems, exitDamaged, codeCorrupt},
 		{&reportedError{errProblems}, exitDamaged, codeCorrupt},
 		{chain.Errorf(chain.ErrCheckpointNotFound, "checkpoint %q not found", "x"), exitError, chain.CodeCheckpointNotFound},
+		{&engine.AmbiguousRefError{Ref: "abcd", Candidates: []string{"abcd1", "abcd2"}, Count: 2}, exitError, "SBXDB_AMBIGUOUS"},
 		{&client.Error{Status: 503, Code: "SBXDB_UNAVAILABLE", Message: "draining"}, exitError, "SBXDB_UNAVAILABLE"},
 		{fmt.Errorf("server unix:x: %w", client.ErrUnreachable), exitError, codeError},
 		{errors.New("checkpoint nope not found"), exitError, codeError},

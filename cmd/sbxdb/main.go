@@ -9,6 +9,7 @@
 //
 //	threads               list threads: head, checkpoint count, latest time, writer lease
 //	log THREAD            list a thread's chain from the head back through parents
+//	ls CHECKPOINT [PATH]  list a checkpoint's entries under PATH: mode, size, path
 //	show CHECKPOINT       show one checkpoint: header, files, artifacts, conversation size
 //	diff A B              compare the file manifests of checkpoints A and B
 //	cat CHECKPOINT PATH   write one file's verified bytes to standard output
@@ -20,6 +21,7 @@
 //	check                 check reference counts, heads, chains and blobs (--repair, --verify-blobs)
 //	gc                    retention (--keep N), the sweep of unused blobs (--older-than), repacking
 //	compact               rewrite the database file without its free pages
+//	delete-thread THREAD  delete a thread's checkpoints, head, transcript and lease (--yes)
 //	migrate               upgrade a store of an older format to this build's
 //	unlock THREAD         remove a thread's writer lease, whoever holds it
 //	serve                 serve the store over HTTP to the CLI and to hosts
@@ -32,13 +34,14 @@
 // mistyped command or flag is answered with the nearest ones, and each
 // command is one file declaring it (register).
 //
-// capture, gc, compact, migrate, unlock and check --repair open the store for
-// writing (capture creates it if needed; capture holds the thread's writer
-// lease while it runs, taking over the lease of a writer on this host that
-// no longer runs); the other commands open it read-only. --db names the
-// store directory (default $SBXDB_DIR, else .sbxdb in the current
-// directory); --json prints JSON instead of a table (cat's and serve's
-// output is no report: there it changes only how a failure is printed).
+// capture, gc, compact, migrate, unlock, delete-thread --yes and check
+// --repair open the store for writing (capture creates it if needed;
+// capture holds the thread's writer lease while it runs, taking over the
+// lease of a writer on this host that no longer runs); the other commands
+// open it read-only. --db names the store directory (default $SBXDB_DIR,
+// else .sbxdb in the current directory); --json prints JSON instead of a
+// table (cat's and serve's output is no report: there it changes only how
+// a failure is printed).
 // A store that another process holds is reported as busy, naming that
 // process, after about a second.
 //
@@ -147,6 +150,10 @@ type invocation struct {
 	dryRun          bool           // --dry-run
 	repackThreshold float64        // --repack-threshold
 	verbose         bool           // -v, --verbose
+
+	// The flags of delete-thread.
+	yes   bool // --yes
+	force bool // --force
 
 	version bool // --version, of sbxdb itself
 	// started is set once the command runs: an error before it is a

@@ -456,7 +456,7 @@ func TestFailures(t *testing.T) {
 		{[]string{"log", "main", "--thred", "x"}, 2, "sbxdb log: unknown flag: --thred"},
 		{[]string{"restore", "c1", "out", "--thred", "x"}, 2, "sbxdb restore: unknown flag: --thred; did you mean --thread?"},
 		{[]string{"--db"}, 2, "sbxdb: flag needs an argument: --db"},
-		{[]string{"show", "nope", "--db", dir}, 1, "sbxdb: checkpoint nope not found\n"},
+		{[]string{"show", "nope", "--db", dir}, 1, "sbxdb: SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND: no checkpoint id is or starts with \"nope\"\n"},
 		{[]string{"log", "nope", "--db", dir}, 1, "sbxdb: thread nope not found\n"},
 		{[]string{"threads", "--db", missing}, exitNoStore, "sbxdb: no sbxdb store at " + missing + "\n"},
 		{[]string{"show", "c1", "--db", missing}, exitNoStore, "sbxdb: no sbxdb store at " + missing + "\n"},

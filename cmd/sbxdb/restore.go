@@ -38,6 +38,8 @@ restore opens the store read-only. On a terminal a progress line shows the
 files and bytes written and the rate. With --json: {id, dir, files, dirs,
 symlinks, bytes, seconds}.
 
+` + checkpointHelp + `
+
 While sbxdb serve runs for the store, restore works through it (sbxdb help
 says how the server is found), with the same output: the server writes DIR,
 named by its absolute path, on its own machine.`,
@@ -85,7 +87,10 @@ func runRestore(inv *invocation, args []string) error {
 			return fmt.Errorf("thread %s has no head checkpoint", cell(inv.thread))
 		}
 	} else {
-		id, dir = args[0], args[1]
+		dir = args[1]
+		if id, err = resolveCheckpoint(inv, db, args[0]); err != nil {
+			return err
+		}
 	}
 
 	abs, err := absDir(dir)

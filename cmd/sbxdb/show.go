@@ -17,6 +17,8 @@ var showCmd = register(&command{
 hex digits of the blob key (or -> target for a symlink). With --json, the
 checkpoint in its wire shape (the TypeScript SandboxCheckpoint).
 
+` + checkpointHelp + `
+
 ` + viaServer,
 	run: runShow,
 })
@@ -27,12 +29,9 @@ func runShow(inv *invocation, args []string) error {
 		return err
 	}
 	defer db.Close()
-	cp, err := db.Get(inv.ctx, args[0])
+	cp, err := getCheckpoint(inv, db, args[0])
 	if err != nil {
 		return err
-	}
-	if cp == nil {
-		return fmt.Errorf("checkpoint %s not found", args[0])
 	}
 	if inv.json {
 		return writeJSON(inv.out, cp)

@@ -34,6 +34,14 @@ type store interface {
 	Get(ctx context.Context, id string) (*chain.Checkpoint, error)
 	List(ctx context.Context, threadID string) ([]*chain.Checkpoint, error)
 	Head(ctx context.Context, threadID string) (string, error)
+	// ResolveCheckpoint returns the id of the checkpoint ref names (an
+	// exact id, THREAD@, THREAD@~N or a unique id prefix), as
+	// engine.DB.ResolveCheckpoint does; a prefix of several ids matches
+	// engine.ErrAmbiguousRef either way.
+	ResolveCheckpoint(ctx context.Context, ref string) (string, error)
+	// DeleteThread removes the thread's checkpoints, head, transcript,
+	// writer lease and artifact records, as engine.DB.DeleteThread does.
+	DeleteThread(ctx context.Context, threadID string, force bool) (engine.DeleteThreadResult, error)
 	BlobReferences(ctx context.Context) ([]chain.BlobRef, error)
 	Threads(ctx context.Context) ([]string, error)
 	Writers(ctx context.Context) (map[string]lease.State, error)
