@@ -79,7 +79,14 @@ type CaptureInput struct {
 	RequireFiles bool
 }
 
-// Progress reports a capture's or restore's advance.
+// Progress reports a capture's or restore's advance. Files counts the
+// files finished; Bytes advances within a file as its bytes are read or
+// written, chunk by chunk, copies to further paths of the same blob
+// included. A file counts at most its size in TotalBytes (its size at the
+// walk, for a capture), however often it is read again or by how much it
+// grew. A file a capture leaves out (vanished, skipped) leaves the totals.
+// The last report (Done) of a run that succeeds has Files == TotalFiles and
+// Bytes == TotalBytes.
 type Progress struct {
 	Files, TotalFiles int   // files read (capture) or written (restore)
 	Bytes, TotalBytes int64 // their bytes
@@ -444,15 +451,20 @@ var errChangedWhileRead = errors.New("file changed while it was read")
 // file, is reported vanished and left out.
 func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, error) {
 	prev, prevDev := w.st, w.dev
+	fb := &fileBytes{p: &c.progress, size: w.st.size}
 	for read := 1; ; read++ {
 		if err := ctx.Err(); err != nil {
 			return buf, err
 		}
 		last := read == maxReads
-		r, buf2, err := c.readFile(ctx, w, buf, prev, prevDev, last && !c.changes.strict)
+		fb.restart()
+		r, buf2, err := c.readFile(ctx, w, fb, buf, prev, prevDev, last && !c.changes.strict)
 		buf = buf2
 		if err != nil {
 			return buf, err
+		}
+		if r.skipped || r.gone {
+			fb.drop()
 		}
 		if r.skipped {
 			w.gone = true
@@ -484,6 +496,7 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 		}
 		w.sum, w.key, w.size = r.res.Sum, r.res.Key, r.res.Size
 		w.st, w.dev, w.exec = r.st, r.dev, r.st.mode&0o111 != 0
+		fb.done()
 		c.countRead(r.res)
 		return buf, nil
 	}
@@ -491,8 +504,6 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 
 // countRead counts a file read and stored.
 func (c *capture) countRead(res cas.AddResult) {
-	c.progress.files.Add(1)
-	c.progress.bytes.Add(res.Size)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.FilesRead++
@@ -524,10 +535,11 @@ func (c *capture) unreadable(w *walked, err error) (fileRead, error) {
 	return fileRead{skipped: true, detail: "cannot be read: " + errReason(err)}, nil
 }
 
-// readFile reads the file of w once and stores its bytes if the read was
-// consistent (see hashFile) or keepInconsistent is set. prev and prevDev
-// are the stat a small file must still have once read.
-func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev fileStat, prevDev uint64, keepInconsistent bool) (fileRead, []byte, error) {
+// readFile reads the file of w once, counting the bytes read in fb, and
+// stores them if the read was consistent (see hashFile) or
+// keepInconsistent is set. prev and prevDev are the stat a small file must
+// still have once read.
+func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []byte, prev fileStat, prevDev uint64, keepInconsistent bool) (fileRead, []byte, error) {
 	var out fileRead
 	f, err := vfs.OpenBeneath(c.dir, w.path)
 	if err == nil {
@@ -548,6 +560,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 	if w.st.size <= smallFile {
 		var rerr error
 		buf, rerr = readAll(f, buf[:0], smallFile)
+		fb.add(int64(len(buf)))
 		if err := c.db.point("capture.fileRead"); err != nil {
 			return out, buf, err
 		}
@@ -560,6 +573,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 		}
 		switch {
 		case rerr == errTooBig: // it grew since the walk: stream it
+			fb.restart()
 			if err := f.Rewind(); err != nil {
 				return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
 			}
@@ -587,7 +601,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 	if !isRegular(before) {
 		return notRegular, buf, nil
 	}
-	sr := &streamReader{f: f, point: c.db.point}
+	sr := &streamReader{f: f, point: c.db.point, fb: fb}
 	sr.atEOF = func() error {
 		if err := c.db.point("capture.fileRead"); err != nil {
 			return err
@@ -624,7 +638,8 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 type streamReader struct {
 	f       *vfs.Reader
 	point   func(string) error
-	n       int64 // bytes read
+	fb      *fileBytes // counts each read in the progress
+	n       int64      // bytes read
 	atEOF   func() error
 	ended   bool
 	endErr  error // atEOF's error, or io.EOF
@@ -637,6 +652,9 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	}
 	n, err := s.f.Read(p)
 	s.n += int64(n)
+	if n > 0 {
+		s.fb.add(int64(n))
+	}
 	switch {
 	case err != nil && err != io.EOF:
 		s.readErr = err
@@ -822,6 +840,49 @@ func readAll(r io.Reader, buf []byte, limit int) ([]byte, error) {
 type progressCounters struct {
 	files, totalFiles atomic.Int64
 	bytes, totalBytes atomic.Int64
+}
+
+// fileBytes counts one file's bytes in progressCounters.bytes as they are
+// read or written, one atomic add per chunk. A file never counts more than
+// size, its bytes in totalBytes: a pass that restarts (a file read again
+// because it changed) adds only what goes past the most any earlier pass
+// counted, and done makes the file's share exactly size, so the last
+// report equals the totals whatever the passes read.
+type fileBytes struct {
+	p       *progressCounters
+	size    int64 // the file's bytes in totalBytes
+	counted int64 // the file's bytes in bytes
+	pass    int64 // bytes of the current pass
+}
+
+// add counts n more bytes of the current pass.
+func (f *fileBytes) add(n int64) {
+	f.pass += n
+	if d := min(f.pass, f.size) - f.counted; d > 0 {
+		f.counted += d
+		f.p.bytes.Add(d)
+	}
+}
+
+// restart begins a new pass over the file from its first byte.
+func (f *fileBytes) restart() { f.pass = 0 }
+
+// done counts the file finished: one more file, and its share of bytes
+// made exactly size.
+func (f *fileBytes) done() {
+	if d := f.size - f.counted; d != 0 {
+		f.p.bytes.Add(d)
+	}
+	f.counted = f.size
+	f.p.files.Add(1)
+}
+
+// drop takes the file out of the counts and the totals: it is left out.
+func (f *fileBytes) drop() {
+	f.p.bytes.Add(-f.counted)
+	f.p.totalBytes.Add(-f.size)
+	f.p.totalFiles.Add(-1)
+	f.counted = 0
 }
 
 func (p *progressCounters) snapshot(done bool) Progress {

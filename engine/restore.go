@@ -570,6 +570,7 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 				return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s has %d bytes, the manifest says %d", e.Path, e.BlobKey, r.Size(), e.Size)
 			}
 			var err error
+			fb := &fileBytes{p: prog, size: e.Size}
 			if i == 0 {
 				// r checks ctx between the chunks of a large blob.
 				err = db.writeFile(root, e, func(f vfs.File) error {
@@ -578,19 +579,19 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 						return err
 					}
 					w := newSparseWriter(f)
-					if _, err := io.Copy(w, &entryReader{r: r, e: e}); err != nil {
+					cw := &countedWriter{w: w, fb: fb, point: db.point}
+					if _, err := io.Copy(cw, &entryReader{r: r, e: e}); err != nil {
 						return err
 					}
 					return w.finish()
 				})
 			} else { // written and verified: copy it
-				err = db.copyFile(ctx, root, es[0], e)
+				err = db.copyFile(ctx, root, es[0], e, fb)
 			}
 			if err != nil {
 				return err
 			}
-			prog.files.Add(1)
-			prog.bytes.Add(e.Size)
+			fb.done()
 		}
 		return nil
 	})
@@ -598,6 +599,24 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 		err = blobError(byKey[ce.Key][0], err) // a lookup or a read failed: name the path
 	}
 	return err
+}
+
+// countedWriter counts in the progress each chunk written through it (a
+// large blob's bytes come in chunks of 64 to 256 KiB: cas.Reader.WriteTo)
+// and runs the test hook "restore.chunk" after each.
+type countedWriter struct {
+	w     io.Writer
+	fb    *fileBytes
+	point func(string) error
+}
+
+func (c *countedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.fb.add(int64(n))
+	if err == nil {
+		err = c.point("restore.chunk")
+	}
+	return n, err
 }
 
 // copyChunk is how much of a file copyFile copies between two looks at
@@ -610,7 +629,8 @@ const copyChunk = 64 << 20
 // file's ReadFrom (on Linux, copy_file_range: the bytes never leave the
 // kernel), except from a file with holes, whose data only is copied
 // through a sparseWriter (copySparse), so the copy has the same holes.
-func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) error {
+// Each chunk is counted in fb as it is written.
+func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry, fb *fileBytes) error {
 	src, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
@@ -618,13 +638,14 @@ func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry) e
 	defer src.Close()
 	return db.writeFile(root, e, func(f vfs.File) error {
 		if e.Size >= sparseMin && hasHole(src, e.Size) {
-			return copySparse(ctx, src, f, e.Size)
+			return copySparse(ctx, src, f, e.Size, fb)
 		}
 		for {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			n, err := io.Copy(f, io.LimitReader(src, copyChunk))
+			fb.add(n)
 			if err != nil || n < copyChunk {
 				return err
 			}
