@@ -519,7 +519,7 @@ type fileRead struct {
 // error, or when unsupported entries are skipped, a read that leaves it out.
 func (c *capture) unreadable(w *walked, err error) (fileRead, error) {
 	if !c.skipUnsupported {
-		return fileRead{}, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+		return fileRead{}, unreadableEntry("reading %q: %s", w.path, err)
 	}
 	return fileRead{skipped: true, detail: "cannot be read: " + errReason(err)}, nil
 }
@@ -553,7 +553,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 		}
 		st, dev, err := fstatOpen(f, c.root, w.path)
 		if err != nil {
-			return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+			return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 		}
 		if !isRegular(st) {
 			return notRegular, buf, nil
@@ -561,7 +561,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 		switch {
 		case rerr == errTooBig: // it grew since the walk: stream it
 			if err := f.Rewind(); err != nil {
-				return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+				return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 			}
 		case rerr != nil:
 			out, err = c.unreadable(w, rerr)
@@ -582,7 +582,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, buf []byte, prev file
 	}
 	before, beforeDev, err := fstatOpen(f, c.root, w.path)
 	if err != nil {
-		return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+		return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 	}
 	if !isRegular(before) {
 		return notRegular, buf, nil

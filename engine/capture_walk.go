@@ -156,7 +156,7 @@ func openWorkspace(root string) (*os.File, error) {
 		if st, serr := os.Stat(root); serr == nil && !st.IsDir() {
 			return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s is not a directory", root)
 		}
-		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %v", root, err)
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %s", root, errReason(err))
 	}
 	return d, nil
 }
@@ -440,10 +440,10 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 // listed; when unsupported entries are skipped, the directory (never the
 // root) is left out with a warning instead, and the walk goes on.
 func (w *walker) unreadableDir(n *dirNode, err error) error {
-	fail := chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", n.rel, err)
 	if n.rel == "" {
-		return fail
+		return chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %s", w.in.root, errReason(err))
 	}
+	fail := unreadableEntry("reading directory %q: %s", n.rel, err)
 	if err := w.unsupported(n.rel, "the directory cannot be read: "+errReason(err), fail); err != nil {
 		return err
 	}
@@ -460,6 +460,25 @@ func errReason(err error) string {
 		return errno.Error()
 	}
 	return err.Error()
+}
+
+// unreadableEntry is the ErrInvalidWorkspace error of an entry that cannot
+// be opened or read: format names the entry once, and its last verb is
+// given what err says without the operation and path (see errReason).
+func unreadableEntry(format, path string, err error) error {
+	return chain.Errorf(chain.ErrInvalidWorkspace, format, path, errReason(err))
+}
+
+// IsUnreadableEntry reports whether err is the ErrInvalidWorkspace error of
+// an entry beneath the workspace root that could not be opened or read,
+// which CaptureInput.SkipUnsupported would have left out. It recognizes the
+// error also when rebuilt from a server's reply.
+func IsUnreadableEntry(err error) bool {
+	if !errors.Is(err, chain.ErrInvalidWorkspace) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, `reading "`) || strings.Contains(msg, `reading directory "`)
 }
 
 // fileTypeName names the type of a file mode for messages, with its

@@ -193,7 +193,7 @@ func runCapture(inv *invocation, args []string) error {
 		switch {
 		case errors.Is(err, engine.ErrEmptyCapture):
 			return fmt.Errorf("%w; --allow-empty records the empty checkpoint", err)
-		case errors.Is(err, chain.ErrUnsupportedEntry):
+		case errors.Is(err, chain.ErrUnsupportedEntry), engine.IsUnreadableEntry(err):
 			return fmt.Errorf("%w; --skip-unsupported leaves such entries out", err)
 		}
 		if res != nil {
