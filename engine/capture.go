@@ -231,7 +231,8 @@ const smallFile = 1 << 20
 // checkpoint and indexes its new blobs in one transaction: blob bytes are
 // durable before the checkpoint that names them commits, and any error
 // leaves the store as it was. The store's
-// own directory is never captured, even when it lies inside in.Dir.
+// own directory is never captured, even when it lies inside in.Dir; when
+// it is in.Dir, the store's own entries are left out.
 func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, error) {
 	if db.c == nil {
 		return nil, ErrReadOnly

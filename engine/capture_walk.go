@@ -364,6 +364,9 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		if kind == chain.KindDir && filepath.Join(abs, name) == w.in.skip {
 			continue // the store's own directory
 		}
+		if abs == w.in.skip && storeEntries[name] {
+			continue // the store's own entry: the workspace is the store
+		}
 		if !w.in.pol.Wants(p, kind) {
 			exclude(workspace.RuleNotIncluded)
 			continue
@@ -467,6 +470,15 @@ func errReason(err error) string {
 // given what err says without the operation and path (see errReason).
 func unreadableEntry(format, path string, err error) error {
 	return chain.Errorf(chain.ErrInvalidWorkspace, format, path, errReason(err))
+}
+
+// storeEntries are the names a store keeps in its directory, its server's
+// socket among them: a capture of
+// a workspace that is the store's directory leaves them out, as it leaves
+// out the whole store's directory beneath a workspace.
+var storeEntries = map[string]bool{
+	DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, statCacheDir: true,
+	SocketName: true,
 }
 
 // IsUnreadableEntry reports whether err is the ErrInvalidWorkspace error of
