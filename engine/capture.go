@@ -238,7 +238,8 @@ const smallFile = 1 << 20
 // checkpoint and indexes its new blobs in one transaction: blob bytes are
 // durable before the checkpoint that names them commits, and any error
 // leaves the store as it was. The store's
-// own directory is never captured, even when it lies inside in.Dir.
+// own directory is never captured, even when it lies inside in.Dir; when
+// it is in.Dir, the store's own entries are left out.
 func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, error) {
 	if db.c == nil {
 		return nil, ErrReadOnly
@@ -530,7 +531,7 @@ type fileRead struct {
 // error, or when unsupported entries are skipped, a read that leaves it out.
 func (c *capture) unreadable(w *walked, err error) (fileRead, error) {
 	if !c.skipUnsupported {
-		return fileRead{}, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+		return fileRead{}, unreadableEntry("reading %q: %s", w.path, err)
 	}
 	return fileRead{skipped: true, detail: "cannot be read: " + errReason(err)}, nil
 }
@@ -566,7 +567,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 		}
 		st, dev, err := fstatOpen(f, c.root, w.path)
 		if err != nil {
-			return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+			return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 		}
 		if !isRegular(st) {
 			return notRegular, buf, nil
@@ -575,7 +576,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 		case rerr == errTooBig: // it grew since the walk: stream it
 			fb.restart()
 			if err := f.Rewind(); err != nil {
-				return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+				return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 			}
 		case rerr != nil:
 			out, err = c.unreadable(w, rerr)
@@ -596,7 +597,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 	}
 	before, beforeDev, err := fstatOpen(f, c.root, w.path)
 	if err != nil {
-		return out, buf, chain.Errorf(chain.ErrInvalidWorkspace, "reading %q: %v", w.path, err)
+		return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 	}
 	if !isRegular(before) {
 		return notRegular, buf, nil

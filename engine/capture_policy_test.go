@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -100,6 +101,39 @@ func TestCaptureExcludedByRule(t *testing.T) {
 	res, err = db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: inner})
 	if err != nil || res.Stats.Excluded != 0 || res.Stats.Files != 1 {
 		t.Errorf("capture around its store: %+v (%v)", res, err)
+	}
+}
+
+// TestCaptureStoreIsWorkspace: a workspace that is the store's own
+// directory is captured without the store's entries (its database, lock,
+// blobs and stat caches), as a store beneath a workspace is left out, and
+// without counting them as excluded: a second capture reads nothing new.
+func TestCaptureStoreIsWorkspace(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "w")
+	db, err := engine.Open(dir, &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	write(t, dir, "a", []byte("a"), 0o644)
+	write(t, dir, "sub/cache", []byte("c"), 0o644) // a store's name, but not at its root
+	l, err := db.AcquireWriter(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		res, err := db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var paths []string
+		for _, e := range res.Checkpoint.Files {
+			paths = append(paths, e.Path)
+		}
+		if want := []string{"a", "sub/cache"}; !slices.Equal(paths, want) || res.Stats.Excluded != 0 || res.Stats.BlobsNew != 2-2*i {
+			t.Errorf("capture %d of the store's directory: %v, stats %+v; want %v", i+1, paths, res.Stats, want)
+		}
 	}
 }
 

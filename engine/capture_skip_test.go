@@ -190,7 +190,8 @@ func TestCaptureUnreadable(t *testing.T) {
 	eio := &fs.PathError{Op: "open", Path: "locked", Err: syscall.EIO}
 	remove := f.db.OnPoint("capture.open", func() error { return eio })
 	_, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
-	if !errors.Is(err, chain.ErrInvalidWorkspace) || !strings.Contains(err.Error(), `reading "locked"`) || !errors.Is(err, syscall.EIO) && !strings.Contains(err.Error(), "input/output error") {
+	// The message names the path once: not the *fs.PathError's op and path.
+	if !errors.Is(err, chain.ErrInvalidWorkspace) || !engine.IsUnreadableEntry(err) || err.Error() != chain.CodeInvalidWorkspace+`: reading "locked": input/output error` {
 		t.Fatalf("capture of an unreadable file: %v", err)
 	}
 	if h, _ := f.db.Head(ctx, "t1"); h != head {
@@ -212,7 +213,7 @@ func TestCaptureUnreadable(t *testing.T) {
 	head, _ = f.db.Head(ctx, "t1")
 	defer f.db.OnPoint("capture.openDir", func() error { return &fs.PathError{Op: "openat", Path: "sub", Err: syscall.EIO} })()
 	_, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
-	if !errors.Is(err, chain.ErrInvalidWorkspace) || !strings.Contains(err.Error(), `reading directory "sub"`) {
+	if !errors.Is(err, chain.ErrInvalidWorkspace) || !engine.IsUnreadableEntry(err) || err.Error() != chain.CodeInvalidWorkspace+`: reading directory "sub": input/output error` {
 		t.Fatalf("capture of an unreadable directory: %v", err)
 	}
 	if h, _ := f.db.Head(ctx, "t1"); h != head {
@@ -225,6 +226,20 @@ func TestCaptureUnreadable(t *testing.T) {
 	want = []engine.CaptureWarning{{Path: "sub", What: engine.EntrySkipped, Detail: "the directory cannot be read: input/output error"}}
 	if !slices.Equal(res.Warnings, want) || len(res.Checkpoint.Files) != 1 {
 		t.Errorf("warnings %v, manifest %v; want %v and only ok recorded", res.Warnings, res.Checkpoint.Files, want)
+	}
+}
+
+// TestCaptureMissingWorkspace: a workspace that does not exist is named
+// once in the error, which is not that of an unreadable entry.
+func TestCaptureMissingWorkspace(t *testing.T) {
+	f := newCaptureFixture(t)
+	ws := filepath.Join(t.TempDir(), "nonexist")
+	_, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+	if want := chain.CodeInvalidWorkspace + ": workspace " + ws + ": no such file or directory"; err == nil || err.Error() != want || engine.IsUnreadableEntry(err) {
+		t.Fatalf("capture of a missing workspace: %v; want %s", err, want)
+	}
+	if h, _ := f.db.Head(context.Background(), "t1"); h != "" {
+		t.Fatal("a refused capture moved the head")
 	}
 }
 

@@ -81,12 +81,15 @@ type statCache struct {
 	entries  []statEntry
 }
 
+// statCacheDir is the directory, in the store's, of the stat caches.
+const statCacheDir = "cache"
+
 func statCachePath(storeDir, threadID, root string) string {
 	h := sha256.New()
 	h.Write([]byte(threadID))
 	h.Write([]byte{0})
 	h.Write([]byte(root))
-	return filepath.Join(storeDir, "cache", "stat-"+hex.EncodeToString(h.Sum(nil)[:16]))
+	return filepath.Join(storeDir, statCacheDir, "stat-"+hex.EncodeToString(h.Sum(nil)[:16]))
 }
 
 // newStatCache returns the cache a capture leaves: every file of its walk

@@ -156,7 +156,7 @@ func openWorkspace(root string) (*os.File, error) {
 		if st, serr := os.Stat(root); serr == nil && !st.IsDir() {
 			return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s is not a directory", root)
 		}
-		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %v", root, err)
+		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %s", root, errReason(err))
 	}
 	return d, nil
 }
@@ -364,6 +364,9 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		if kind == chain.KindDir && filepath.Join(abs, name) == w.in.skip {
 			continue // the store's own directory
 		}
+		if abs == w.in.skip && storeEntries[name] {
+			continue // the store's own entry: the workspace is the store
+		}
 		if !w.in.pol.Wants(p, kind) {
 			exclude(workspace.RuleNotIncluded)
 			continue
@@ -440,10 +443,10 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 // listed; when unsupported entries are skipped, the directory (never the
 // root) is left out with a warning instead, and the walk goes on.
 func (w *walker) unreadableDir(n *dirNode, err error) error {
-	fail := chain.Errorf(chain.ErrInvalidWorkspace, "reading directory %q: %v", n.rel, err)
 	if n.rel == "" {
-		return fail
+		return chain.Errorf(chain.ErrInvalidWorkspace, "workspace %s: %s", w.in.root, errReason(err))
 	}
+	fail := unreadableEntry("reading directory %q: %s", n.rel, err)
 	if err := w.unsupported(n.rel, "the directory cannot be read: "+errReason(err), fail); err != nil {
 		return err
 	}
@@ -460,6 +463,34 @@ func errReason(err error) string {
 		return errno.Error()
 	}
 	return err.Error()
+}
+
+// unreadableEntry is the ErrInvalidWorkspace error of an entry that cannot
+// be opened or read: format names the entry once, and its last verb is
+// given what err says without the operation and path (see errReason).
+func unreadableEntry(format, path string, err error) error {
+	return chain.Errorf(chain.ErrInvalidWorkspace, format, path, errReason(err))
+}
+
+// storeEntries are the names a store keeps in its directory, its server's
+// socket among them: a capture of
+// a workspace that is the store's directory leaves them out, as it leaves
+// out the whole store's directory beneath a workspace.
+var storeEntries = map[string]bool{
+	DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, statCacheDir: true,
+	SocketName: true,
+}
+
+// IsUnreadableEntry reports whether err is the ErrInvalidWorkspace error of
+// an entry beneath the workspace root that could not be opened or read,
+// which CaptureInput.SkipUnsupported would have left out. It recognizes the
+// error also when rebuilt from a server's reply.
+func IsUnreadableEntry(err error) bool {
+	if !errors.Is(err, chain.ErrInvalidWorkspace) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, `reading "`) || strings.Contains(msg, `reading directory "`)
 }
 
 // fileTypeName names the type of a file mode for messages, with its

@@ -13,6 +13,10 @@ import (
 // file does not hold all of it in dirty pages at once.
 const compactTxSize = 64 << 20
 
+// compactSuffix ends the name of the file a compaction writes next to the
+// store's database file before it replaces it.
+const compactSuffix = ".compact"
+
 // Compact rewrites the store's bbolt file without its free pages and
 // returns its size before and after. bbolt never shrinks a file: pages
 // freed by deletes are reused, never returned. The store must not be open
@@ -47,7 +51,7 @@ func Compact(ctx context.Context, dir string, opts *Options) (before, after int6
 	// The new file is written beside the old one and renamed over it. Until
 	// the rename, it is only a temporary: any failure removes it (a crash
 	// leaves it for the next Compact, which removes it first).
-	tmp := path + ".compact"
+	tmp := path + compactSuffix
 	os.Remove(tmp)
 	renamed := false
 	defer func() {

@@ -31,6 +31,9 @@ const (
 	DBFile = "sbx.db"
 	// BlobDir is the blob store's directory (cas/format.go).
 	BlobDir = "blobs"
+	// SocketName is the unix socket a server of the store listens on
+	// unless told otherwise; the store's directory holds it while served.
+	SocketName = "sbxdb.sock"
 )
 
 var (

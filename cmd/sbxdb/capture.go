@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -192,8 +194,8 @@ func runCapture(inv *invocation, args []string) error {
 	if err != nil {
 		switch {
 		case errors.Is(err, engine.ErrEmptyCapture):
-			return fmt.Errorf("%w; --allow-empty records the empty checkpoint", err)
-		case errors.Is(err, chain.ErrUnsupportedEntry):
+			return fmt.Errorf("%w%s; --allow-empty records the empty checkpoint", err, excludedIncludes(inv))
+		case errors.Is(err, chain.ErrUnsupportedEntry), engine.IsUnreadableEntry(err):
 			return fmt.Errorf("%w; --skip-unsupported leaves such entries out", err)
 		}
 		if res != nil {
@@ -217,6 +219,42 @@ func runCapture(inv *invocation, args []string) error {
 		st.FilesRead, size(st.BytesRead), count(st.BlobsNew, "new blob"), size(st.BytesNew),
 		st.Deduplicated, leftOut(st), changedWhileRead(st), seconds(elapsed))
 	return warned(err, res.Warnings)
+}
+
+// excludedIncludes is the hint of an empty capture whose include patterns
+// start with a name the default policy excludes (".git", "node_modules",
+// ".env*"), which the walk prunes before any include is asked: one
+// "; NAME is excluded by default" per such name, then how to record them.
+// It is "" with --no-default-excludes or when no pattern starts so.
+func excludedIncludes(inv *invocation) string {
+	if inv.noDefaultExcludes {
+		return ""
+	}
+	excluded := workspace.DefaultExclude("")
+	var names []string
+	for _, g := range inv.includes {
+		seg, _, dir := strings.Cut(strings.TrimPrefix(g, "/"), "/")
+		if !excluded(seg, chain.KindDir) {
+			continue
+		}
+		if dir {
+			seg += "/"
+		}
+		if !slices.Contains(names, seg) {
+			names = append(names, seg)
+		}
+	}
+	var s string
+	for _, n := range names {
+		s += "; " + n + " is excluded by default"
+	}
+	switch {
+	case len(names) == 1:
+		s += "; --no-default-excludes records it"
+	case len(names) > 1:
+		s += "; --no-default-excludes records them"
+	}
+	return s
 }
 
 // warned is the outcome of a capture that printed its summary with err:

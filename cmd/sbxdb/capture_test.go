@@ -713,3 +713,29 @@ func testWithLease(t *testing.T, served bool) {
 	}
 	l.Release(t.Context())
 }
+
+// A store whose directory is the workspace captures the workspace without
+// the store's own entries, its server's socket among them, locally and
+// through a server, as it leaves out a store beneath the workspace.
+func TestCaptureStoreIsWorkspace(t *testing.T) {
+	store := newStore(t)
+	if err := os.WriteFile(filepath.Join(store, "a.txt"), []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(how string, code int, out, errOut string) {
+		t.Helper()
+		if code != 0 || errOut != "" || !strings.Contains(out, ": 1 file (2 B),") {
+			t.Fatalf("capture of the store's directory %s: exit %d, stdout %q, stderr %q; want 1 file", how, code, out, errOut)
+		}
+	}
+	code, out, errOut := runArgs([]string{"--db", store, "capture", "--thread", "w", "--id", "cp-local", store})
+	check("locally", code, out, errOut)
+	ls := ok(t, "--db", store, "ls", "cp-local")
+	if strings.Contains(ls, "sbx") || strings.Contains(ls, "blobs") || !strings.Contains(ls, "a.txt") {
+		t.Errorf("ls of the capture:\n%s", ls)
+	}
+
+	p := startServe(t, 1, "--db", store)
+	code, out, errOut = runArgs([]string{"--server", p.addrs[0], "capture", "--thread", "w", "--id", "cp-served", store})
+	check("through a server", code, out, errOut)
+}

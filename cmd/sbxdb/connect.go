@@ -67,8 +67,12 @@ func (inv *invocation) findServer() (*foundServer, error) {
 		opts.Token = os.Getenv(tokenEnv)
 	}
 	c, err := client.New(addr, opts)
-	if err != nil {
-		return nil, fmt.Errorf("--server: %w", err)
+	if err != nil { // addr is no server address: a usage error
+		from := "--server"
+		if inv.server == "" {
+			from = "$" + serverEnv
+		}
+		return nil, &usageError{err: reword(err, "%s: %s", from, strings.TrimPrefix(err.Error(), "client: "))}
 	}
 	timeout := probeTimeout
 	if named {

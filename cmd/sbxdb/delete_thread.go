@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/spf13/pflag"
 )
@@ -65,6 +66,9 @@ func runDeleteThread(inv *invocation, args []string) error {
 		return wouldDelete(inv, db, thread)
 	}
 	res, err := db.DeleteThread(inv.ctx, thread, inv.force)
+	if errors.Is(err, chain.ErrWriterConflict) {
+		return fmt.Errorf("%w; add --force to break the writer's lease", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -133,6 +133,8 @@ func (t *cmdTree) report(err error, jsonOut bool, stdout, stderr io.Writer) int 
 		if isUsage && ue.name() != "sbxdb" {
 			msg = strings.TrimPrefix(ue.name(), "sbxdb ") + ": " + msg
 		}
+		// The code has its own field: the message does not repeat it.
+		msg = strings.TrimPrefix(msg, code+": ")
 		writeJSON(stdout, jsonError{Error: jsonErrorBody{Code: code, Message: msg}})
 		return status
 	}

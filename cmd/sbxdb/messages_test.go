@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
@@ -219,5 +222,53 @@ func TestGCMissingBlobCount(t *testing.T) {
 	msg := failWith(t, exitDamaged, "gc", "--db", store, "--older-than", "0")
 	if want := "sweep refused: 1 referenced blob is missing (" + refs[0].Key + ")"; !strings.Contains(msg, want) {
 		t.Errorf("gc: %q, want %q in it", msg, want)
+	}
+}
+
+// unreadStore is a store whose captures fail as the engine's do on an
+// entry they cannot open (engine.TestCaptureUnreadable asserts the engine's
+// message): root reads every file, so the failure is made here.
+type unreadStore struct {
+	store
+	msg string
+}
+
+func (s unreadStore) Capture(ctx context.Context, in client.CaptureRequest) (*engine.CaptureResult, error) {
+	return nil, chain.Errorf(chain.ErrInvalidWorkspace, "%s", s.msg)
+}
+
+// An entry that cannot be read names its path once, and the error says
+// how --skip-unsupported leaves it out, as that of a named pipe does; a
+// workspace that does not exist is named once, without the hint.
+func TestCaptureUnreadableMessages(t *testing.T) {
+	dir, ws := captured(t, "cp1")
+	missing := filepath.Join(t.TempDir(), "nonexist")
+	code, _, errOut := cli(t, "capture", missing, "--db", dir, "--thread", "main")
+	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_WORKSPACE: workspace " + missing + ": no such file or directory\n"; code != 1 || errOut != want {
+		t.Errorf("capture of a missing workspace: exit %d, stderr %q; want %q", code, errOut, want)
+	}
+	defer func(w func(store) store) { wrapStore = w }(wrapStore)
+	for _, msg := range []string{`reading "unread": permission denied`, `reading directory "locked": permission denied`} {
+		wrapStore = func(s store) store { return unreadStore{s, msg} }
+		code, _, errOut := cli(t, "capture", ws, "--db", dir, "--thread", "main")
+		if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_WORKSPACE: " + msg + "; --skip-unsupported leaves such entries out\n"; code != 1 || errOut != want {
+			t.Errorf("capture of an unreadable entry: exit %d, stderr %q; want %q", code, errOut, want)
+		}
+	}
+}
+
+// TestCaptureUnreadableEACCES: the same with real permissions, for a user
+// they bind.
+func TestCaptureUnreadableEACCES(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads files without read permission")
+	}
+	dir, ws := captured(t, "cp1")
+	if err := os.WriteFile(filepath.Join(ws, "unread"), []byte("x"), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := cli(t, "capture", ws, "--db", dir, "--thread", "main")
+	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_WORKSPACE: reading \"unread\": permission denied; --skip-unsupported leaves such entries out\n"; code != 1 || errOut != want {
+		t.Errorf("capture of an unreadable file: exit %d, stderr %q; want %q", code, errOut, want)
 	}
 }

@@ -11,12 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/server"
 	"github.com/spf13/pflag"
 )
 
 // socketName is the default listener's socket, in the store directory.
-const socketName = "sbxdb.sock"
+const socketName = engine.SocketName
 
 var serveCmd = register(&command{
 	name:    "serve",

@@ -133,9 +133,11 @@ func TestNamedServer(t *testing.T) {
 			t.Errorf("%s with $%s: %q, want %q", args[0], serverEnv, msg2, msg)
 		}
 		t.Setenv(serverEnv, "")
-		msg = fail(t, append(args, "--db", store, "--server", "localhost:1")...)
-		if want := `sbxdb: --server: client: address "localhost:1" is not unix:PATH, tcp:HOST:PORT or http://HOST:PORT` + "\n"; msg != want {
-			t.Errorf("%s with a malformed address: %q, want %q", args[0], msg, want)
+		// A malformed address is a usage error.
+		code, _, errOut := cli(t, append(args, "--db", store, "--server", "localhost:1")...)
+		first, _, _ := strings.Cut(errOut, "\n")
+		if want := `: --server: address "localhost:1" is not unix:PATH, tcp:HOST:PORT or http://HOST:PORT`; code != exitUsage || !strings.HasSuffix(first, want) {
+			t.Errorf("%s with a malformed address: exit %d, %q; want exit 2 and …%q", args[0], code, errOut, want)
 		}
 	}
 	if after := ok(t, "threads", "--db", store, "--json"); after != before {
