@@ -136,14 +136,14 @@ func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.Captur
 		body["artifacts"] = in.Artifacts
 	}
 	var out struct {
-		Checkpoint *chain.Checkpoint       `json:"checkpoint"`
-		Stats      engine.CaptureStats     `json:"stats"`
-		Warnings   []engine.CaptureWarning `json:"warnings"`
+		Checkpoint *chain.Checkpoint   `json:"checkpoint"`
+		Stats      engine.CaptureStats `json:"stats"`
+		Warnings   []warning           `json:"warnings"`
 	}
 	if err := c.maintain(ctx, "/v1/capture", body, workProgress(in.Progress), &out); err != nil {
 		return nil, err
 	}
-	return &engine.CaptureResult{Checkpoint: out.Checkpoint, Stats: out.Stats, Warnings: out.Warnings}, nil
+	return &engine.CaptureResult{Checkpoint: out.Checkpoint, Stats: out.Stats, Warnings: engineWarnings(out.Warnings)}, nil
 }
 
 // RestoreRequest asks the server to restore a checkpoint into a directory
@@ -301,6 +301,15 @@ func texts(ss []string) []text {
 	out := make([]text, len(ss))
 	for i, s := range ss {
 		out[i] = text(s)
+	}
+	return out
+}
+
+// engineWarnings is the engine's form of a capture's warnings off the wire.
+func engineWarnings(ws []warning) []engine.CaptureWarning {
+	var out []engine.CaptureWarning
+	for _, w := range ws {
+		out = append(out, engine.CaptureWarning{Path: string(w.Path), What: engine.EntryChange(w.What), Detail: string(w.Detail)})
 	}
 	return out
 }

@@ -227,9 +227,9 @@ type artifactJSON struct {
 
 // captureResult is the result of POST /v1/capture.
 type captureResult struct {
-	Checkpoint *chain.Checkpoint       `json:"checkpoint"`
-	Stats      engine.CaptureStats     `json:"stats"`
-	Warnings   []engine.CaptureWarning `json:"warnings"`
+	Checkpoint *chain.Checkpoint   `json:"checkpoint"`
+	Stats      engine.CaptureStats `json:"stats"`
+	Warnings   []warning           `json:"warnings"`
 }
 
 func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
@@ -269,11 +269,7 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		s.metrics.appends.Inc()
-		warnings := res.Warnings
-		if warnings == nil {
-			warnings = []engine.CaptureWarning{}
-		}
-		return captureResult{Checkpoint: res.Checkpoint, Stats: res.Stats, Warnings: warnings}, nil
+		return captureResult{Checkpoint: res.Checkpoint, Stats: res.Stats, Warnings: wireWarnings(res.Warnings)}, nil
 	})
 }
 
@@ -486,4 +482,14 @@ func accepts(r *http.Request, mediaType string) bool {
 		}
 	}
 	return false
+}
+
+// wireWarnings is a capture's warnings as the wire carries them; never nil,
+// so that the JSON holds an array.
+func wireWarnings(ws []engine.CaptureWarning) []warning {
+	out := make([]warning, len(ws))
+	for i, w := range ws {
+		out[i] = warning{Path: text(w.Path), What: string(w.What), Detail: text(w.Detail)}
+	}
+	return out
 }

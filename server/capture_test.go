@@ -80,6 +80,31 @@ func TestCaptureSkipUnsupported(t *testing.T) {
 	}
 }
 
+// TestCaptureWarningNotUTF8: a warning about an entry whose name is not
+// UTF-8 names it through the server byte for byte, as the engine does on
+// the files (a JSON string would carry U+FFFD instead).
+func TestCaptureWarningNotUTF8(t *testing.T) {
+	db := openDB(t)
+	w := writer(t, db, "main")
+	dir := filepath.Join(t.TempDir(), "ws")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ok.txt", "bad\xffname"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := serveUnix(t, New(db, Options{}))
+	res, err := u.c.Capture(context.Background(), client.CaptureRequest{Writer: w, Dir: dir, SkipUnsupported: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || res.Warnings[0].Path != "bad\xffname" || res.Warnings[0].What != engine.EntrySkipped {
+		t.Fatalf("warnings %q, want one skipped warning naming %q", res.Warnings, "bad\xffname")
+	}
+}
+
 // TestCaptureNoDefaultExcludes: noDefaultExcludes records node_modules,
 // and a restore must say it too.
 func TestCaptureNoDefaultExcludes(t *testing.T) {

@@ -18,8 +18,11 @@ import (
 // document, sharing with this file only internal/wire.
 
 // The lossless string and the byte-exact messages are internal/wire's,
-// shared with the other side of the wire.
-type text = wire.Text
+// shared with the other side of the wire, as is a capture warning.
+type (
+	text    = wire.Text
+	warning = wire.Warning
+)
 
 var (
 	appendText     = wire.AppendText
