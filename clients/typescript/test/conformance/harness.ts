@@ -4,9 +4,8 @@
 // cases.
 
 import { createHash } from 'node:crypto'
-import { afterAll, beforeAll, expect, inject, onTestFinished } from 'vitest'
+import { afterAll, beforeAll, expect, onTestFinished } from 'vitest'
 import type { BlobRecord, Sbxdb, SbxdbTestStores } from '../../src/index.js'
-import { Transport } from '../../src/transport.js'
 import type { SandboxCheckpointStoreOptions } from '../../src/types.js'
 
 /**
