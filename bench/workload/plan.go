@@ -17,6 +17,7 @@ const (
 	kindText   kind = iota // generated text
 	kindEmpty              // zero bytes
 	kindBinary             // 1–8 MiB of mixed random and repetitive bytes
+	kindNative             // a native binary of node_modules: compresses about 2x
 )
 
 // lang is the language of a text file's content.
@@ -40,6 +41,7 @@ const (
 	saltFile
 	saltEditPick
 	saltEditFile
+	saltNode
 )
 
 // entry is one planned regular file. Its content is a function of
@@ -53,6 +55,7 @@ type entry struct {
 	size    int  // target size in bytes
 	seed    uint64
 	mode    os.FileMode // permission bits
+	node    bool        // in the node_modules part
 }
 
 // link is one planned symlink.
@@ -323,6 +326,7 @@ func buildPlan(s Spec) *plan {
 		addParents(p)
 		links = append(links, link{path: p, target: filepath.ToSlash(rel)})
 	}
+	links = append(links, pl.planNodeModules(s.NodeModules, addParents)...)
 	return &plan{files: pl.files, dirs: sortedKeys(dirs), links: links}
 }
 

@@ -14,18 +14,24 @@ func (e *entry) content(b []byte) []byte {
 	case kindEmpty:
 		return b
 	case kindBinary:
-		return binaryContent(b, e.size, r)
+		return binaryContent(b, e.size, r, 5)
+	case kindNative:
+		return binaryContent(b, e.size, r, 4)
 	}
 	g := newGen(r, e.lang, b)
+	if e.node {
+		g.nodeText(e.size, e.shebang)
+		return g.b
+	}
 	g.file(e.size, e.shebang)
 	return g.b
 }
 
-// binaryContent appends size bytes made of 64 KiB chunks: half random
-// (incompressible), the others a short random pattern repeated or
+// binaryContent appends size bytes made of 64 KiB chunks: about random in
+// 10 of them random (incompressible), the others a short random pattern repeated or
 // low-entropy little-endian counters, like model weights, images and
 // tables mixed.
-func binaryContent(b []byte, size int, r *rand.Rand) []byte {
+func binaryContent(b []byte, size int, r *rand.Rand, random int) []byte {
 	const chunk = 64 << 10
 	start := len(b)
 	b = append(b, make([]byte, size)...)
@@ -33,7 +39,7 @@ func binaryContent(b []byte, size int, r *rand.Rand) []byte {
 	for off := 0; off < size; off += chunk {
 		c := out[off:min(off+chunk, size)]
 		switch x := r.IntN(10); {
-		case x < 5:
+		case x < random:
 			fillRandom(c, r)
 		case x < 8:
 			pat := make([]byte, 16+r.IntN(4081))

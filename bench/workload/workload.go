@@ -76,35 +76,44 @@ type Spec struct {
 	// Executables is the number of text files (shell and Python scripts)
 	// with mode 0755; the other files have mode 0644.
 	Executables int
+	// NodeModules is the node_modules part of the tree (see NodeModules);
+	// its zero value plans none, and the rest of the tree does not depend
+	// on it.
+	NodeModules NodeModules
 }
 
-// Default returns the Spec of the standard benchmark tree: 20,000 text
-// files, 16 binaries, about 300 MB in all, 20 empty directories, 10
-// symlinks and 20 executables.
+// Default returns the Spec of the standard benchmark tree, shaped like a
+// JavaScript workspace after npm install: about 22,500 files and 260 MB in
+// all. The source part has 3,900 text files, 3 binaries, 20 empty
+// directories, 4 symlinks and 20 executables; node_modules has 18,600
+// files in about 2,200 directories, 3 native binaries and 18 .bin symlinks.
 func Default() Spec {
 	return Spec{
 		Seed:        1,
-		TextFiles:   20000,
-		Binaries:    16,
+		TextFiles:   3900,
+		Binaries:    3,
 		DupFraction: 0.03,
 		EmptyDirs:   20,
-		Symlinks:    10,
+		Symlinks:    4,
 		Executables: 20,
+		NodeModules: NodeModules{Files: 18600, Binaries: 3, BinLinks: 18},
 	}
 }
 
-// Quick returns the Spec of a small tree for --quick runs and tests: 2,000
-// text files and 2 binaries, about 30 MB, with 5 empty directories, 5
-// symlinks and 5 executables.
+// Quick returns the Spec of a tree a tenth of Default's for --quick runs
+// and tests: about 2,250 files and 26 MB; 390 source text files, 1
+// binary, 5 empty directories, 3 symlinks and 5 executables, and 1,860
+// node_modules files with 1 native binary and 5 .bin symlinks.
 func Quick() Spec {
 	return Spec{
 		Seed:        1,
-		TextFiles:   2000,
-		Binaries:    2,
+		TextFiles:   390,
+		Binaries:    1,
 		DupFraction: 0.03,
 		EmptyDirs:   5,
-		Symlinks:    5,
+		Symlinks:    3,
 		Executables: 5,
+		NodeModules: NodeModules{Files: 1860, Binaries: 1, BinLinks: 5},
 	}
 }
 
@@ -126,6 +135,8 @@ func (s Spec) validate() error {
 		return fmt.Errorf("workload: Executables %d > TextFiles %d", s.Executables, s.TextFiles)
 	case s.Symlinks > 0 && s.TextFiles+s.Binaries == 0:
 		return errors.New("workload: symlinks need at least one file to point to")
+	case s.NodeModules.validate() != nil:
+		return fmt.Errorf("workload: NodeModules %+v: %w", s.NodeModules, s.NodeModules.validate())
 	}
 	return nil
 }
@@ -216,7 +227,7 @@ func Edit(dir string, s Spec, fraction float64, round int) (paths []string, byte
 	p := buildPlan(s)
 	var cand []int
 	for i := range p.files {
-		if p.files[i].kind != kindBinary {
+		if p.files[i].kind != kindBinary && !p.files[i].node {
 			cand = append(cand, i)
 		}
 	}
@@ -315,3 +326,8 @@ func parallel(n int, fn func(i int, buf *[]byte) error) error {
 	wg.Wait()
 	return first
 }
+
+var (
+	errNegative  = errors.New("negative count")
+	errNodeFiles = errors.New("Files must hold the binaries, the .bin targets and the lock file")
+)
