@@ -3,19 +3,23 @@
 //
 //   - git: `git add -A && git commit` into a repository in the tree
 //     (GitInit, GitCommitAll);
-//   - tar and zstd: `tar -cf - . | zstd -<level> -T1` into an archive and
+//   - tar and zstd: `tar -cf - . | zstd -<level> -T0` into an archive and
 //     back (TarZstd, UntarZstd);
 //   - restic, when installed: `restic backup` into a local repository and
 //     `restic restore` out of it (ResticInit, ResticBackup, ResticRestore;
-//     see restic.go).
+//     see restic.go);
+//   - kopia, when installed: `kopia snapshot create` into a filesystem
+//     repository and `kopia snapshot restore` out of it (KopiaInit,
+//     KopiaSnapshot, KopiaRestore; see kopia.go).
 //
-// Each runs through os/exec (bash for the pipelines), and the returned
-// Result holds the wall-clock time of the commands, process start-up
-// included, and the bytes they left on disk.
+// Each runs through os/exec (bash for the pipelines), found on PATH, and
+// the returned Result holds the wall-clock time of the commands, process
+// start-up included, their CPU time and the bytes they left on disk.
 //
 // Durability is not equal between the sides, and this package does not try
 // to make it so: nothing here calls fsync or sync. tar | zstd syncs nothing;
-// restic syncs the files it writes to its repository.
+// restic syncs the files it writes to its repository; kopia's filesystem
+// storage does not.
 // Git with its default core.fsync fsyncs packs and their indexes but not
 // loose objects, refs or the index, and `git add` and `git commit` write
 // only loose objects, so nothing of a timed commit is fsynced either; only
@@ -55,14 +59,18 @@ type Result struct {
 	// Elapsed is the wall-clock time of the command(s), process start-up
 	// included, measured with the monotonic clock.
 	Elapsed time.Duration
+	// CPU is the user plus system time of the command's processes and of
+	// every descendant they waited for (tar and zstd under bash), from the
+	// rusage wait4 returns.
+	CPU time.Duration
 	// Bytes is the size of what the command left on disk (apparent size, as
 	// DirBytes counts it): the archive, the .git/objects directory, the
 	// extracted tree; 0 when not applicable.
 	Bytes int64
 }
 
-// Available reports whether tool ("git", "zstd", "tar", "bash") is found
-// on PATH.
+// Available reports whether tool ("git", "zstd", "tar", "bash", "restic",
+// "kopia") is found on PATH.
 func Available(tool string) bool {
 	_, err := exec.LookPath(tool)
 	return err == nil
@@ -117,13 +125,31 @@ func git(dir string, args ...string) error {
 
 // run runs cmd and turns a failure into an error that carries its stderr.
 func run(cmd *exec.Cmd) error {
+	_, _, err := timed(cmd)
+	return err
+}
+
+// timed runs cmd and returns its wall-clock time and its CPU time (user +
+// system, its waited-for descendants included); a failure is an error
+// that carries its stderr.
+func timed(cmd *exec.Cmd) (elapsed, cpu time.Duration, err error) {
 	var stderr bytes.Buffer
 	cmd.Stdout = io.Discard
 	cmd.Stderr = &stderr
+	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("peers: %s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(stderr.String()))
+		return 0, 0, fmt.Errorf("peers: %s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	return nil
+	return time.Since(start), CPUTime(cmd.ProcessState), nil
+}
+
+// CPUTime returns the user plus system time of an exited process, its
+// waited-for descendants included.
+func CPUTime(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
 }
 
 // GitInit makes dir (which must exist) a git repository: `git init -q` on
@@ -150,23 +176,25 @@ func GitInit(dir string) error {
 // gc is off). Git does not fsync the objects (see the package comment).
 func GitCommitAll(dir, msg string) (Result, error) {
 	res := Result{Name: "git add -A && git commit"}
-	start := time.Now()
-	if err := git(dir, "add", "-A"); err != nil {
-		return res, err
+	for _, args := range [][]string{{"add", "-A"}, {"commit", "-q", "--allow-empty", "--no-verify", "-m", msg}} {
+		cmd := exec.Command("git", append(slices.Clone(gitFlags), args...)...)
+		cmd.Dir = dir
+		cmd.Env = gitEnv()
+		elapsed, cpu, err := timed(cmd)
+		if err != nil {
+			return res, err
+		}
+		res.Elapsed += elapsed
+		res.CPU += cpu
 	}
-	if err := git(dir, "commit", "-q", "--allow-empty", "--no-verify", "-m", msg); err != nil {
-		return res, err
-	}
-	res.Elapsed = time.Since(start)
 	n, err := DirBytes(filepath.Join(dir, ".git", "objects"))
 	res.Bytes = n
 	return res, err
 }
 
-// TarZstd times `tar -cf - -C dir . | zstd -<level> -q -T1 -f -o archive`
-// run by bash with pipefail. zstd compresses on one thread (-T1, so that a
-// core-count difference does not favour it; tar runs concurrently in its
-// own process, so the pipeline can use up to two cores). -f overwrites an
+// TarZstd times `tar -cf - -C dir . | zstd -<level> -q -T0 -f -o archive`
+// run by bash with pipefail. zstd compresses on as many threads as there
+// are cores (-T0), while tar reads in its own process. -f overwrites an
 // existing archive. level must be 1–19. Nothing is fsynced. Bytes is the
 // archive's size.
 func TarZstd(dir, archive string, level int) (Result, error) {
@@ -175,13 +203,12 @@ func TarZstd(dir, archive string, level int) (Result, error) {
 		return res, fmt.Errorf("peers: zstd level %d not in 1–19", level)
 	}
 	cmd := exec.Command("bash", "-c",
-		`set -o pipefail; tar -cf - -C "$1" . | zstd -"$2" -q -T1 -f -o "$3"`,
+		`set -o pipefail; tar -cf - -C "$1" . | zstd -"$2" -q -T0 -f -o "$3"`,
 		"bash", dir, strconv.Itoa(level), archive)
-	start := time.Now()
-	if err := run(cmd); err != nil {
+	var err error
+	if res.Elapsed, res.CPU, err = timed(cmd); err != nil {
 		return res, err
 	}
-	res.Elapsed = time.Since(start)
 	fi, err := os.Stat(archive)
 	if err != nil {
 		return res, err
@@ -206,11 +233,10 @@ func UntarZstd(archive, dir string) (Result, error) {
 	cmd := exec.Command("bash", "-c",
 		`set -o pipefail; zstd -d -q -c -- "$1" | tar -xf - -C "$2"`,
 		"bash", archive, dir)
-	start := time.Now()
-	if err := run(cmd); err != nil {
+	var err error
+	if res.Elapsed, res.CPU, err = timed(cmd); err != nil {
 		return res, err
 	}
-	res.Elapsed = time.Since(start)
 	n, err := DirBytes(dir)
 	res.Bytes = n
 	return res, err

@@ -65,6 +65,10 @@ func TestTarZstdRoundTrip(t *testing.T) {
 	if res.Bytes >= st.Bytes {
 		t.Errorf("archive of %d bytes for %d bytes of files: not compressed", res.Bytes, st.Bytes)
 	}
+	// tar and zstd run under bash: their CPU time is counted.
+	if res.CPU <= 0 {
+		t.Errorf("TarZstd CPU time %v", res.CPU)
+	}
 	// -f: a second run overwrites the archive.
 	if _, err := TarZstd(dir, archive, 3); err != nil {
 		t.Fatalf("overwriting the archive: %v", err)
@@ -245,5 +249,35 @@ func TestResticRoundTrip(t *testing.T) {
 	}
 	if _, err := ResticRestore(repo, cache, out); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("ResticRestore into a non-empty directory: %v", err)
+	}
+}
+
+func TestKopiaRoundTrip(t *testing.T) {
+	need(t, "kopia")
+	dir, st := generate(t)
+	k, err := KopiaInit(filepath.Join(t.TempDir(), "repo"), filepath.Join(t.TempDir(), "client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := k.Snapshot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes <= 0 || res.Bytes >= st.Bytes || res.Elapsed <= 0 || res.CPU <= 0 || res.Name != "kopia snapshot create" {
+		t.Errorf("Snapshot result %+v for %d bytes of files", res, st.Bytes)
+	}
+	out := filepath.Join(t.TempDir(), "restored")
+	res, err = k.Restore(dir, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != st.Bytes || res.Elapsed <= 0 {
+		t.Errorf("Restore result %+v, want %d bytes", res, st.Bytes)
+	}
+	if d := fstree.Diff(tree(t, dir), tree(t, out)); d != nil {
+		t.Errorf("%d differences, first: %s", len(d), d[0])
+	}
+	if _, err := k.Restore(dir, out); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("Restore into a non-empty directory: %v", err)
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
-// Restic, when installed (Available("restic")), is the backup-tool peer:
+// Restic, when installed (Available("restic"): found on PATH, like every
+// peer), is a backup-tool peer:
 // `restic backup` into a local repository and `restic restore` out of it.
 // Every command runs with RESTIC_PASSWORD set (ResticPassword), the
 // repository and cache directory given on the command line, a fixed
@@ -54,11 +54,9 @@ func ResticBackup(repo, cache, dir string) (Result, error) {
 		return res, err
 	}
 	cmd := restic(repo, cache, "backup", "--host", resticHost, abs)
-	start := time.Now()
-	if err := run(cmd); err != nil {
+	if res.Elapsed, res.CPU, err = timed(cmd); err != nil {
 		return res, err
 	}
-	res.Elapsed = time.Since(start)
 	res.Bytes, err = DirBytes(repo)
 	return res, err
 }
@@ -76,11 +74,10 @@ func ResticRestore(repo, cache, target string) (Result, error) {
 		return res, err
 	}
 	cmd := restic(repo, cache, "restore", "latest", "--host", resticHost, "--target", target)
-	start := time.Now()
-	if err := run(cmd); err != nil {
+	var err error
+	if res.Elapsed, res.CPU, err = timed(cmd); err != nil {
 		return res, err
 	}
-	res.Elapsed = time.Since(start)
 	n, err := DirBytes(target)
 	res.Bytes = n
 	return res, err
