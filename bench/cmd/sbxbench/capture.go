@@ -23,20 +23,43 @@ import (
 	"github.com/sbxdb/sbxdb/internal/fstree"
 )
 
-const noRestic = "restic not installed: not measured (`apt-get install restic` adds it)"
+const (
+	noRestic = "restic not installed: not measured (`restic` on PATH adds it)"
+	noKopia  = "kopia not installed: not measured (`kopia` on PATH adds it)"
+)
 
-// captureBench runs the capture and restore benchmarks on the
-// generated tree against git, tar | zstd and restic (when installed).
-// Every run of every tool writes into a fresh store, git directory,
-// archive, repository or restore target; nothing is deleted.
+// peer is one peer tool's rows: whether it is installed, and the note of
+// its missing rows.
+type peer struct {
+	ok      bool
+	missing string
+}
+
+// addOrMissing adds a row with values, or a missing row when the peer is
+// not installed.
+func (p peer) add(rep *Report, id, name, unit string, values []float64, note string) *Row {
+	if !p.ok {
+		return rep.missing(id, name, unit, p.missing)
+	}
+	return rep.add(id, name, unit, values, note)
+}
+
+// captureBench runs the capture and restore benchmarks on the generated
+// tree against git, tar | zstd, restic and kopia (when installed). sbxdb
+// captures and restores with no default exclusions (allFiles), so every
+// tool stores the same files. Every run of every tool writes into a fresh
+// store, git directory, archive, repository or restore target; nothing is
+// deleted.
 func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, spec workload.Spec, st workload.Stats, cli string) error {
 	work, runs := cfg.work, cfg.runs
-	restic := peers.Available("restic")
+	resticP := peer{peers.Available("restic"), noRestic}
+	kopiaP := peer{peers.Available("kopia"), noKopia}
+	restic, kopia := resticP.ok, kopiaP.ok
 	mb := fmt.Sprintf("%.1f MB", float64(st.Bytes)/1e6)
 	rep.setSection(fmt.Sprintf("First capture of the tree (%s files, %s), fresh store each run", num(float64(st.Files)), mb))
 
 	// Prepare: the restic repositories, concurrently (init derives a key
-	// with scrypt, seconds each; not timed).
+	// with scrypt, seconds each), and the kopia repositories (not timed).
 	resticCache := filepath.Join(work, "restic-cache")
 	if restic {
 		errs := make([]error, runs)
@@ -49,32 +72,43 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 			return err
 		}
 	}
+	kopias := make([]peers.Kopia, runs)
+	if kopia {
+		for i := range runs {
+			k, err := peers.KopiaInit(filepath.Join(work, fmt.Sprintf("kopia%d", i)), filepath.Join(work, fmt.Sprintf("kopia%d-client", i)))
+			if err != nil {
+				return err
+			}
+			kopias[i] = k
+		}
+	}
 
-	var sbx, git, tz, rs []float64
-	var blobBytes, tarBytes, gitBytes, resticBytes int64
+	var sbx, sbxCPU, git, gitCPU, tz, tzCPU, rs, rsCPU, kp, kpCPU []float64
+	var blobBytes, tarBytes, gitBytes, resticBytes, kopiaBytes int64
 	for i := range runs {
 		progress("first capture, run %d of %d", i+1, runs)
 		store := filepath.Join(work, fmt.Sprintf("store%d", i))
 		settle()
-		d, err := timeCapture(ctx, store, tree, "bench")
+		d, cpu, err := timeCapture(ctx, store, tree, "bench")
 		if err != nil {
 			return err
 		}
-		sbx = append(sbx, d.Seconds())
+		sbx, sbxCPU = append(sbx, d.Seconds()), append(sbxCPU, cpu.Seconds())
 		blobBytes, _ = peers.DirBytes(filepath.Join(store, "blobs"))
 		gitDir := filepath.Join(work, fmt.Sprintf("git%d", i))
 		settle()
-		if d, err = gitCommit(gitDir, tree, true); err != nil {
+		gr, err := gitCommit(gitDir, tree, true)
+		if err != nil {
 			return err
 		}
-		git = append(git, d.Seconds())
+		git, gitCPU = append(git, gr.Elapsed.Seconds()), append(gitCPU, gr.CPU.Seconds())
 		gitBytes, _ = peers.DirBytes(filepath.Join(gitDir, "objects"))
 		settle()
 		res, err := peers.TarZstd(tree, filepath.Join(work, fmt.Sprintf("tree%d.tar.zst", i)), 1)
 		if err != nil {
 			return err
 		}
-		tz = append(tz, res.Elapsed.Seconds())
+		tz, tzCPU = append(tz, res.Elapsed.Seconds()), append(tzCPU, res.CPU.Seconds())
 		tarBytes = res.Bytes
 		if restic {
 			settle()
@@ -82,43 +116,87 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 			if err != nil {
 				return err
 			}
-			rs = append(rs, res.Elapsed.Seconds())
+			rs, rsCPU = append(rs, res.Elapsed.Seconds()), append(rsCPU, res.CPU.Seconds())
 			resticBytes = res.Bytes
+		}
+		if kopia {
+			settle()
+			res, err := kopias[i].Snapshot(tree)
+			if err != nil {
+				return err
+			}
+			kp, kpCPU = append(kp, res.Elapsed.Seconds()), append(kpCPU, res.CPU.Seconds())
+			kopiaBytes = res.Bytes
 		}
 	}
 	rate := func(s []float64) string { return fmt.Sprintf("%s MB/s", num(float64(st.Bytes)/1e6/median(s))) }
-	row := rep.add("capture.first.sbxdb", "sbxdb capture (Open + Capture, in process)", "s", sbx, "fsync on; "+rate(sbx))
+	row := rep.add("capture.first.sbxdb", "sbxdb capture (Open + Capture, in process, no default exclusions)", "s", sbx, "fsync on; "+rate(sbx))
 	rep.add("capture.first.git", "git add -A && git commit", "s", git, "no fsync; "+rate(git))
-	rep.add("capture.first.tar", "tar -cf - . | zstd -1 -T1", "s", tz, "no fsync; "+rate(tz))
-	if restic {
-		rep.add("capture.first.restic", "restic backup (fresh repository)", "s", rs, "fsync on; "+rate(rs))
-	} else {
-		rep.missing("capture.first.restic", "restic backup (fresh repository)", "s", noRestic)
-	}
+	rep.add("capture.first.tar", "tar -cf - . | zstd -1 -T0", "s", tz, "no fsync; "+rate(tz))
+	resticP.add(rep, "capture.first.restic", "restic backup (fresh repository)", "s", rs, "fsync on; "+rate(rs))
+	kopiaP.add(rep, "capture.first.kopia", "kopia snapshot create (fresh repository, zstd-fastest)", "s", kp, "no fsync; "+rate(kp))
+	rep.ratio(row, "capture.first.tar", "÷ tar|zstd")
 	rep.ratio(row, "capture.first.git", "÷ git")
-	rep.ratio(row, "capture.first.tar", "÷ tar|zstd").want("<=", 2)
 	rep.ratio(row, "capture.first.restic", "÷ restic")
+	rep.ratio(row, "capture.first.kopia", "÷ kopia")
+	cpuRow := rep.add("capture.first.sbxdb.cpu", "  CPU time (user + sys): sbxdb capture", "s", sbxCPU, "getrusage of this process around the capture")
+	rep.add("capture.first.git.cpu", "  CPU time: git add -A && git commit", "s", gitCPU, "rusage of the children")
+	rep.add("capture.first.tar.cpu", "  CPU time: tar -cf - . | zstd -1 -T0", "s", tzCPU, "rusage of the children")
+	resticP.add(rep, "capture.first.restic.cpu", "  CPU time: restic backup", "s", rsCPU, "rusage of the children")
+	kopiaP.add(rep, "capture.first.kopia.cpu", "  CPU time: kopia snapshot create", "s", kpCPU, "rusage of the children")
+	rep.ratio(cpuRow, "capture.first.tar.cpu", "÷ tar|zstd")
+	rep.ratio(cpuRow, "capture.first.restic.cpu", "÷ restic")
+	rep.ratio(cpuRow, "capture.first.kopia.cpu", "÷ kopia")
 	rep.series("first capture", "sbxdb", st.Bytes, sbx)
 	rep.series("first capture", "git", st.Bytes, git)
-	rep.series("first capture", "tar | zstd -1", st.Bytes, tz)
+	rep.series("first capture", "tar | zstd -1 -T0", st.Bytes, tz)
 	rep.series("first capture", "restic", st.Bytes, rs)
+	rep.series("first capture", "kopia", st.Bytes, kp)
 
 	rep.setSection("Bytes stored after the first capture")
 	sizes := rep.add("size.sbxdb", "sbxdb blob bytes (packs + large files)", "MB", []float64{float64(blobBytes) / 1e6}, "")
 	rep.add("size.tar", "tar | zstd -1 archive", "MB", []float64{float64(tarBytes) / 1e6}, "")
 	rep.add("size.git", "git objects (loose, zlib)", "MB", []float64{float64(gitBytes) / 1e6}, "")
-	if restic {
-		rep.add("size.restic", "restic repository", "MB", []float64{float64(resticBytes) / 1e6}, "")
-	} else {
-		rep.missing("size.restic", "restic repository", "MB", noRestic)
-	}
-	rep.ratio(sizes, "size.tar", "÷ tar|zstd").want("<=", 1)
-	rep.ratio(sizes, "size.git", "÷ git")
+	resticP.add(rep, "size.restic", "restic repository", "MB", []float64{float64(resticBytes) / 1e6}, "")
+	kopiaP.add(rep, "size.kopia", "kopia repository (zstd-fastest)", "MB", []float64{float64(kopiaBytes) / 1e6}, "")
 	rep.ratio(sizes, "size.restic", "÷ restic")
+	rep.ratio(sizes, "size.tar", "÷ tar|zstd")
+	rep.ratio(sizes, "size.git", "÷ git")
+	rep.ratio(sizes, "size.kopia", "÷ kopia")
+	// Recompression on the last run's store, which nothing uses afterwards.
+	const recompressName = "sbxdb blob bytes after gc recompression"
+	if recompress == nil {
+		rep.missing("size.sbxdb.recompressed", recompressName, "MB", "not available: this build has no repack with recompression")
+	} else {
+		rc, err := recompressStore(ctx, filepath.Join(work, fmt.Sprintf("store%d", runs-1)))
+		if err != nil {
+			return err
+		}
+		r := rep.add("size.sbxdb.recompressed", recompressName, "MB", []float64{float64(rc) / 1e6}, "blobs/ after Repack with Recompress")
+		rep.ratio(r, "size.restic", "÷ restic")
+		rep.ratio(r, "size.sbxdb", "÷ before")
+	}
 
-	// Unchanged tree: store0, git0 and restic0 again. The first repeat of
-	// sbxdb is a warm-up (it opens the store and fills its stat cache).
-	rep.setSection("Capture of the unchanged tree (the same store, repository and archive as run 1)")
+	// Peak RSS and CPU of a first capture in a process of its own.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var childWall, childCPU, childRSS []float64
+	for i := range runs {
+		progress("first capture in a child process, run %d of %d", i+1, runs)
+		settle()
+		c, err := runChild(self, "capture-child", tree, filepath.Join(work, fmt.Sprintf("child-store%d", i)))
+		if err != nil {
+			return err
+		}
+		childWall, childCPU, childRSS = append(childWall, c.wall), append(childCPU, c.cpu), append(childRSS, c.rssMiB)
+	}
+
+	// The walk floor and the unchanged tree: store0, git0, restic0 and
+	// kopia0 again. The first repeat of sbxdb is a warm-up (it opens the
+	// store and fills its stat cache); each run times both walks, then
+	// every tool.
 	store := filepath.Join(work, "store0")
 	db, err := engine.Open(store, nil)
 	if err != nil {
@@ -131,16 +209,33 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	}
 	capture := func() (*engine.CaptureResult, time.Duration, error) {
 		t := time.Now()
-		res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree})
+		res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
 		return res, time.Since(t), err
 	}
 	if _, _, err := capture(); err != nil {
 		db.Close()
 		return err
 	}
+	if _, err := walkSerial(tree); err != nil { // a warm-up, as capture has
+		db.Close()
+		return err
+	}
 	progress("unchanged tree")
-	var unch, unchRead, gitUnch, resticUnch []float64
+	var walkS, walkP, unch, unchRead, gitUnch, resticUnch, kopiaUnch []float64
+	var entries int
 	for range runs {
+		t := time.Now()
+		if entries, err = walkSerial(tree); err != nil {
+			db.Close()
+			return err
+		}
+		walkS = append(walkS, time.Since(t).Seconds()*1000)
+		t = time.Now()
+		if _, err := walkParallel(tree); err != nil {
+			db.Close()
+			return err
+		}
+		walkP = append(walkP, time.Since(t).Seconds()*1000)
 		res, d, err := capture()
 		if err != nil {
 			db.Close()
@@ -148,11 +243,12 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		}
 		unch = append(unch, d.Seconds()*1000)
 		unchRead = append(unchRead, float64(res.Stats.BytesRead))
-		if d, err = gitCommit(filepath.Join(work, "git0"), tree, false); err != nil {
+		gr, err := gitCommit(filepath.Join(work, "git0"), tree, false)
+		if err != nil {
 			db.Close()
 			return err
 		}
-		gitUnch = append(gitUnch, d.Seconds()*1000)
+		gitUnch = append(gitUnch, gr.Elapsed.Seconds()*1000)
 		if restic {
 			r, err := peers.ResticBackup(filepath.Join(work, "restic0"), resticCache, tree)
 			if err != nil {
@@ -161,23 +257,77 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 			}
 			resticUnch = append(resticUnch, r.Elapsed.Seconds()*1000)
 		}
+		if kopia {
+			r, err := kopias[0].Snapshot(tree)
+			if err != nil {
+				db.Close()
+				return err
+			}
+			kopiaUnch = append(kopiaUnch, r.Elapsed.Seconds()*1000)
+		}
 	}
+	rep.setSection(fmt.Sprintf("Walk floor: open and read every directory, lstat every entry (%s entries), in process, nothing read", num(float64(entries))))
+	rep.add("walk.parallel", "walk, up to 2 x GOMAXPROCS directories at once (as capture walks)", "ms", walkP, "ReadDir + fstatat(AT_SYMLINK_NOFOLLOW)")
+	rep.add("walk.serial", "walk, one goroutine", "ms", walkS, "the same calls, depth first")
+
+	rep.setSection("Capture of the unchanged tree (the same store, repository and archive as run 1)")
 	row = rep.add("capture.unchanged.sbxdb", "sbxdb capture, unchanged tree (in process)", "ms", unch, "")
-	row.want("<=", 100)
+	rep.ratio(row, "walk.parallel", "÷ walk floor")
+	rep.ratio(row, "walk.serial", "÷ serial walk")
 	rep.add("capture.unchanged.bytes_read", "sbxdb capture, unchanged tree: file bytes read", "B", unchRead, "").want("<=", 0)
 	rep.add("capture.unchanged.git", "git add -A && git commit, unchanged tree", "ms", gitUnch, "")
-	if restic {
-		rep.add("capture.unchanged.restic", "restic backup, unchanged tree (parent snapshot)", "ms", resticUnch, "")
-	} else {
-		rep.missing("capture.unchanged.restic", "restic backup, unchanged tree (parent snapshot)", "ms", noRestic)
-	}
+	resticP.add(rep, "capture.unchanged.restic", "restic backup, unchanged tree (parent snapshot)", "ms", resticUnch, "")
+	kopiaP.add(rep, "capture.unchanged.kopia", "kopia snapshot create, unchanged tree", "ms", kopiaUnch, "")
 	rep.ratio(row, "capture.unchanged.git", "÷ git")
 	rep.ratio(row, "capture.unchanged.restic", "÷ restic")
+	rep.ratio(row, "capture.unchanged.kopia", "÷ kopia")
+
+	// The CLI as a whole process, unchanged tree, on its own thread, after
+	// two warm-ups; then each git commit of the same unchanged tree.
+	progress("CLI capture")
+	var cliUnch, cliGitUnch []float64
+	cliCapture := func() (float64, error) {
+		t := time.Now()
+		out, err := exec.Command(cli, "capture", tree, "--thread", "cli", "--no-default-excludes", "--db", store).CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		}
+		return time.Since(t).Seconds() * 1000, nil
+	}
+	if cli != "" {
+		db.Close() // the CLI opens the store itself
+		for i := range runs + 2 {
+			d, err := cliCapture()
+			if err != nil {
+				rep.check("CLI capture", "failed: "+err.Error())
+				cliUnch, cli = nil, ""
+				break
+			}
+			if i >= 2 {
+				cliUnch = append(cliUnch, d)
+				gr, err := gitCommit(filepath.Join(work, "git0"), tree, false)
+				if err != nil {
+					return err
+				}
+				cliGitUnch = append(cliGitUnch, gr.Elapsed.Seconds()*1000)
+			}
+		}
+		if db, err = engine.Open(store, nil); err != nil {
+			return err
+		}
+		if w, err = db.AcquireWriter(ctx, "bench"); err != nil {
+			db.Close()
+			return err
+		}
+	}
 
 	// 1% edit: the same edit for every tool, then 2.1 s, so the edit is
-	// older than the racy window as after any real agent run.
-	rep.setSection("Capture after editing 1 % of the files (a new edit each run)")
-	var edit, gitEdit, resticEdit, hashComp, growth, changed []float64
+	// older than the racy window as after any real agent run. The CLI
+	// captures the same edit on its own thread right after the in-process
+	// capture (the blobs are stored by then: it hashes the edited files
+	// but writes no blob).
+	rep.setSection("Capture after editing 1 % of the source files (a new edit each run)")
+	var edit, cliEdit, gitEdit, resticEdit, kopiaEdit, hashComp, growth, changed []float64
 	for i := range runs {
 		progress("1 %% edit, run %d of %d", i+1, runs)
 		paths, nbytes, err := workload.Edit(tree, spec, 0.01, i+1)
@@ -205,12 +355,27 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		if res.Stats.FilesRead > len(paths) {
 			rep.check(fmt.Sprintf("edit round %d", i+1), fmt.Sprintf("read %d files for %d edited", res.Stats.FilesRead, len(paths)))
 		}
-		gd, err := gitCommit(filepath.Join(work, "git0"), tree, false)
+		if cli != "" {
+			db.Close()
+			d, err := cliCapture()
+			if err != nil {
+				return err
+			}
+			cliEdit = append(cliEdit, d)
+			if db, err = engine.Open(store, nil); err != nil {
+				return err
+			}
+			if w, err = db.AcquireWriter(ctx, "bench"); err != nil {
+				db.Close()
+				return err
+			}
+		}
+		gr, err := gitCommit(filepath.Join(work, "git0"), tree, false)
 		if err != nil {
 			db.Close()
 			return err
 		}
-		gitEdit = append(gitEdit, gd.Seconds()*1000)
+		gitEdit = append(gitEdit, gr.Elapsed.Seconds()*1000)
 		if restic {
 			r, err := peers.ResticBackup(filepath.Join(work, "restic0"), resticCache, tree)
 			if err != nil {
@@ -219,17 +384,25 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 			}
 			resticEdit = append(resticEdit, r.Elapsed.Seconds()*1000)
 		}
+		if kopia {
+			r, err := kopias[0].Snapshot(tree)
+			if err != nil {
+				db.Close()
+				return err
+			}
+			kopiaEdit = append(kopiaEdit, r.Elapsed.Seconds()*1000)
+		}
 	}
 	db.Close()
-	row = rep.add("capture.edit.sbxdb", "sbxdb capture after a 1 % edit", "ms", edit, "")
+	row = rep.add("capture.edit.sbxdb", "sbxdb capture after a 1 % edit (in process)", "ms", edit, "")
+	rep.ratio(row, "walk.parallel", "÷ walk floor")
+	rep.ratio(row, "walk.serial", "÷ serial walk")
 	rep.add("capture.edit.git", "git add -A && git commit after the same edit", "ms", gitEdit, "")
-	if restic {
-		rep.add("capture.edit.restic", "restic backup after the same edit", "ms", resticEdit, "")
-	} else {
-		rep.missing("capture.edit.restic", "restic backup after the same edit", "ms", noRestic)
-	}
-	rep.ratio(row, "capture.edit.git", "÷ git").want("<=", 1)
+	resticP.add(rep, "capture.edit.restic", "restic backup after the same edit", "ms", resticEdit, "")
+	kopiaP.add(rep, "capture.edit.kopia", "kopia snapshot create after the same edit", "ms", kopiaEdit, "")
+	rep.ratio(row, "capture.edit.git", "÷ git")
 	rep.ratio(row, "capture.edit.restic", "÷ restic")
+	rep.ratio(row, "capture.edit.kopia", "÷ kopia")
 	rep.add("capture.edit.changed", "bytes of the edited files", "MB", changed, "")
 	rep.add("capture.edit.hash_compress", "sha256 + zstd of the edited files, one core", "ms", hashComp, "the floor under capturing them")
 	rep.add("capture.edit.growth", "blob growth ÷ the edited files compressed", "x", growth, "").want("<=", 2)
@@ -241,31 +414,24 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	rep.check("1 % edit ≤ 2x unchanged + hash/compress of the changed bytes",
 		fmt.Sprintf("budget %.1f ms, measured %.1f ms: %s", budget, median(edit), verdict))
 
-	// The CLI as a whole process, unchanged tree, on its own thread.
-	progress("CLI capture")
-	var cliUnch []float64
-	for i := range runs + 2 {
-		if cli == "" {
-			break
-		}
-		t := time.Now()
-		out, err := exec.Command(cli, "capture", tree, "--thread", "cli", "--db", store).CombinedOutput()
-		if err != nil {
-			rep.check("CLI capture", fmt.Sprintf("failed: %v: %s", err, bytes.TrimSpace(out)))
-			cliUnch = nil
-			break
-		}
-		if i >= 2 { // two warm-ups fill the CLI thread's stat cache
-			cliUnch = append(cliUnch, time.Since(t).Seconds()*1000)
-		}
-	}
+	rep.setSection("sbxdb CLI as a whole process (`sbxdb capture --no-default-excludes`, its own thread) against `git add -A && git commit`")
 	if len(cliUnch) > 0 {
-		rep.setSection("sbxdb CLI as a whole process (`sbxdb capture`, unchanged tree, after two warm-ups)")
-		rep.add("capture.unchanged.cli", "sbxdb CLI capture, unchanged tree (whole process)", "ms", cliUnch, "includes Open's page check")
+		r := rep.add("capture.unchanged.cli", "sbxdb CLI capture, unchanged tree (after two warm-ups)", "ms", cliUnch, "includes Open")
+		rep.add("capture.unchanged.cli_git", "git add -A && git commit, unchanged tree (after each CLI capture)", "ms", cliGitUnch, "")
+		rep.ratio(r, "capture.unchanged.cli_git", "÷ git")
+	} else {
+		rep.missing("capture.unchanged.cli", "sbxdb CLI capture, unchanged tree", "ms", "not measured: the CLI did not build or run")
+	}
+	if len(cliEdit) > 0 {
+		r := rep.add("capture.edit.cli", "sbxdb CLI capture after the 1 % edit", "ms", cliEdit, "the edit's blobs already stored")
+		rep.ratio(r, "capture.edit.git", "÷ git")
+	} else {
+		rep.missing("capture.edit.cli", "sbxdb CLI capture after the 1 % edit", "ms", "not measured: the CLI did not build or run")
 	}
 
 	// Restore: store0's head vs the archive of the edited tree, git0's
-	// HEAD and restic0's latest snapshot, each into a new directory.
+	// HEAD, restic0's and kopia0's latest snapshot, each into a new
+	// directory.
 	rep.setSection("Restore of the edited tree into an empty directory")
 	edited, err := peers.DirBytes(tree)
 	if err != nil {
@@ -275,32 +441,36 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
 	head, err := rdb.Head(ctx, "bench")
 	if err != nil {
+		rdb.Close()
 		return err
 	}
 	if _, err := peers.TarZstd(tree, filepath.Join(work, "edited.tar.zst"), 1); err != nil {
+		rdb.Close()
 		return err
 	}
-	var rsb, untar, gitRs, resticRs []float64
+	var rsb, untar, gitRs, resticRs, kopiaRs []float64
 	for i := range runs {
 		progress("restore, run %d of %d", i+1, runs)
 		settle()
 		t := time.Now()
-		if _, err := rdb.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), nil); err != nil {
+		if _, err := rdb.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), &engine.RestoreOptions{Policy: allFiles}); err != nil {
+			rdb.Close()
 			return err
 		}
 		rsb = append(rsb, time.Since(t).Seconds())
 		settle()
 		res, err := peers.UntarZstd(filepath.Join(work, "edited.tar.zst"), filepath.Join(work, fmt.Sprintf("untar%d", i)))
 		if err != nil {
+			rdb.Close()
 			return err
 		}
 		untar = append(untar, res.Elapsed.Seconds())
 		settle()
 		d, err := gitRestore(filepath.Join(work, "git0"), filepath.Join(work, fmt.Sprintf("gitrestore%d", i)))
 		if err != nil {
+			rdb.Close()
 			return err
 		}
 		gitRs = append(gitRs, d.Seconds())
@@ -308,33 +478,71 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 			settle()
 			res, err := peers.ResticRestore(filepath.Join(work, "restic0"), resticCache, filepath.Join(work, fmt.Sprintf("resticrestore%d", i)))
 			if err != nil {
+				rdb.Close()
 				return err
 			}
 			resticRs = append(resticRs, res.Elapsed.Seconds())
 		}
+		if kopia {
+			settle()
+			res, err := kopias[0].Restore(tree, filepath.Join(work, fmt.Sprintf("kopiarestore%d", i)))
+			if err != nil {
+				rdb.Close()
+				return err
+			}
+			kopiaRs = append(kopiaRs, res.Elapsed.Seconds())
+		}
 	}
+	rdb.Close()
 	if err := sameTree(tree, filepath.Join(work, "restore0")); err != nil {
 		rep.check("sbxdb restore round trip", err.Error())
 	} else {
 		rep.check("sbxdb restore round trip", "byte-exact (paths, kinds, modes, symlink targets, bytes)")
 	}
+	if kopia {
+		if err := sameTree(tree, filepath.Join(work, "kopiarestore0")); err != nil {
+			rep.check("kopia restore round trip", err.Error())
+		}
+	}
 	rate = func(s []float64) string { return fmt.Sprintf("%s MB/s", num(float64(edited)/1e6/median(s))) }
 	row = rep.add("restore.sbxdb", "sbxdb restore (in process)", "s", rsb, "every byte hashed and checked; no fsync; "+rate(rsb))
 	rep.add("restore.tar", "zstd -d | tar -x", "s", untar, "no fsync; "+rate(untar))
 	rep.add("restore.git", "git checkout -f HEAD -- . (into an empty work tree)", "s", gitRs, "no fsync; no empty directories; "+rate(gitRs))
-	if restic {
-		rep.add("restore.restic", "restic restore latest", "s", resticRs, rate(resticRs))
-	} else {
-		rep.missing("restore.restic", "restic restore latest", "s", noRestic)
-	}
-	rep.ratio(row, "restore.tar", "÷ tar|zstd").want("<=", 1)
+	resticP.add(rep, "restore.restic", "restic restore latest", "s", resticRs, rate(resticRs))
+	kopiaP.add(rep, "restore.kopia", "kopia snapshot restore (latest)", "s", kopiaRs, rate(kopiaRs))
+	rep.ratio(row, "restore.tar", "÷ tar|zstd")
 	rep.ratio(row, "restore.git", "÷ git")
 	rep.ratio(row, "restore.restic", "÷ restic")
+	rep.ratio(row, "restore.kopia", "÷ kopia")
 	rep.series("restore", "sbxdb", edited, rsb)
 	rep.series("restore", "git", edited, gitRs)
-	rep.series("restore", "tar | zstd -1", edited, untar)
+	rep.series("restore", "tar | zstd -1 -T0", edited, untar)
 	rep.series("restore", "restic", edited, resticRs)
+	rep.series("restore", "kopia", edited, kopiaRs)
 
+	// Peak RSS and CPU of a restore in a process of its own.
+	var rWall, rCPU, rRSS []float64
+	for i := range runs {
+		progress("restore in a child process, run %d of %d", i+1, runs)
+		settle()
+		c, err := runChild(self, "restore-child", store, filepath.Join(work, fmt.Sprintf("child-restore%d", i)))
+		if err != nil {
+			return err
+		}
+		rWall, rCPU, rRSS = append(rWall, c.wall), append(rCPU, c.cpu), append(rRSS, c.rssMiB)
+	}
+	rep.setSection("sbxdb in a process of its own (`sbxbench` re-executed): peak RSS (VmHWM) and CPU time")
+	rep.add("child.capture.rss", "first capture (fresh store): peak RSS", "MiB", childRSS, "")
+	r := rep.add("child.capture.cpu", "  CPU time (user + sys)", "s", childCPU, "the whole process")
+	rep.ratio(r, "capture.first.tar.cpu", "÷ tar|zstd")
+	rep.add("child.capture.wall", "  wall time", "s", childWall, "Open + Capture")
+	rep.add("child.restore.rss", "restore of the edited tree: peak RSS", "MiB", rRSS, "")
+	rep.add("child.restore.cpu", "  CPU time (user + sys)", "s", rCPU, "the whole process")
+	rep.add("child.restore.wall", "  wall time", "s", rWall, "Open + Restore")
+
+	if err := openBench(ctx, rep, cfg, tree, cli); err != nil {
+		return err
+	}
 	if cfg.largeMiB > 0 {
 		return large(rep, work, cfg.largeMiB, runs)
 	}
@@ -348,55 +556,72 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 // one's output, and which one paid would depend on the order they run in.
 func settle() { syscall.Sync() }
 
-// timeCapture opens a new store and captures tree into it.
-func timeCapture(ctx context.Context, store, tree, thread string) (time.Duration, error) {
+// timeCapture opens a new store and captures tree into it with no
+// default exclusions; it returns the wall time and this process's CPU
+// time (user + sys, every goroutine) across Open and Capture.
+func timeCapture(ctx context.Context, store, tree, thread string) (wall, cpu time.Duration, err error) {
+	c0 := cpuTime()
 	t := time.Now()
 	db, err := engine.Open(store, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer db.Close()
 	w, err := db.AcquireWriter(ctx, thread)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree}); err != nil {
-		return 0, err
+	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles}); err != nil {
+		return 0, 0, err
 	}
-	d := time.Since(t)
-	return d, w.Release(ctx)
+	wall, cpu = time.Since(t), cpuTime()-c0
+	return wall, cpu, w.Release(ctx)
+}
+
+// cpuTime returns this process's user + system time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // git runs git on the git directory gitDir and work tree tree, isolated
 // from the user's configuration, with automatic gc off.
-func git(gitDir, tree string, env []string, args ...string) error {
+func git(gitDir, tree string, env []string, args ...string) (cpu time.Duration, err error) {
 	cmd := exec.Command("git", append([]string{"--git-dir=" + gitDir, "--work-tree=" + tree,
 		"-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0",
 		"-c", "maintenance.auto=false", "-c", "commit.gpgsign=false", "-c", "core.fsync=none"}, args...)...)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "HOME="+filepath.Dir(gitDir))
 	cmd.Env = append(cmd.Env, env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("git %v: %v: %s", args, err, out)
+		return 0, fmt.Errorf("git %v: %v: %s", args, err, out)
 	}
-	return nil
+	return peers.CPUTime(cmd.ProcessState), nil
 }
 
 // gitCommit times `git add -A && git commit` of tree into the git directory
-// gitDir (kept outside the tree so every tool sees the same tree).
-func gitCommit(gitDir, tree string, init bool) (time.Duration, error) {
+// gitDir (kept outside the tree so every tool sees the same tree): wall
+// and CPU time of the two processes.
+func gitCommit(gitDir, tree string, init bool) (peers.Result, error) {
+	res := peers.Result{Name: "git add -A && git commit"}
 	if init {
-		if err := git(gitDir, tree, nil, "init", "-q"); err != nil {
-			return 0, err
+		if _, err := git(gitDir, tree, nil, "init", "-q"); err != nil {
+			return res, err
 		}
 	}
 	t := time.Now()
-	if err := git(gitDir, tree, nil, "add", "-A"); err != nil {
-		return 0, err
+	cpu, err := git(gitDir, tree, nil, "add", "-A")
+	if err != nil {
+		return res, err
 	}
-	if err := git(gitDir, tree, nil, "commit", "-q", "--allow-empty", "--no-verify", "-m", "bench"); err != nil {
-		return 0, err
+	res.CPU += cpu
+	if cpu, err = git(gitDir, tree, nil, "commit", "-q", "--allow-empty", "--no-verify", "-m", "bench"); err != nil {
+		return res, err
 	}
-	return time.Since(t), nil
+	res.Elapsed, res.CPU = time.Since(t), res.CPU+cpu
+	return res, nil
 }
 
 // gitRestore times `git checkout -f HEAD -- .` of gitDir's HEAD into the
@@ -408,7 +633,7 @@ func gitRestore(gitDir, target string) (time.Duration, error) {
 	}
 	env := []string{"GIT_INDEX_FILE=" + target + ".index"}
 	t := time.Now()
-	if err := git(gitDir, target, env, "checkout", "-q", "-f", "HEAD", "--", "."); err != nil {
+	if _, err := git(gitDir, target, env, "checkout", "-q", "-f", "HEAD", "--", "."); err != nil {
 		return 0, err
 	}
 	return time.Since(t), nil
@@ -536,7 +761,7 @@ func writeLarge(path string, n int64) error {
 // the parent's rusage: Linux carries ru_maxrss across exec, so a child's
 // Maxrss includes the memory of the benchmark process that started it.
 func largeChild(dir, store string) int {
-	d, err := timeCapture(context.Background(), store, dir, "large")
+	d, _, err := timeCapture(context.Background(), store, dir, "large")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

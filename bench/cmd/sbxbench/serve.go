@@ -105,12 +105,12 @@ func cliServedBench(rep *Report, cfg *config, tree, cli string) error {
 				}
 			}
 			settle()
-			capture, err := timeCommand(cli, "capture", tree, "--thread", "cli", "--db", store)
+			capture, err := timeCommand(cli, "capture", tree, "--thread", "cli", "--no-default-excludes", "--db", store)
 			if err != nil {
 				return err
 			}
 			settle()
-			restore, err := timeCommand(cli, "restore", "--thread", "cli", filepath.Join(store+"-restored"), "--db", store)
+			restore, err := timeCommand(cli, "restore", "--thread", "cli", "--no-default-excludes", filepath.Join(store+"-restored"), "--db", store)
 			if err != nil {
 				return err
 			}
