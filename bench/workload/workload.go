@@ -28,13 +28,19 @@
 // identifiers and line templates with a seeded PCG generator; zstd -1
 // compresses it about 3.7x (Go, TypeScript, Python 3.7–3.8x, Markdown 3.2x,
 // JSON 4.7x). Binaries mix random chunks (incompressible) with repetitive
-// and low-entropy ones and compress about 1.6x, so the whole Default() tree
-// compresses about 2.8x.
+// and low-entropy ones and compress about 1.6x.
 //
-// No name is one that sbxdb's default capture policy excludes (".git",
-// "node_modules", ".env*", a root CLAUDE.md or GEMINI.md), and there is no
-// .gitignore, so sbxdb, git and tar all see the same entries. Git does not
-// record empty directories; that is the only entry kind one peer loses.
+// Spec.NodeModules adds node_modules/, shaped like an npm install (see
+// NodeModules): thousands of small files in packages several levels deep,
+// nested node_modules, .bin symlinks and a few native binaries. Default()
+// and Quick() have it: most of their files are there.
+//
+// No name outside node_modules is one that sbxdb's default capture policy
+// excludes (".git", ".env*", a root CLAUDE.md or GEMINI.md), and there is
+// no .gitignore; node_modules is excluded by default, so a capture that is
+// to see the same entries as git and tar must drop the default exclusions
+// (workspace.Policy.NoDefaultExclude). Git does not record empty
+// directories; that is the only entry kind one peer loses.
 package workload
 
 import (

@@ -295,7 +295,8 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		return time.Since(t).Seconds() * 1000, nil
 	}
 	if cli != "" {
-		db.Close() // the CLI opens the store itself
+		w.Release(ctx) // the CLI opens the store itself
+		db.Close()
 		for i := range runs + 2 {
 			d, err := cliCapture()
 			if err != nil {
@@ -356,6 +357,7 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 			rep.check(fmt.Sprintf("edit round %d", i+1), fmt.Sprintf("read %d files for %d edited", res.Stats.FilesRead, len(paths)))
 		}
 		if cli != "" {
+			w.Release(ctx)
 			db.Close()
 			d, err := cliCapture()
 			if err != nil {
