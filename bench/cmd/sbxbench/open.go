@@ -39,8 +39,8 @@ func openSizes(quick bool) []openSize {
 // checkpoints that reuse its manifest under a new top directory each, so
 // every one stores new chunks and the database grows by about its
 // manifest's size; each next store is a copy of the previous one, grown
-// further. Appends come from 8 writers at once, on threads of their own,
-// without fsync (the store is synced once at the end). It returns the
+// further. Appends come from up to 8 writers at once, on threads of their
+// own, without fsync (the store is synced once at the end). It returns the
 // store directories and the sizes of their sbx.db.
 func buildOpenStores(ctx context.Context, dir, tree string, sizes []openSize) ([]string, []int64, error) {
 	t0 := time.Now()
@@ -101,17 +101,26 @@ func growStore(ctx context.Context, store string, size int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Rounds of one checkpoint per writer; fewer writers near the size, as
+	// far as the growth per checkpoint so far tells (bbolt grows the file
+	// in steps, so it may still overshoot by one).
 	const writers = 8
+	start, appended := fi.Size(), int64(0)
 	for fi.Size() < size {
+		n := int64(writers)
+		if per := (fi.Size() - start) / max(appended, 1); per > 0 {
+			n = min(writers, max(1, (size-fi.Size())/per))
+		}
 		var wg sync.WaitGroup
-		errs := make([]error, writers)
-		for w := range writers {
-			wg.Go(func() { errs[w] = appendBatch(ctx, db, base, fmt.Sprintf("open-w%d", w), 4) })
+		errs := make([]error, n)
+		for w := range n {
+			wg.Go(func() { errs[w] = appendBatch(ctx, db, base, fmt.Sprintf("open-w%d", w), 1) })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return 0, err
 		}
+		appended += n
 		if fi, err = os.Stat(dbFile); err != nil {
 			return 0, err
 		}
