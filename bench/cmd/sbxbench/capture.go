@@ -452,23 +452,23 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		rdb.Close()
 		return err
 	}
-	var rsb, untar, gitRs, resticRs, kopiaRs []float64
+	var rsb, untar, gitRs, resticRs, kopiaRs, rsbCPU, untarCPU, resticCPU, kopiaCPU []float64
 	for i := range runs {
 		progress("restore, run %d of %d", i+1, runs)
 		settle()
-		t := time.Now()
+		c0, t := cpuTime(), time.Now()
 		if _, err := rdb.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), &engine.RestoreOptions{Policy: allFiles}); err != nil {
 			rdb.Close()
 			return err
 		}
-		rsb = append(rsb, time.Since(t).Seconds())
+		rsb, rsbCPU = append(rsb, time.Since(t).Seconds()), append(rsbCPU, (cpuTime()-c0).Seconds())
 		settle()
 		res, err := peers.UntarZstd(filepath.Join(work, "edited.tar.zst"), filepath.Join(work, fmt.Sprintf("untar%d", i)))
 		if err != nil {
 			rdb.Close()
 			return err
 		}
-		untar = append(untar, res.Elapsed.Seconds())
+		untar, untarCPU = append(untar, res.Elapsed.Seconds()), append(untarCPU, res.CPU.Seconds())
 		settle()
 		d, err := gitRestore(filepath.Join(work, "git0"), filepath.Join(work, fmt.Sprintf("gitrestore%d", i)))
 		if err != nil {
@@ -483,7 +483,7 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 				rdb.Close()
 				return err
 			}
-			resticRs = append(resticRs, res.Elapsed.Seconds())
+			resticRs, resticCPU = append(resticRs, res.Elapsed.Seconds()), append(resticCPU, res.CPU.Seconds())
 		}
 		if kopia {
 			settle()
@@ -492,7 +492,7 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 				rdb.Close()
 				return err
 			}
-			kopiaRs = append(kopiaRs, res.Elapsed.Seconds())
+			kopiaRs, kopiaCPU = append(kopiaRs, res.Elapsed.Seconds()), append(kopiaCPU, res.CPU.Seconds())
 		}
 	}
 	rdb.Close()
@@ -516,6 +516,11 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 	rep.ratio(row, "restore.git", "÷ git")
 	rep.ratio(row, "restore.restic", "÷ restic")
 	rep.ratio(row, "restore.kopia", "÷ kopia")
+	cpuRow = rep.add("restore.sbxdb.cpu", "  CPU time (user + sys): sbxdb restore", "s", rsbCPU, "getrusage of this process around the restore")
+	rep.add("restore.tar.cpu", "  CPU time: zstd -d | tar -x", "s", untarCPU, "rusage of the children")
+	resticP.add(rep, "restore.restic.cpu", "  CPU time: restic restore", "s", resticCPU, "rusage of the children")
+	kopiaP.add(rep, "restore.kopia.cpu", "  CPU time: kopia snapshot restore", "s", kopiaCPU, "rusage of the children")
+	rep.ratio(cpuRow, "restore.tar.cpu", "÷ tar|zstd")
 	rep.series("restore", "sbxdb", edited, rsb)
 	rep.series("restore", "git", edited, gitRs)
 	rep.series("restore", "tar | zstd -1 -T0", edited, untar)
