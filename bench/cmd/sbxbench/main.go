@@ -79,7 +79,7 @@ runs with min–max; each ratio is computed run by run within this run.
 Duration on 2 cores: --quick a few minutes (2,250-file tree of ~31 MB,
 Open stores up to 256 MB, 256 MiB large file, 300 ms per engine-core
 benchmark, 100,000 GC references). The default full run (22,500-file tree
-of ~243 MB, Open stores up to 1 GB, 2 GiB large file, 2 s per engine-core
+of ~235 MB, Open stores up to 1 GB, 2 GiB large file, 2 s per engine-core
 benchmark, 1,000,000 GC references) takes longer and needs about 20 GB
 free in the work directory.
 
