@@ -12,8 +12,9 @@ import (
 var chartTools = []struct{ name, color string }{
 	{"sbxdb", "#1f6feb"},
 	{"git", "#d97706"},
-	{"tar | zstd -1", "#6b7280"},
+	{"tar | zstd -1 -T0", "#6b7280"},
 	{"restic", "#7c3aed"},
+	{"kopia", "#059669"},
 }
 
 // chart renders the report's throughput series as a small SVG bar chart:
@@ -67,7 +68,7 @@ func chart(r *Report) []byte {
 	fmt.Fprintf(&b, `<text x="10" y="38" fill="#555" font-size="11">%s</text>`+"\n",
 		esc(fmt.Sprintf("sbxbench %s, %s, %d cores; bar: median of %d runs, whisker: min–max", mode, r.Started, r.Machine.NProc, r.Runs)))
 	fmt.Fprintf(&b, `<text x="10" y="54" fill="#555" font-size="11">%s</text>`+"\n",
-		esc("sbxdb and restic fsync their stores, git and tar | zstd do not; no tool fsyncs a restore."))
+		esc("sbxdb and restic fsync their stores, git, tar | zstd and kopia do not; no tool fsyncs a restore."))
 
 	// Grid and axis.
 	plotBottom := height - axisPad - 4
