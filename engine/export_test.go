@@ -108,3 +108,10 @@ func (db *DB) SetHoldCount(key string, n int64) error {
 
 // ProbeHoles reports whether files in dir can have holes, and if not, why.
 func ProbeHoles(dir string) (bool, string) { return probeHoles(dir) }
+
+// VerifiedAtOpen reports whether Open walked every page of the database
+// rather than trust a record of a clean close.
+func (db *DB) VerifiedAtOpen() bool { return db.verified }
+
+// CleanCloseName is the file recording a clean close beside sbx.db.
+const CleanCloseName = cleanCloseName
