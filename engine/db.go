@@ -21,6 +21,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
@@ -105,6 +106,9 @@ type DB struct {
 	// at a writable Open: Close records a clean close only of that file.
 	verified bool
 	opened   dbFileStat
+	// crashed makes Close leave the file as a process that died after
+	// its last commit would (no last commit, no record): tests only.
+	crashed bool
 
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
 	// empty in production.
@@ -174,16 +178,19 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 			return nil, err
 		}
 	}
-	// The freelist is synced (bbolt writes it at each commit), so a
-	// writable Open reads that page instead of walking every page to
-	// rebuild it, and so does a rollback. A file written without one is
-	// walked once, by its first writable Open, which then writes it; the
-	// record of a clean close vouches only for a file with one.
+	// Commits write no freelist (NoFreelistSync): writing it costs every
+	// commit a page per 500 free pages. A writable Open then rebuilds it by
+	// walking every page, unless the meta page names a freelist page:
+	// Close writes one, in a last commit (closeFreelist), and the first
+	// commit after it frees that page again. The record of a clean close
+	// vouches only for a file with one, so a trusted Open reads that page
+	// and walks nothing.
 	bdb, err := bolt.Open(path, 0o644, &bolt.Options{
-		Timeout:      o.LockTimeout,
-		FreelistType: bolt.FreelistMapType,
-		NoSync:       o.NoSync,
-		ReadOnly:     o.ReadOnly,
+		Timeout:        o.LockTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		NoSync:         o.NoSync,
+		ReadOnly:       o.ReadOnly,
 	})
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
@@ -283,7 +290,7 @@ func (db *DB) Close() error {
 		db.blobs.Close()
 	}
 	var txid uint64
-	clean := db.c != nil && db.writeRefused() == nil &&
+	clean := db.c != nil && !db.crashed && db.writeRefused() == nil && db.closeFreelist() == nil &&
 		db.view(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }) == nil
 	err := db.bolt.Close()
 	if clean && err == nil && db.writeRefused() == nil {
@@ -291,6 +298,34 @@ func (db *DB) Close() error {
 	}
 	db.lock.release()
 	return err
+}
+
+// closeFreelist commits once more, writing bbolt's freelist to a page of
+// its own that the meta page names, so that the next writable Open reads
+// it instead of walking every page; nothing else changes. It is a no-op
+// when the newest meta page names one already (no commit since an Open
+// that read it).
+func (db *DB) closeFreelist() error {
+	var synced bool
+	if err := db.view(func(tx *bolt.Tx) error {
+		f, err := os.Open(db.path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		m, ok, err := boltcheck.MetaOf(f, fi.Size(), uint64(tx.ID()))
+		synced = err == nil && ok && m.Freelist != boltcheck.NoFreelist
+		return nil
+	}); err != nil || synced {
+		return err
+	}
+	db.bolt.NoFreelistSync = false
+	defer func() { db.bolt.NoFreelistSync = true }()
+	return db.tx(true, func(*bolt.Tx) error { return nil })
 }
 
 // view runs fn in a read transaction (db.tx).
@@ -309,10 +344,22 @@ func (db *DB) view(fn func(tx *bolt.Tx) error) error { return db.tx(false, fn) }
 func (db *DB) tx(writable bool, fn func(tx *bolt.Tx) error) (err error) {
 	defer db.recoverDamage(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	if writable {
-		return db.bolt.Update(fn)
+	if !writable {
+		return db.bolt.View(fn)
 	}
-	return db.bolt.View(fn)
+	// Not bbolt's Update: on a panic, its rollback rebuilds the freelist
+	// by walking every page in a goroutine of bbolt's own (NoFreelistSync),
+	// where a damaged page would kill the process. Rollback undoes this
+	// transaction's allocations alone; no write follows a panic anyway.
+	tx, err := db.bolt.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // after a Commit, which ends tx either way: a no-op
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // recoverDamage is db.tx's recovery: see there.

@@ -140,3 +140,11 @@ func ForgeCleanClose(dir string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, cleanCloseName), cleanClose{file: st, meta: m}.encode(), 0o644)
 }
+
+// CloseAsCrashed closes db as a process that died right after its last
+// commit leaves the store: without Close's freelist commit and record of a
+// clean close, so that the newest meta page is that commit's.
+func (db *DB) CloseAsCrashed() error {
+	db.crashed = true
+	return db.Close()
+}
