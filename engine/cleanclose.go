@@ -39,7 +39,9 @@ import (
 //   - Close writes one only for a writable handle whose session began with
 //     a verified file or a trusted record, saw no damaged page (db.tx),
 //     was not poisoned, and still has the file it opened at the path (a
-//     Compact renames another over it). It makes the file durable first;
+//     Compact renames another over it); after its last commit, which
+//     writes bbolt's freelist (closeFreelist), so that the meta page it
+//     records names one. It makes the file durable first;
 //   - a read-only handle neither removes nor writes one.
 const cleanCloseName = "sbx.clean"
 
