@@ -153,8 +153,15 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 				s.fs.Remove(filepath.Join(dir, "tmp", e.Name()))
 			}
 		}
-		if err := db.Update(initIndex); err != nil {
+		// A current index opens without a commit.
+		current := false
+		if err := db.View(func(tx *bolt.Tx) error { current = indexCurrent(tx); return nil }); err != nil {
 			return nil, err
+		}
+		if !current {
+			if err := db.Update(initIndex); err != nil {
+				return nil, err
+			}
 		}
 		if err := s.removeOrphanPacks(); err != nil {
 			return nil, err
@@ -196,6 +203,18 @@ func initIndex(tx *bolt.Tx) error {
 		return meta.Put(keyFormat, []byte{FormatVersion})
 	}
 	return checkFormat(tx)
+}
+
+// indexCurrent reports whether initIndex would change nothing: every
+// bucket is there and the format is this build's.
+func indexCurrent(tx *bolt.Tx) bool {
+	for _, name := range [][]byte{bucketMeta, bucketIndex, bucketPacks} {
+		if tx.Bucket(name) == nil {
+			return false
+		}
+	}
+	v := tx.Bucket(bucketMeta).Get(keyFormat)
+	return len(v) == 1 && v[0] == FormatVersion
 }
 
 func checkFormat(tx *bolt.Tx) error {

@@ -146,6 +146,11 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	if opts.Repair && db.c == nil {
 		return nil, ErrReadOnly
 	}
+	// Every page, whatever this Open trusted (cleanclose.go): a damaged
+	// one fails the check, as it fails an Open that walks them.
+	if err := db.verifyLive(); err != nil {
+		return nil, err
+	}
 	r := &CheckReport{Findings: []Finding{}}
 	add := func(sev, kind, subject, format string, args ...any) {
 		r.Findings = append(r.Findings, Finding{sev, kind, subject, fmt.Sprintf(format, args...)})

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -198,9 +197,9 @@ func (c *committer) foldIfDue(tx *bolt.Tx) error {
 	return meta.FoldRefs(tx)
 }
 
-// update is bolt's Update with panics (from a damaged file) turned into
-// errors; bbolt rolls the transaction back before the panic reaches here.
-// The FS has the last word before the commit (vfs.FS.BeforeCommit).
+// update is bolt's Update, guarded by db.tx (a panic from a damaged page
+// is an ErrCorrupt, and refuses later writes). The FS has the last word
+// before the commit (vfs.FS.BeforeCommit).
 //
 // A commit that fails once fn has succeeded poisons the store (ErrPoisoned):
 // bbolt's Commit writes pages and fdatasyncs, and after a failed write or
@@ -212,15 +211,13 @@ func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 	if err := c.db.writeRefused(); err != nil {
 		return err
 	}
-	defer recoverCorrupt(&err, c.db.dir)
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	start := time.Now()
 	defer func() {
 		c.txs.Add(1)
 		c.held.Add(int64(time.Since(start)))
 	}()
 	committing := false // fn succeeded: an error from here on is the commit's
-	err = c.db.bolt.Update(func(tx *bolt.Tx) error {
+	err = c.db.tx(true, func(tx *bolt.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}

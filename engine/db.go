@@ -21,6 +21,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )
@@ -54,9 +55,10 @@ var (
 	// then unknown (the kernel may have dropped the pages it could not
 	// write), so every later write of the open store fails with it, naming
 	// the cause; reads go on. Close and Open the store again to write.
-	// Every Open already treats the store as after an unclean shutdown
-	// (it walks the file's pages, and the blob store removes the packs
-	// and temporary files no index entry names), so none is marked.
+	// A poisoned handle records no clean close, so the next Open treats
+	// the store as after an unclean shutdown: it walks the file's pages
+	// (cleanclose.go), and the blob store removes the packs and temporary
+	// files no index entry names.
 	ErrPoisoned = errors.New("sbxdb: store must be reopened: an earlier sync failed")
 )
 
@@ -72,6 +74,7 @@ func (e *poisonError) Unwrap() []error { return []error{ErrPoisoned, e.cause} }
 // one process at a time may open a store for writing.
 type DB struct {
 	dir   string
+	path  string // the database file
 	opts  Options
 	bolt  *bolt.DB
 	c     *committer
@@ -93,6 +96,20 @@ type DB struct {
 	// of this handle; from then on every write fails with it (ErrPoisoned).
 	poisoned atomic.Pointer[poisonError]
 
+	// damaged is set, once, by the first damaged page a transaction ran
+	// into (db.tx); from then on every write fails with it (ErrCorrupt),
+	// rather than build a tree on a broken one.
+	damaged atomic.Pointer[error]
+
+	// verified says this Open walked every page (verifyPages) rather than
+	// trust a record of a clean close. opened is the database file's stat
+	// at a writable Open: Close records a clean close only of that file.
+	verified bool
+	opened   dbFileStat
+	// crashed makes Close leave the file as a process that died after
+	// its last commit would (no last commit, no record): tests only.
+	crashed bool
+
 	// points holds test hooks by name (see enginetest.Subject.OnPoint);
 	// empty in production.
 	pointsMu sync.RWMutex
@@ -105,6 +122,12 @@ var _ Store = (*DB)(nil)
 // needed. opts may be nil for the defaults. When another process holds the
 // store, Open fails with ErrLocked after opts.LockTimeout.
 func Open(dir string, opts *Options) (db *DB, err error) {
+	return open(dir, opts, false)
+}
+
+// open is Open; verify makes it walk every page even when a record of a
+// clean close vouches for the file.
+func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	o, err := CheckOptions(opts)
 	if err != nil {
 		return nil, err
@@ -141,13 +164,27 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	// bbolt reads the file's pages without bounds checks of its own; a
 	// damaged file can make it panic. No panic may reach the caller.
 	defer recoverCorrupt(&err, path)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	// Read-only too: bbolt then loads no freelist, but it reads damaged
 	// pages unchecked all the same, and a leaf element pointing outside
 	// its page reads as a missing key, not as damage.
-	metaNote, err := verifyPages(path, o.LockTimeout)
+	metaNote, verified, err := verifyPages(dir, path, o.LockTimeout, !verify)
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
 	}
+	if !o.ReadOnly {
+		// Before bbolt opens the file, which may commit.
+		if err := removeCleanClose(dir); err != nil {
+			return nil, err
+		}
+	}
+	// Commits write no freelist (NoFreelistSync): writing it costs every
+	// commit a page per 500 free pages. A writable Open then rebuilds it by
+	// walking every page, unless the meta page names a freelist page:
+	// Close writes one, in a last commit (closeFreelist), and the first
+	// commit after it frees that page again. The record of a clean close
+	// vouches only for a file with one, so a trusted Open reads that page
+	// and walks nothing.
 	bdb, err := bolt.Open(path, 0o644, &bolt.Options{
 		Timeout:        o.LockTimeout,
 		NoFreelistSync: true,
@@ -158,11 +195,18 @@ func Open(dir string, opts *Options) (db *DB, err error) {
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
 	}
-	db = &DB{dir: dir, opts: o, bolt: bdb, lock: lock, metaNote: metaNote}
-	if o.ReadOnly {
-		err = db.view(func(tx *bolt.Tx) error { return initLayout(tx, nil) })
-	} else {
-		err = db.bolt.Update(func(tx *bolt.Tx) error {
+	db = &DB{dir: dir, path: path, opts: o, bolt: bdb, lock: lock, metaNote: metaNote, verified: verified}
+	if !o.ReadOnly {
+		st, serr := os.Stat(path)
+		if serr == nil {
+			db.opened, _ = dbStatOf(st)
+		}
+	}
+	// A store of this format, with nothing to note, opens without a
+	// commit: a writable Open writes only to create, migrate or note.
+	err = db.view(func(tx *bolt.Tx) error { return initLayout(tx, nil) })
+	if !o.ReadOnly && (err != nil || metaNote != "") {
+		err = db.tx(true, func(tx *bolt.Tx) error {
 			if err := initLayout(tx, func() error { return o.FS.BeforeCommit(path) }); err != nil {
 				return err
 			}
@@ -219,9 +263,12 @@ func (db *DB) poison(cause error) {
 	db.poisoned.CompareAndSwap(nil, &poisonError{cause: cause})
 }
 
-// writeRefused returns the error writes fail with once db is poisoned, or
-// nil.
+// writeRefused returns the error writes fail with once db is damaged or
+// poisoned, or nil.
 func (db *DB) writeRefused() error {
+	if d := db.damaged.Load(); d != nil {
+		return *d
+	}
 	if p := db.poisoned.Load(); p != nil {
 		return p
 	}
@@ -232,7 +279,9 @@ func (db *DB) writeRefused() error {
 func (db *DB) Dir() string { return db.dir }
 
 // Close waits for writes in flight, fails queued ones with ErrClosed and
-// closes the file. Calling it twice is harmless.
+// closes the file. A writable handle that met no damage and no failed sync
+// then records the clean close (cleanclose.go), so that the next Open need
+// not walk every page. Calling it twice is harmless.
 func (db *DB) Close() error {
 	if db.c != nil {
 		db.c.close()
@@ -240,17 +289,91 @@ func (db *DB) Close() error {
 	if db.blobs != nil {
 		db.blobs.Close()
 	}
+	var txid uint64
+	clean := db.c != nil && !db.crashed && db.writeRefused() == nil && db.closeFreelist() == nil &&
+		db.view(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }) == nil
 	err := db.bolt.Close()
+	if clean && err == nil && db.writeRefused() == nil {
+		writeCleanClose(db.dir, db.path, db.opened, txid, db.opts.NoSync)
+	}
 	db.lock.release()
 	return err
 }
 
-// view runs fn in a read transaction, turning a panic from a damaged file
-// into an error.
-func (db *DB) view(fn func(tx *bolt.Tx) error) (err error) {
-	defer recoverCorrupt(&err, db.dir)
+// closeFreelist commits once more, writing bbolt's freelist to a page of
+// its own that the meta page names, so that the next writable Open reads
+// it instead of walking every page; nothing else changes. It is a no-op
+// when the newest meta page names one already (no commit since an Open
+// that read it).
+func (db *DB) closeFreelist() error {
+	var synced bool
+	if err := db.view(func(tx *bolt.Tx) error {
+		f, err := os.Open(db.path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		m, ok, err := boltcheck.MetaOf(f, fi.Size(), uint64(tx.ID()))
+		synced = err == nil && ok && m.Freelist != boltcheck.NoFreelist
+		return nil
+	}); err != nil || synced {
+		return err
+	}
+	db.bolt.NoFreelistSync = false
+	defer func() { db.bolt.NoFreelistSync = true }()
+	return db.tx(true, func(*bolt.Tx) error { return nil })
+}
+
+// view runs fn in a read transaction (db.tx).
+func (db *DB) view(fn func(tx *bolt.Tx) error) error { return db.tx(false, fn) }
+
+// tx runs fn in a bbolt transaction, read or write. It is the one place the
+// engine enters bbolt's tree: bbolt trusts the pages it reads, and a page
+// damaged after the last verified Open (cleanclose.go) can make it panic,
+// or fault on a page past the end of the mapping. Both arrive here as a
+// panic (debug.SetPanicOnFault), after bbolt rolled a write transaction
+// back and released its write lock. The panic becomes an ErrCorrupt naming
+// the file, and marks the handle damaged: every later write fails with
+// that error (a tree that panicked once is not built on), and Close
+// records no clean close, so the next Open walks every page and refuses
+// the file.
+func (db *DB) tx(writable bool, fn func(tx *bolt.Tx) error) (err error) {
+	defer db.recoverDamage(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	return db.bolt.View(fn)
+	if !writable {
+		return db.bolt.View(fn)
+	}
+	// Not bbolt's Update: on a panic, its rollback rebuilds the freelist
+	// by walking every page in a goroutine of bbolt's own (NoFreelistSync),
+	// where a damaged page would kill the process. Rollback undoes this
+	// transaction's allocations alone; no write follows a panic anyway.
+	tx, err := db.bolt.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // after a Commit, which ends tx either way: a no-op
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// recoverDamage is db.tx's recovery: see there.
+func (db *DB) recoverDamage(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, db.path, r)
+		db.markDamaged(*err)
+	}
+}
+
+// markDamaged makes every later write of db fail with err, a damaged page
+// of the database; only the first is kept.
+func (db *DB) markDamaged(err error) {
+	db.damaged.CompareAndSwap(nil, &err)
 }
 
 // recoverCorrupt converts a panic into an ErrCorrupt error. Callers that

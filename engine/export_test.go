@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
@@ -108,3 +111,40 @@ func (db *DB) SetHoldCount(key string, n int64) error {
 
 // ProbeHoles reports whether files in dir can have holes, and if not, why.
 func ProbeHoles(dir string) (bool, string) { return probeHoles(dir) }
+
+// VerifiedAtOpen reports whether Open walked every page of the database
+// rather than trust a record of a clean close.
+func (db *DB) VerifiedAtOpen() bool { return db.verified }
+
+// CleanCloseName is the file recording a clean close beside sbx.db.
+const CleanCloseName = cleanCloseName
+
+// ForgeCleanClose writes a record of a clean close matching the closed
+// store's database file as it is now, damaged or not: a record Open
+// trusts, standing for damage no stat or meta page shows.
+func ForgeCleanClose(dir string) error {
+	path := filepath.Join(dir, DBFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	st, _ := dbStatOf(fi)
+	m, err := boltcheck.Quick(f, fi.Size())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, cleanCloseName), cleanClose{file: st, meta: m}.encode(), 0o644)
+}
+
+// CloseAsCrashed closes db as a process that died right after its last
+// commit leaves the store: without Close's freelist commit and record of a
+// clean close, so that the newest meta page is that commit's.
+func (db *DB) CloseAsCrashed() error {
+	db.crashed = true
+	return db.Close()
+}

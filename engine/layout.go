@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -133,6 +134,7 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 		return 0, 0, fmt.Errorf("%w at %s", ErrNoStore, dir)
 	}
 	defer recoverCorrupt(&err, path) // as in Open: bbolt reads pages unchecked
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	bdb, err := bolt.Open(path, 0o644, &bolt.Options{ReadOnly: true, Timeout: o.LockTimeout})
 	if err != nil {
 		return 0, 0, classifyOpenError(dir, path, err)

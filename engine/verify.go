@@ -16,38 +16,78 @@ import (
 
 // verifyPages checks the page structure of an existing database file before
 // bbolt opens it (boltcheck.Verify; its package comment says why and what is
-// checked), and refuses a damaged one with ErrCorrupt.
+// checked), and refuses a damaged one with ErrCorrupt. When mayTrust is set
+// and dir's record of a clean close vouches for the file (cleanclose.go),
+// it checks only what bbolt reads at Open (boltcheck.Quick, part of that
+// vouching), and verified is false.
 //
-// The walk holds a shared lock (a read-only bbolt handle, which loads no
+// The check holds a shared lock (a read-only bbolt handle, which loads no
 // freelist), so a writer in another process makes it fail with bbolt's
 // timeout rather than read a file in mid-change.
 //
 // It returns boltcheck's note when one of the two meta pages does not check
 // out: the store then opens at the older transaction, and the next commit
 // overwrites the evidence, so Check reports the note.
-func verifyPages(path string, lockTimeout time.Duration) (note string, err error) {
+func verifyPages(dir, path string, lockTimeout time.Duration, mayTrust bool) (note string, verified bool, err error) {
 	if st, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || err == nil && st.Size() == 0 {
-		return "", checkEmptyFile(path) // a new store, unless blobs say otherwise
+		return "", true, checkEmptyFile(path) // a new store, unless blobs say otherwise
 	}
 	lock, err := bolt.Open(path, 0o644, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer lock.Close()
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer f.Close()
+	if mayTrust && trustCleanClose(dir, f) {
+		return "", false, nil
+	}
 	st, err := f.Stat()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	note, err = boltcheck.Verify(f, st.Size())
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
+		return "", false, fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)
 	}
-	return note, nil
+	return note, true, nil
+}
+
+// verifyLive walks every page of the tree the open database is at, as
+// verifyPages does before an Open, and marks the handle damaged if the
+// walk fails. A read transaction keeps that tree's pages from reuse while
+// the walk reads them from the file, so writers go on meanwhile.
+func (db *DB) verifyLive() error {
+	f, err := os.Open(db.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// The transaction's meta page stays in the file until the second
+	// commit after it: read it there, and begin again if it is gone.
+	for again := true; again; {
+		again = false
+		err = db.view(func(tx *bolt.Tx) error {
+			st, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			m, ok, err := boltcheck.MetaOf(f, st.Size(), uint64(tx.ID()))
+			if err != nil || !ok {
+				again = err == nil
+				return err
+			}
+			return boltcheck.VerifyAt(f, st.Size(), m)
+		})
+	}
+	if errors.Is(err, boltcheck.ErrCorrupt) {
+		err = fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, db.path, err)
+		db.markDamaged(err)
+	}
+	return err
 }
 
 // checkEmptyFile refuses an absent or empty database file beside a blob

@@ -26,6 +26,16 @@
 //   - a nested bucket's value holds a root page id or an inline leaf page,
 //     checked the same way.
 //
+// With a synced freelist (the freelist page the meta page names), Verify
+// also checks that page: in bounds, ids sorted, unique, below the
+// high-water mark, and none of them a page the tree reaches. bbolt reads
+// that page at a writable Open and allocates from it; a page listed free
+// but in use would be overwritten by the next commit.
+//
+// Quick checks only what bbolt reads at Open when its freelist is synced:
+// the meta pages and the freelist page. Its cost does not depend on the
+// tree's size; it says nothing about the tree.
+//
 // boltcheck reads the file only: taking bbolt's lock, so that no writer
 // changes the file during the walk, is the caller's part.
 package boltcheck
@@ -60,14 +70,121 @@ func (e corruptError) Is(target error) bool { return target == ErrCorrupt }
 // way the next commit overwrites the evidence, so a caller keeps the note.
 func Verify(f io.ReaderAt, size int64) (note string, err error) {
 	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
-	root, err := w.readMeta()
+	m, err := w.readMeta()
 	if err != nil {
 		return "", corruptError{err}
 	}
-	if _, err := w.tree(root, nil, nil); err != nil {
+	if err := w.verify(m); err != nil {
 		return "", corruptError{err}
 	}
 	return w.metaNote, nil
+}
+
+// VerifyAt is Verify of the tree and freelist m names (a meta page Quick
+// or a bbolt transaction read) rather than of the file's newest meta page.
+// A caller that holds a read transaction at m.TxID walks a tree no writer
+// changes meanwhile: bbolt overwrites no page such a transaction reaches.
+func VerifyAt(f io.ReaderAt, size int64, m Meta) error {
+	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	mm := meta{pageSize: m.PageSize, root: m.Root, freelist: m.Freelist, hwm: m.HWM, txid: m.TxID, valid: true}
+	if err := w.checkMeta(mm); err != nil {
+		return corruptError{err}
+	}
+	if err := w.verify(mm); err != nil {
+		return corruptError{err}
+	}
+	return nil
+}
+
+// verify walks the tree from m's root, then checks m's freelist against
+// the pages the tree reaches.
+func (w *pageWalker) verify(m meta) error {
+	if _, err := w.tree(m.root, nil, nil); err != nil {
+		return err
+	}
+	ids, err := w.freelist(m.freelist)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if w.seen[id] {
+			return fmt.Errorf("page %d is both free and in use", id)
+		}
+	}
+	return nil
+}
+
+// NoFreelist is Meta.Freelist of a file whose freelist is not synced:
+// bbolt rebuilds it at a writable Open by walking every page.
+const NoFreelist = ^uint64(0)
+
+// Meta is a bbolt meta page: the transaction a file opens at.
+type Meta struct {
+	PageSize uint32
+	Root     uint64 // the root bucket's page
+	Freelist uint64 // the freelist's page, or NoFreelist
+	HWM      uint64 // high-water mark: first page id not in use
+	TxID     uint64
+	Checksum uint64 // the meta page's own checksum
+}
+
+// Quick returns the meta page bbolt would open f at, having checked what
+// bbolt reads before any transaction: both meta pages are valid (one that
+// is not is reported as an error here, not as a note: Verify tells a
+// crash from damage) and plausible, and the freelist page is well formed.
+// It reads two meta pages and the freelist, not the tree.
+func Quick(f io.ReaderAt, size int64) (Meta, error) {
+	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	m, err := w.readMeta()
+	if err == nil && w.metaNote != "" {
+		err = errors.New(w.metaNote)
+	}
+	if err == nil {
+		_, err = w.freelist(m.freelist)
+	}
+	if err != nil {
+		return Meta{}, corruptError{err}
+	}
+	return Meta{PageSize: m.pageSize, Root: m.root, Freelist: m.freelist, HWM: m.hwm, TxID: m.txid, Checksum: m.checksum}, nil
+}
+
+// freelist reads and checks the freelist page id, and returns the page ids
+// it lists; none for NoFreelist.
+func (w *pageWalker) freelist(id uint64) ([]uint64, error) {
+	if id == NoFreelist {
+		return nil, nil
+	}
+	p, err := w.page(id)
+	if err != nil {
+		return nil, fmt.Errorf("freelist: %v", err)
+	}
+	le := binary.LittleEndian
+	if flags := le.Uint16(p[8:]); flags != freelistFlag {
+		return nil, fmt.Errorf("freelist page %d has type flags %#x", id, flags)
+	}
+	start, count := int64(pageHeaderSize), uint64(le.Uint16(p[10:]))
+	if count == 0xFFFF { // the count overflowed into the first element
+		if len(p) < pageHeaderSize+8 {
+			return nil, fmt.Errorf("freelist page %d truncated", id)
+		}
+		start, count = pageHeaderSize+8, le.Uint64(p[pageHeaderSize:])
+	}
+	if count > uint64(len(p)-int(start))/8 {
+		return nil, fmt.Errorf("freelist page %d: %d ids overflow the page", id, count)
+	}
+	ids := make([]uint64, count)
+	for i := range ids {
+		ids[i] = le.Uint64(p[start+int64(i)*8:])
+		switch {
+		case ids[i] < 2 || ids[i] >= w.hwm:
+			return nil, fmt.Errorf("freelist page %d lists page %d, out of bounds (high-water mark %d)", id, ids[i], w.hwm)
+		case i > 0 && ids[i] <= ids[i-1]:
+			return nil, fmt.Errorf("freelist page %d: ids out of order", id)
+		case ids[i] >= id && ids[i] <= id+uint64(le.Uint32(p[12:])):
+			return nil, fmt.Errorf("freelist page %d lists itself", id)
+		}
+	}
+	return ids, nil
 }
 
 // On-disk sizes of bbolt's file format (version 2).
@@ -79,6 +196,7 @@ const (
 	bboltVersion   = 2
 	branchFlag     = 0x01
 	leafFlag       = 0x02
+	freelistFlag   = 0x10
 	bucketLeafFlag = 0x01
 	inBucketSize   = 16 // root pgid u64, sequence u64
 )
@@ -95,7 +213,9 @@ type pageWalker struct {
 type meta struct {
 	pageSize   uint32
 	root, hwm  uint64
+	freelist   uint64
 	txid       uint64
+	checksum   uint64
 	valid      bool
 	fileOffset int64
 }
@@ -112,8 +232,10 @@ func (w *pageWalker) metaAt(off int64) meta {
 	return meta{
 		pageSize: le.Uint32(m[8:]),
 		root:     le.Uint64(m[16:]),
+		freelist: le.Uint64(m[32:]),
 		hwm:      le.Uint64(m[40:]),
 		txid:     le.Uint64(m[48:]),
+		checksum: le.Uint64(m[metaSumOffset:]),
 		valid: le.Uint32(m[0:]) == bboltMagic && le.Uint32(m[4:]) == bboltVersion &&
 			le.Uint64(m[metaSumOffset:]) == h.Sum64(),
 		fileOffset: off,
@@ -121,19 +243,9 @@ func (w *pageWalker) metaAt(off int64) meta {
 }
 
 // readMeta picks the meta page bbolt would use (the valid one with the
-// higher transaction id) and returns the root bucket's page.
-func (w *pageWalker) readMeta() (uint64, error) {
-	m0 := w.metaAt(0)
-	var m1 meta
-	if m0.valid {
-		m1 = w.metaAt(int64(m0.pageSize))
-	} else {
-		for i := range 15 { // bbolt probes page sizes from 1 KiB to 16 MiB
-			if m1 = w.metaAt(1024 << i); m1.valid {
-				break
-			}
-		}
-	}
+// higher transaction id) and checks it.
+func (w *pageWalker) readMeta() (meta, error) {
+	m0, m1 := w.metas()
 	best := m0
 	if !m0.valid || m1.valid && m1.txid > m0.txid {
 		best = m1
@@ -146,16 +258,59 @@ func (w *pageWalker) readMeta() (uint64, error) {
 		w.metaNote = fmt.Sprintf("meta page %d did not check out; the store opened at transaction %d from the other. "+
 			"At most the last commit before it may be lost: after a crash during that commit, it was not acknowledged", bad, best.txid)
 	}
-	switch {
-	case !best.valid:
-		return 0, errors.New("no valid meta page")
-	case best.pageSize < 1024 || best.pageSize > 1<<24 || best.pageSize&(best.pageSize-1) != 0:
-		return 0, fmt.Errorf("meta page size %d", best.pageSize)
-	case best.hwm < 3 || int64(best.hwm) > w.size/int64(best.pageSize):
-		return 0, fmt.Errorf("high-water mark page %d beyond the file's %d bytes", best.hwm, w.size)
+	if err := w.checkMeta(best); err != nil {
+		return meta{}, err
 	}
-	w.pageSize, w.hwm = int64(best.pageSize), best.hwm
-	return best.root, nil
+	return best, nil
+}
+
+// metas reads both meta pages, finding the second as bbolt does.
+func (w *pageWalker) metas() (m0, m1 meta) {
+	m0 = w.metaAt(0)
+	if m0.valid {
+		m1 = w.metaAt(int64(m0.pageSize))
+	} else {
+		for i := range 15 { // bbolt probes page sizes from 1 KiB to 16 MiB
+			if m1 = w.metaAt(1024 << i); m1.valid {
+				break
+			}
+		}
+	}
+	return m0, m1
+}
+
+// MetaOf returns f's meta page of transaction txid, checked as Quick
+// checks the newest one, and false if neither meta page holds it (bbolt
+// overwrote it: each commit writes the older of the two).
+func MetaOf(f io.ReaderAt, size int64, txid uint64) (Meta, bool, error) {
+	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	m0, m1 := w.metas()
+	m := m0
+	if !m0.valid || m0.txid != txid {
+		m = m1
+	}
+	if !m.valid || m.txid != txid {
+		return Meta{}, false, nil
+	}
+	if err := w.checkMeta(m); err != nil {
+		return Meta{}, false, corruptError{err}
+	}
+	return Meta{PageSize: m.pageSize, Root: m.root, Freelist: m.freelist, HWM: m.hwm, TxID: m.txid, Checksum: m.checksum}, true, nil
+}
+
+// checkMeta checks that m is plausible for the file and sets the walk's
+// page size and high-water mark from it.
+func (w *pageWalker) checkMeta(m meta) error {
+	switch {
+	case !m.valid:
+		return errors.New("no valid meta page")
+	case m.pageSize < 1024 || m.pageSize > 1<<24 || m.pageSize&(m.pageSize-1) != 0:
+		return fmt.Errorf("meta page size %d", m.pageSize)
+	case m.hwm < 3 || int64(m.hwm) > w.size/int64(m.pageSize):
+		return fmt.Errorf("high-water mark page %d beyond the file's %d bytes", m.hwm, w.size)
+	}
+	w.pageSize, w.hwm = int64(m.pageSize), m.hwm
+	return nil
 }
 
 // page reads page id with its overflow pages, checking its header.

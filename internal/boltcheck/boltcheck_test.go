@@ -93,3 +93,85 @@ func TestVerify(t *testing.T) {
 		t.Errorf("older meta page damaged: note %q, err %v", note, err)
 	}
 }
+
+// syncedDB is newDB with the freelist synced, and some pages freed.
+func syncedDB(t *testing.T) (file []byte, pageSize int, freelist uint64) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := bolt.Open(path, 0o644, &bolt.Options{FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		err = db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			for i := range 500 {
+				if err := b.Put(fmt.Appendf(nil, "key%05d", i), bytes.Repeat([]byte{byte(round)}, 100)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pageSize = db.Info().PageSize
+	db.Close()
+	file, err = os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Quick(bytes.NewReader(file), int64(len(file)))
+	if err != nil || m.Freelist == NoFreelist {
+		t.Fatalf("Quick of an intact file: %+v, %v", m, err)
+	}
+	return file, pageSize, m.Freelist
+}
+
+func TestFreelist(t *testing.T) {
+	file, pageSize, fl := syncedDB(t)
+	check := func(b []byte) (quick, full error) {
+		_, quick = Quick(bytes.NewReader(b), int64(len(b)))
+		_, full = Verify(bytes.NewReader(b), int64(len(b)))
+		return quick, full
+	}
+	if q, v := check(file); q != nil || v != nil {
+		t.Fatalf("intact file: Quick %v, Verify %v", q, v)
+	}
+	p := int(fl) * pageSize
+	if binary.LittleEndian.Uint16(file[p+10:]) == 0 {
+		t.Fatal("the freelist is empty: the test needs free pages")
+	}
+	// Damage the meta page's checksum cannot see: the freelist page.
+	for name, damage := range map[string]func(b []byte){
+		"type":         func(b []byte) { b[p+8] = 0x02 },
+		"count":        func(b []byte) { binary.LittleEndian.PutUint16(b[p+10:], 0xFFFE) },
+		"id too high":  func(b []byte) { binary.LittleEndian.PutUint64(b[p+16:], 1<<40) },
+		"id below 2":   func(b []byte) { binary.LittleEndian.PutUint64(b[p+16:], 1) },
+		"lists itself": func(b []byte) { binary.LittleEndian.PutUint64(b[p+16:], fl) },
+		"lists in use": func(b []byte) {
+			// One free page: the root bucket's page.
+			m, _ := Quick(bytes.NewReader(file), int64(len(file)))
+			binary.LittleEndian.PutUint16(b[p+10:], 1)
+			binary.LittleEndian.PutUint64(b[p+16:], m.Root)
+		},
+	} {
+		b := bytes.Clone(file)
+		damage(b)
+		q, v := check(b)
+		if name == "lists in use" {
+			// Only a walk of the tree can tell.
+			if q != nil || !errors.Is(v, ErrCorrupt) {
+				t.Errorf("%s: Quick %v, Verify %v", name, q, v)
+			}
+			continue
+		}
+		if !errors.Is(q, ErrCorrupt) || !errors.Is(v, ErrCorrupt) {
+			t.Errorf("%s: Quick %v, Verify %v", name, q, v)
+		}
+	}
+}
