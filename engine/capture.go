@@ -263,27 +263,28 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}
 	redactor := workspace.NewRedactor(in.Secrets)
 	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
-	cache := &statCache{}
-	if !in.Rehash {
-		cache = loadStatCache(cachePath, redactor.Fingerprint())
-	}
 
 	c := &capture{db: db, root: root, dir: rootDir, redactor: redactor, batch: db.blobs.NewBatch(),
 		changes: &changeLog{strict: in.FailOnChange}, skipUnsupported: in.SkipUnsupported}
 	defer c.batch.Close() // after the append: the batch pins its keys until then
 	// A cached digest is only good while its blob is stored; pinned, it
-	// stays stored until the append has committed. Every key the cache
-	// holds is pinned and looked up while the tree is walked: the walk
-	// waits on system calls, and pinning the keys of files deleted since
-	// only keeps their blobs until this capture ends.
+	// stays stored until the append has committed. The cache is loaded,
+	// and every key it holds pinned and looked up, while the tree is
+	// walked: the walk waits on system calls, and pinning the keys of files
+	// deleted since only keeps their blobs until this capture ends.
 	type pinned struct {
+		cache          *statCache
 		missing, stale []string
 		err            error
 	}
 	pins := make(chan pinned, 1)
 	go func() {
+		cache := &statCache{}
+		if !in.Rehash {
+			cache = loadStatCache(cachePath, redactor.Fingerprint())
+		}
 		missing, stale, err := c.batch.Lookup(ctx, cache.keys())
-		pins <- pinned{missing, stale, err}
+		pins <- pinned{cache, missing, stale, err}
 	}()
 	started := time.Now()
 	storeDir, _ := filepath.Abs(db.dir)
@@ -296,6 +297,7 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, err
 	}
+	cache := pin.cache
 	files := c.plan(tree, cache, pin.missing, pin.stale)
 	if err := c.pinArtifacts(ctx, in.Artifacts); err != nil {
 		return nil, err
@@ -319,14 +321,28 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err := db.point("capture.beforeCommit"); err != nil {
 		return nil, err
 	}
+	// The new stat cache is encoded and written beside the old one while
+	// the append waits on the disk, and renamed over it only once the
+	// append has committed.
+	var cacheTemp chan string
+	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
+		cacheTemp = make(chan string, 1)
+		go func() {
+			cacheTemp <- writeStatCacheTemp(cachePath, encodeStatCache(started.UnixNano(), redactor.Fingerprint(), tree))
+		}()
+	}
 	cp, err := db.commitCapture(ctx, c.batch, &in, manifest(tree))
+	if cacheTemp != nil {
+		if tmp := <-cacheTemp; tmp != "" && err == nil {
+			os.Rename(tmp, cachePath)
+		} else if tmp != "" {
+			os.Remove(tmp)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	c.stats.BytesNew = c.batch.Written()
-	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
-		newStatCache(started.UnixNano(), redactor.Fingerprint(), tree).save(cachePath)
-	}
 	warnings := c.changes.warnings
 	slices.SortStableFunc(warnings, func(a, b CaptureWarning) int { return strings.Compare(a.Path, b.Path) })
 	return &CaptureResult{Checkpoint: cp, Stats: c.stats, Warnings: warnings}, nil

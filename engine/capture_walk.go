@@ -342,6 +342,9 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		}
 		excluded[rule]++
 	}
+	if others := len(ents) - countDirs(ents); others > 0 {
+		found = make([]walked, 0, others)
+	}
 	abs := f.Name()
 	for _, d := range ents {
 		name := d.Name()
@@ -437,6 +440,17 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		w.countExcluded(excluded)
 	}
 	return found, subdirs, nil
+}
+
+// countDirs counts the directories among a listing's entries.
+func countDirs(ents []os.DirEntry) int {
+	n := 0
+	for _, d := range ents {
+		if d.IsDir() {
+			n++
+		}
+	}
+	return n
 }
 
 // unreadableDir is the error of a directory that cannot be opened or
