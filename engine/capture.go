@@ -799,10 +799,14 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 	if err != nil {
 		return nil, err
 	}
+	// cp shares no memory with the caller's input (files is the
+	// capture's own) nor with the store (appendTx copies it), so it is
+	// returned as it is: copying the manifest again costs its whole size.
 	cp := &chain.Checkpoint{
 		ID: in.ID, ThreadID: in.Writer.ThreadID, ParentID: head, CreatedAt: in.CreatedAt,
 		Reason: in.Reason, Label: in.Label, SourceRunID: in.SourceRunID,
-		Files: files, Conversation: in.Conversation, Artifacts: in.Artifacts,
+		Files: files, Conversation: chain.CloneMessages(in.Conversation),
+		Artifacts: append(make([]chain.Artifact, 0, len(in.Artifacts)), in.Artifacts...),
 	}
 	if cp.ID == "" {
 		cp.ID = lease.NewToken()
@@ -824,7 +828,7 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 		}
 		return nil, err
 	}
-	return cp.Clone(), nil
+	return cp, nil
 }
 
 // errTooBig reports a file that grew past the in-memory limit.

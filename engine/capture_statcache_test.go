@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -163,5 +165,53 @@ func TestCaptureFailedAppendKeepsStatCache(t *testing.T) {
 	}
 	if res.Stats.FilesRead != 1 {
 		t.Fatalf("after the failed capture: %+v", res.Stats)
+	}
+}
+
+// TestCaptureResultIsOwn checks that the checkpoint a capture returns
+// shares no memory with the caller's input or with what was stored:
+// changing one after the capture changes neither of the others.
+func TestCaptureResultIsOwn(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := Open(filepath.Join(dir, "store"), &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := db.AcquireWriter(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	os.MkdirAll(ws, 0o755)
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	art, err := db.PutArtifact(ctx, ArtifactInput{ArtifactID: "a1", Name: "a", MimeType: "text/plain", Data: bytes.NewReader([]byte("art"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := CaptureInput{Writer: l.Writer, Dir: ws, Conversation: []json.RawMessage{json.RawMessage(`{"role":"user"}`)},
+		Artifacts: []chain.Artifact{art}}
+	res, err := db.Capture(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := res.Checkpoint.Clone()
+	in.Conversation[0][2] = 'X'
+	in.Artifacts[0].Name = "changed"
+	if !reflect.DeepEqual(res.Checkpoint, want) {
+		t.Fatalf("changing the input changed the result: %+v", res.Checkpoint)
+	}
+	res.Checkpoint.Files[0].Path = "changed"
+	res.Checkpoint.Conversation[0][2] = 'Y'
+	res.Checkpoint.Artifacts[0].Name = "changed"
+	got, err := db.Get(ctx, want.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("changing the result changed the stored checkpoint:\n%+v\nwant\n%+v", got, want)
 	}
 }
