@@ -369,11 +369,10 @@ type capture struct {
 // are missing (keys the cache holds that the store does not), marks the
 // stale ones it takes for refreshing, and returns the files that must be
 // read.
-func (c *capture) plan(tree []walked, cache *statCache, missing, stale []string) []*walked {
+func (c *capture) plan(tree []*walked, cache *statCache, missing, stale []string) []*walked {
 	var toRead, hits []*walked
 	cursor, files := 0, 0
-	for i := range tree {
-		w := &tree[i]
+	for _, w := range tree {
 		if w.kind != chain.KindFile {
 			continue
 		}
@@ -693,8 +692,8 @@ func (s *streamReader) Read(p []byte) (int, error) {
 // and records as an empty directory each directory that has nothing
 // recorded beneath it any more, as the walk would have. tree is sorted by
 // path, and so is the result.
-func dropVanished(tree []walked) []walked {
-	out := make([]walked, 0, len(tree))
+func dropVanished(tree []*walked) []*walked {
+	out := make([]*walked, 0, len(tree))
 	var parents []string
 	for i := range tree {
 		if !tree[i].gone {
@@ -705,7 +704,7 @@ func dropVanished(tree []walked) []walked {
 	}
 	emptied := map[string]bool{}
 	for _, d := range parents {
-		i, _ := slices.BinarySearchFunc(out, d+"/", func(w walked, p string) int { return strings.Compare(w.path, p) })
+		i, _ := slices.BinarySearchFunc(out, d+"/", func(w *walked, p string) int { return strings.Compare(w.path, p) })
 		if i == len(out) || !strings.HasPrefix(out[i].path, d+"/") {
 			emptied[d] = true
 		}
@@ -714,15 +713,15 @@ func dropVanished(tree []walked) []walked {
 		return out
 	}
 	for d := range emptied {
-		out = append(out, walked{path: d, kind: chain.KindDir})
+		out = append(out, &walked{path: d, kind: chain.KindDir})
 	}
-	slices.SortFunc(out, func(a, b walked) int { return strings.Compare(a.path, b.path) })
+	slices.SortFunc(out, func(a, b *walked) int { return strings.Compare(a.path, b.path) })
 	return out
 }
 
 // count sets the manifest's entry counts and total size in the stats, and
 // the counts of the warnings and of what the policy excluded.
-func (c *capture) count(tree []walked, excluded map[string]int) {
+func (c *capture) count(tree []*walked, excluded map[string]int) {
 	if excluded == nil {
 		excluded = map[string]int{}
 	}
@@ -774,10 +773,9 @@ func emptyCapture(pol *workspace.Policy, root string, excluded int) error {
 
 // manifest builds the checkpoint's entries from the walk, every file's
 // digest and size known.
-func manifest(tree []walked) []chain.Entry {
+func manifest(tree []*walked) []chain.Entry {
 	out := make([]chain.Entry, len(tree))
-	for i := range tree {
-		w := &tree[i]
+	for i, w := range tree {
 		e := chain.Entry{Path: w.path, Kind: w.kind}
 		switch w.kind {
 		case chain.KindFile:

@@ -96,13 +96,13 @@ func statCachePath(storeDir, threadID, root string) string {
 // while read, with the stat of the bytes stored and their digest, for a
 // capture that began walking at taken under the secrets whose fingerprint
 // is secrets. It is built in one buffer sized up front.
-func encodeStatCache(taken int64, secrets [32]byte, tree []walked) []byte {
+func encodeStatCache(taken int64, secrets [32]byte, tree []*walked) []byte {
 	var salt [16]byte
 	rand.Read(salt[:])
 	verifier := secretsVerifier(salt, secrets)
 	n, size := 0, 0
-	for i := range tree {
-		if w := &tree[i]; w.kind == chain.KindFile && !w.unstable {
+	for _, w := range tree {
+		if w.kind == chain.KindFile && !w.unstable {
 			n++
 			size += len(w.path) + maxStatEntry
 		}
@@ -113,8 +113,8 @@ func encodeStatCache(taken int64, secrets [32]byte, tree []walked) []byte {
 	b = append(b, salt[:]...)
 	b = append(b, verifier[:]...)
 	b = binary.AppendUvarint(b, uint64(n))
-	for i := range tree {
-		if w := &tree[i]; w.kind == chain.KindFile && !w.unstable {
+	for _, w := range tree {
+		if w.kind == chain.KindFile && !w.unstable {
 			b = appendStatEntry(b, w.path, &w.st, &w.sum)
 		}
 	}

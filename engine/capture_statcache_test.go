@@ -21,13 +21,13 @@ import (
 
 // statTree is a walk of n files, every third one unstable, with a
 // directory and a symlink among them.
-func statTree(n int) []walked {
-	tree := []walked{{path: "a-dir", kind: chain.KindDir}, {path: "a-link", kind: chain.KindSymlink, target: "x"}}
+func statTree(n int) []*walked {
+	tree := []*walked{{path: "a-dir", kind: chain.KindDir}, {path: "a-link", kind: chain.KindSymlink, target: "x"}}
 	for i := range n {
 		w := walked{path: fmt.Sprintf("d%d/f%03d", i%4, i), kind: chain.KindFile, unstable: i%3 == 2,
 			st: fileStat{size: int64(i * 100), mtime: int64(i) << 32, ctime: -int64(i), ino: uint64(i) << 40, mode: 0o100644}}
 		w.sum[0], w.sum[31] = byte(i), byte(i>>8)
-		tree = append(tree, w)
+		tree = append(tree, &w)
 	}
 	return tree
 }
