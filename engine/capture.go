@@ -263,27 +263,28 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	}
 	redactor := workspace.NewRedactor(in.Secrets)
 	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
-	cache := &statCache{}
-	if !in.Rehash {
-		cache = loadStatCache(cachePath, redactor.Fingerprint())
-	}
 
 	c := &capture{db: db, root: root, dir: rootDir, redactor: redactor, batch: db.blobs.NewBatch(),
 		changes: &changeLog{strict: in.FailOnChange}, skipUnsupported: in.SkipUnsupported}
 	defer c.batch.Close() // after the append: the batch pins its keys until then
 	// A cached digest is only good while its blob is stored; pinned, it
-	// stays stored until the append has committed. Every key the cache
-	// holds is pinned and looked up while the tree is walked: the walk
-	// waits on system calls, and pinning the keys of files deleted since
-	// only keeps their blobs until this capture ends.
+	// stays stored until the append has committed. The cache is loaded,
+	// and every key it holds pinned and looked up, while the tree is
+	// walked: the walk waits on system calls, and pinning the keys of files
+	// deleted since only keeps their blobs until this capture ends.
 	type pinned struct {
+		cache          *statCache
 		missing, stale []string
 		err            error
 	}
 	pins := make(chan pinned, 1)
 	go func() {
+		cache := &statCache{}
+		if !in.Rehash {
+			cache = loadStatCache(cachePath, redactor.Fingerprint())
+		}
 		missing, stale, err := c.batch.Lookup(ctx, cache.keys())
-		pins <- pinned{missing, stale, err}
+		pins <- pinned{cache, missing, stale, err}
 	}()
 	started := time.Now()
 	storeDir, _ := filepath.Abs(db.dir)
@@ -296,6 +297,7 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err != nil {
 		return nil, err
 	}
+	cache := pin.cache
 	files := c.plan(tree, cache, pin.missing, pin.stale)
 	if err := c.pinArtifacts(ctx, in.Artifacts); err != nil {
 		return nil, err
@@ -319,14 +321,28 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	if err := db.point("capture.beforeCommit"); err != nil {
 		return nil, err
 	}
+	// The new stat cache is encoded and written beside the old one while
+	// the append waits on the disk, and renamed over it only once the
+	// append has committed.
+	var cacheTemp chan string
+	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
+		cacheTemp = make(chan string, 1)
+		go func() {
+			cacheTemp <- writeStatCacheTemp(cachePath, encodeStatCache(started.UnixNano(), redactor.Fingerprint(), tree))
+		}()
+	}
 	cp, err := db.commitCapture(ctx, c.batch, &in, manifest(tree))
+	if cacheTemp != nil {
+		if tmp := <-cacheTemp; tmp != "" && err == nil {
+			os.Rename(tmp, cachePath)
+		} else if tmp != "" {
+			os.Remove(tmp)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	c.stats.BytesNew = c.batch.Written()
-	if c.stats.FilesRead > 0 || c.stats.Files != len(cache.entries) {
-		newStatCache(started.UnixNano(), redactor.Fingerprint(), tree).save(cachePath)
-	}
 	warnings := c.changes.warnings
 	slices.SortStableFunc(warnings, func(a, b CaptureWarning) int { return strings.Compare(a.Path, b.Path) })
 	return &CaptureResult{Checkpoint: cp, Stats: c.stats, Warnings: warnings}, nil
@@ -353,11 +369,10 @@ type capture struct {
 // are missing (keys the cache holds that the store does not), marks the
 // stale ones it takes for refreshing, and returns the files that must be
 // read.
-func (c *capture) plan(tree []walked, cache *statCache, missing, stale []string) []*walked {
+func (c *capture) plan(tree []*walked, cache *statCache, missing, stale []string) []*walked {
 	var toRead, hits []*walked
 	cursor, files := 0, 0
-	for i := range tree {
-		w := &tree[i]
+	for _, w := range tree {
 		if w.kind != chain.KindFile {
 			continue
 		}
@@ -677,8 +692,8 @@ func (s *streamReader) Read(p []byte) (int, error) {
 // and records as an empty directory each directory that has nothing
 // recorded beneath it any more, as the walk would have. tree is sorted by
 // path, and so is the result.
-func dropVanished(tree []walked) []walked {
-	out := make([]walked, 0, len(tree))
+func dropVanished(tree []*walked) []*walked {
+	out := make([]*walked, 0, len(tree))
 	var parents []string
 	for i := range tree {
 		if !tree[i].gone {
@@ -689,7 +704,7 @@ func dropVanished(tree []walked) []walked {
 	}
 	emptied := map[string]bool{}
 	for _, d := range parents {
-		i, _ := slices.BinarySearchFunc(out, d+"/", func(w walked, p string) int { return strings.Compare(w.path, p) })
+		i, _ := slices.BinarySearchFunc(out, d+"/", func(w *walked, p string) int { return strings.Compare(w.path, p) })
 		if i == len(out) || !strings.HasPrefix(out[i].path, d+"/") {
 			emptied[d] = true
 		}
@@ -698,15 +713,15 @@ func dropVanished(tree []walked) []walked {
 		return out
 	}
 	for d := range emptied {
-		out = append(out, walked{path: d, kind: chain.KindDir})
+		out = append(out, &walked{path: d, kind: chain.KindDir})
 	}
-	slices.SortFunc(out, func(a, b walked) int { return strings.Compare(a.path, b.path) })
+	slices.SortFunc(out, func(a, b *walked) int { return strings.Compare(a.path, b.path) })
 	return out
 }
 
 // count sets the manifest's entry counts and total size in the stats, and
 // the counts of the warnings and of what the policy excluded.
-func (c *capture) count(tree []walked, excluded map[string]int) {
+func (c *capture) count(tree []*walked, excluded map[string]int) {
 	if excluded == nil {
 		excluded = map[string]int{}
 	}
@@ -758,10 +773,9 @@ func emptyCapture(pol *workspace.Policy, root string, excluded int) error {
 
 // manifest builds the checkpoint's entries from the walk, every file's
 // digest and size known.
-func manifest(tree []walked) []chain.Entry {
+func manifest(tree []*walked) []chain.Entry {
 	out := make([]chain.Entry, len(tree))
-	for i := range tree {
-		w := &tree[i]
+	for i, w := range tree {
 		e := chain.Entry{Path: w.path, Kind: w.kind}
 		switch w.kind {
 		case chain.KindFile:
@@ -783,10 +797,14 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 	if err != nil {
 		return nil, err
 	}
+	// cp shares no memory with the caller's input (files is the
+	// capture's own) nor with the store (appendTx copies it), so it is
+	// returned as it is: copying the manifest again costs its whole size.
 	cp := &chain.Checkpoint{
 		ID: in.ID, ThreadID: in.Writer.ThreadID, ParentID: head, CreatedAt: in.CreatedAt,
 		Reason: in.Reason, Label: in.Label, SourceRunID: in.SourceRunID,
-		Files: files, Conversation: in.Conversation, Artifacts: in.Artifacts,
+		Files: files, Conversation: chain.CloneMessages(in.Conversation),
+		Artifacts: append(make([]chain.Artifact, 0, len(in.Artifacts)), in.Artifacts...),
 	}
 	if cp.ID == "" {
 		cp.ID = lease.NewToken()
@@ -808,7 +826,7 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 		}
 		return nil, err
 	}
-	return cp.Clone(), nil
+	return cp, nil
 }
 
 // errTooBig reports a file that grew past the in-memory limit.

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -9,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/internal/meta"
 )
 
 // The stat cache lets a capture skip reading files that did not change: for
@@ -92,20 +91,49 @@ func statCachePath(storeDir, threadID, root string) string {
 	return filepath.Join(storeDir, statCacheDir, "stat-"+hex.EncodeToString(h.Sum(nil)[:16]))
 }
 
-// newStatCache returns the cache a capture leaves: every file of its walk
-// (sorted by path, as the walk is) but those that changed while read, with
-// the stat of the bytes stored and their digest, for a capture that began
-// walking at taken under the secrets whose fingerprint is secrets.
-func newStatCache(taken int64, secrets [32]byte, tree []walked) *statCache {
-	c := &statCache{taken: taken}
-	rand.Read(c.salt[:])
-	c.verifier = secretsVerifier(c.salt, secrets)
-	for i := range tree {
-		if w := &tree[i]; w.kind == chain.KindFile && !w.unstable {
-			c.entries = append(c.entries, statEntry{path: w.path, st: w.st, sum: w.sum})
+// encodeStatCache returns the cache a capture leaves, encoded: every file
+// of its walk (sorted by path, as the walk is) but those that changed
+// while read, with the stat of the bytes stored and their digest, for a
+// capture that began walking at taken under the secrets whose fingerprint
+// is secrets. It is built in one buffer sized up front.
+func encodeStatCache(taken int64, secrets [32]byte, tree []*walked) []byte {
+	var salt [16]byte
+	rand.Read(salt[:])
+	verifier := secretsVerifier(salt, secrets)
+	n, size := 0, 0
+	for _, w := range tree {
+		if w.kind == chain.KindFile && !w.unstable {
+			n++
+			size += len(w.path) + maxStatEntry
 		}
 	}
-	return c
+	b := make([]byte, 0, len(statCacheMagic)+3*binary.MaxVarintLen64+len(salt)+len(verifier)+size+8)
+	b = append(b, statCacheMagic...)
+	b = binary.AppendVarint(b, taken)
+	b = append(b, salt[:]...)
+	b = append(b, verifier[:]...)
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, w := range tree {
+		if w.kind == chain.KindFile && !w.unstable {
+			b = appendStatEntry(b, w.path, &w.st, &w.sum)
+		}
+	}
+	return binary.LittleEndian.AppendUint64(b, xxhash.Sum64(b))
+}
+
+// maxStatEntry bounds an entry's encoded size beyond its path's bytes: the
+// path's length, five varints, the digest.
+const maxStatEntry = 6*binary.MaxVarintLen64 + 32
+
+func appendStatEntry(b []byte, path string, st *fileStat, sum *[32]byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(path)))
+	b = append(b, path...)
+	b = binary.AppendVarint(b, st.size)
+	b = binary.AppendVarint(b, st.mtime)
+	b = binary.AppendVarint(b, st.ctime)
+	b = binary.AppendUvarint(b, st.ino)
+	b = binary.AppendUvarint(b, uint64(st.mode))
+	return append(b, sum[:]...)
 }
 
 // secretsVerifier tells whether a cache was taken under the same secrets
@@ -121,74 +149,158 @@ func secretsVerifier(salt [16]byte, secrets [32]byte) [32]byte {
 // missing, damaged or was taken under other secrets.
 func loadStatCache(path string, secrets [32]byte) *statCache {
 	b, err := os.ReadFile(path)
-	if err != nil || len(b) < len(statCacheMagic)+8 || string(b[:len(statCacheMagic)]) != statCacheMagic {
+	if err != nil {
+		return &statCache{}
+	}
+	return loadStatCacheBytes(b, secrets)
+}
+
+// loadStatCacheBytes decodes an encoded cache (see loadStatCache), which
+// takes b: the entries' paths are substrings of b, which must never be
+// written again. Decoding allocates the entry slice, nothing per entry.
+func loadStatCacheBytes(b []byte, secrets [32]byte) *statCache {
+	if len(b) < len(statCacheMagic)+8 || string(b[:len(statCacheMagic)]) != statCacheMagic {
 		return &statCache{}
 	}
 	body := b[:len(b)-8]
 	if binary.LittleEndian.Uint64(b[len(b)-8:]) != xxhash.Sum64(body) {
 		return &statCache{}
 	}
-	d := meta.NewDecoder(body[len(statCacheMagic):])
-	c := &statCache{taken: d.Varint()}
-	copy(c.salt[:], d.Fixed(16))
-	copy(c.verifier[:], d.Fixed(32))
-	if c.verifier != secretsVerifier(c.salt, secrets) {
+	// b is never written again: its string view saves copying it.
+	d := &statDecoder{b: body, s: unsafe.String(unsafe.SliceData(body), len(body)), pos: len(statCacheMagic)}
+	c := &statCache{taken: d.varint()}
+	copy(c.salt[:], d.fixed(16))
+	copy(c.verifier[:], d.fixed(32))
+	if d.bad || c.verifier != secretsVerifier(c.salt, secrets) {
 		return &statCache{}
 	}
-	n := d.Count(1 + 5 + 32)
-	c.entries = make([]statEntry, 0, n)
-	for range n {
-		var e statEntry
-		e.path = d.String()
-		e.st.size = d.Varint()
-		e.st.mtime = d.Varint()
-		e.st.ctime = d.Varint()
-		e.st.ino = d.Uvarint()
-		e.st.mode = uint32(d.Uvarint())
-		copy(e.sum[:], d.Fixed(32))
-		c.entries = append(c.entries, e)
+	// Every entry takes at least 1+5+32 bytes: a forged count cannot
+	// force a large allocation.
+	n := d.uvarint()
+	if n > uint64(len(body)-d.pos)/(1+5+32) {
+		return &statCache{}
 	}
-	if d.Err() != nil {
+	c.entries = make([]statEntry, n)
+	for i := range c.entries {
+		e := &c.entries[i]
+		e.path = d.str()
+		e.st.size = d.varint()
+		e.st.mtime = d.varint()
+		e.st.ctime = d.varint()
+		e.st.ino = d.uvarint()
+		e.st.mode = uint32(d.uvarint())
+		copy(e.sum[:], d.fixed(32))
+	}
+	if d.bad || d.pos != len(body) {
 		return &statCache{}
 	}
 	return c
 }
 
+// statDecoder reads what encodeStatCache wrote: b and s hold the same
+// bytes, and strings are cut from s. Past the first malformed field it
+// returns zero values and sets bad; it never panics.
+type statDecoder struct {
+	b   []byte
+	s   string
+	pos int
+	bad bool
+}
+
+func (d *statDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b[d.pos:])
+	if n <= 0 {
+		d.bad, d.pos = true, len(d.b)
+		return 0
+	}
+	d.pos += n
+	return v
+}
+
+func (d *statDecoder) varint() int64 {
+	v, n := binary.Varint(d.b[d.pos:])
+	if n <= 0 {
+		d.bad, d.pos = true, len(d.b)
+		return 0
+	}
+	d.pos += n
+	return v
+}
+
+// take returns the position of the next n bytes and skips them.
+func (d *statDecoder) take(n uint64) (int, bool) {
+	if n > uint64(len(d.b)-d.pos) {
+		d.bad, d.pos = true, len(d.b)
+		return 0, false
+	}
+	at := d.pos
+	d.pos += int(n)
+	return at, true
+}
+
+func (d *statDecoder) fixed(n int) []byte {
+	at, ok := d.take(uint64(n))
+	if !ok {
+		return nil
+	}
+	return d.b[at : at+n]
+}
+
+func (d *statDecoder) str() string {
+	n := d.uvarint()
+	at, ok := d.take(n)
+	if !ok {
+		return ""
+	}
+	return d.s[at : at+int(n)]
+}
+
 // save writes the cache atomically (rename); errors are ignored because a
 // missing cache only costs time.
 func (c *statCache) save(path string) {
-	e := &meta.Encoder{}
-	e.Varint(c.taken)
-	e.Fixed(c.salt[:])
-	e.Fixed(c.verifier[:])
-	e.Uvarint(uint64(len(c.entries)))
+	b := make([]byte, 0, 1024)
+	b = append(b, statCacheMagic...)
+	b = binary.AppendVarint(b, c.taken)
+	b = append(b, c.salt[:]...)
+	b = append(b, c.verifier[:]...)
+	b = binary.AppendUvarint(b, uint64(len(c.entries)))
 	for i := range c.entries {
-		x := &c.entries[i]
-		e.String(x.path)
-		e.Varint(x.st.size)
-		e.Varint(x.st.mtime)
-		e.Varint(x.st.ctime)
-		e.Uvarint(x.st.ino)
-		e.Uvarint(uint64(x.st.mode))
-		e.Fixed(x.sum[:])
+		b = appendStatEntry(b, c.entries[i].path, &c.entries[i].st, &c.entries[i].sum)
 	}
-	var buf bytes.Buffer
-	buf.WriteString(statCacheMagic)
-	buf.Write(e.Bytes())
-	buf.Write(binary.LittleEndian.AppendUint64(nil, xxhash.Sum64(buf.Bytes())))
-	os.MkdirAll(filepath.Dir(path), 0o755)
-	tmp := path + ".tmp"
-	if os.WriteFile(tmp, buf.Bytes(), 0o600) == nil {
+	b = binary.LittleEndian.AppendUint64(b, xxhash.Sum64(b))
+	if tmp := writeStatCacheTemp(path, b); tmp != "" {
 		os.Rename(tmp, path)
 	}
 }
 
+// writeStatCacheTemp writes an encoded cache beside path, to be renamed
+// over it, and returns the file written, or "" if it could not be.
+func writeStatCacheTemp(path string, b []byte) string {
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	tmp := path + ".tmp"
+	if os.WriteFile(tmp, b, 0o600) != nil {
+		os.Remove(tmp)
+		return ""
+	}
+	return tmp
+}
+
 // keys returns the blob key of every entry, in entry order, and keeps each
-// in its entry for lookup.
+// in its entry for lookup. The keys are cut from one string, allocated
+// once.
 func (c *statCache) keys() []string {
+	prefix := cas.Files.Prefix()
+	size := len(prefix) + hex.EncodedLen(32)
+	arena := make([]byte, len(c.entries)*size)
+	for i := range c.entries {
+		k := arena[i*size : (i+1)*size]
+		copy(k, prefix)
+		hex.Encode(k[len(prefix):], c.entries[i].sum[:])
+	}
+	all := unsafe.String(unsafe.SliceData(arena), len(arena)) // arena is never written again
 	keys := make([]string, len(c.entries))
 	for i := range c.entries {
-		c.entries[i].key = cas.Files.Key(c.entries[i].sum)
+		c.entries[i].key = all[i*size : (i+1)*size]
 		keys[i] = c.entries[i].key
 	}
 	return keys
