@@ -425,15 +425,32 @@ func TestDeleteUnusedAsksInUse(t *testing.T) {
 	f.s.Put(ctx, keyOf(Files, small), small)
 	f.s.Put(ctx, keyOf(Files, large), large)
 	keep := keyOf(Files, small)
+	listed, err := f.s.List(ctx, "")
+	if err != nil || len(listed) != 2 {
+		t.Fatal(listed, err)
+	}
+	want := map[string]time.Time{}
+	for _, info := range listed {
+		want[info.Key] = info.Uploaded
+	}
 	calls := 0
-	inUse := func(tx *bolt.Tx) (func(string) (bool, error), error) {
+	asked := map[string]time.Time{}
+	inUse := func(tx *bolt.Tx) (func(string, time.Time) (bool, error), error) {
 		calls++
-		return func(k string) (bool, error) { return k == keep, nil }, nil
+		return func(k string, uploaded time.Time) (bool, error) {
+			asked[k] = uploaded
+			return k == keep, nil
+		}, nil
 	}
 	keys := []string{keyOf(Files, large), "junk", keyOf(Files, []byte("never stored")), keep, keyOf(Files, large)}
 	del, err := f.s.DeleteUnused(ctx, keys, inUse)
 	if err != nil || !cmp.Equal(del, []string{keyOf(Files, large)}) || calls != 1 {
 		t.Fatalf("DeleteUnused = %v, %v (%d calls); want only the large key, one transaction", del, err, calls)
+	}
+	// The test is asked about stored keys only, each with its entry's
+	// upload time.
+	if !cmp.Equal(asked, want) {
+		t.Fatalf("inUse was asked %v; want the stored keys with their upload times %v", asked, want)
 	}
 	ns, sum, _ := ParseKey(keyOf(Files, large))
 	if _, err := os.Stat(filepath.Join(f.dir, "blobs", largePath(ns, sum))); !os.IsNotExist(err) {
@@ -442,8 +459,8 @@ func TestDeleteUnusedAsksInUse(t *testing.T) {
 	if _, err := f.s.Get(ctx, keep); err != nil {
 		t.Fatal(err)
 	}
-	failing := func(*bolt.Tx) (func(string) (bool, error), error) {
-		return func(string) (bool, error) { return false, errors.New("boom") }, nil
+	failing := func(*bolt.Tx) (func(string, time.Time) (bool, error), error) {
+		return func(string, time.Time) (bool, error) { return false, errors.New("boom") }, nil
 	}
 	if _, err := f.s.DeleteUnused(ctx, []string{keep}, failing); err == nil {
 		t.Fatal("an inUse error was ignored")

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -122,8 +123,10 @@ var ErrPinned = errors.New("blob is pinned by a write in progress")
 
 // InUse tells DeleteUnused, inside its transaction, whether something other
 // than a pin still needs a key (the engine: a checkpoint references it). It
-// is called once per transaction and returns the per-key test.
-type InUse func(tx *bolt.Tx) (func(key string) (bool, error), error)
+// is called once per transaction and returns the per-key test, which is
+// given the upload time of the key's index entry as that transaction reads
+// it, so that it need not look the entry up again.
+type InUse func(tx *bolt.Tx) (func(key string, uploaded time.Time) (bool, error), error)
 
 // DeleteUnused deletes those of keys that are stored, not pinned, and not in
 // use by inUse's account (nil: nothing is), all in one index transaction that
@@ -150,7 +153,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 		// retried alone); start clean each time.
 		s.pins.unmarkDying(deleted)
 		deleted, files = deleted[:0], files[:0]
-		used := func(string) (bool, error) { return false, nil }
+		used := func(string, time.Time) (bool, error) { return false, nil }
 		if inUse != nil {
 			var err error
 			if used, err = inUse(tx); err != nil {
@@ -173,7 +176,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 			if err != nil {
 				return corrupt(key, "index entry: "+err.Error())
 			}
-			if u, err := used(key); u || err != nil {
+			if u, err := used(key, time.UnixMilli(e.uploaded)); u || err != nil {
 				if err != nil {
 					return err
 				}

@@ -117,10 +117,11 @@ func mergeRefs(a, b []chain.BlobRef) []chain.BlobRef {
 // blobUse is the in-use test of a delete from the blob store, inside the
 // deleting transaction: a key is in use while a checkpoint references it
 // or a plain object or artifact record holds it, and, unless deadline is
-// zero, while its upload time is not before deadline. pending, if set,
-// caches the pending checkpoints across the transactions of one sweep.
+// zero, while the upload time of its index entry, read in the same
+// transaction, is not before deadline. pending, if set, caches the pending
+// checkpoints across the transactions of one sweep.
 func (db *DB) blobUse(pending *meta.PendingCache, deadline time.Time) cas.InUse {
-	return func(tx *bolt.Tx) (func(string) (bool, error), error) {
+	return func(tx *bolt.Tx) (func(string, time.Time) (bool, error), error) {
 		var rc *meta.RefCounter
 		if pending != nil {
 			var err error
@@ -130,18 +131,12 @@ func (db *DB) blobUse(pending *meta.PendingCache, deadline time.Time) cas.InUse 
 		} else {
 			rc = meta.NewRefCounter(tx)
 		}
-		return func(key string) (bool, error) {
+		return func(key string, uploaded time.Time) (bool, error) {
+			if !deadline.IsZero() && !uploaded.Before(deadline) {
+				return true, nil // refreshed since the listing
+			}
 			if n, err := meta.HoldCount(tx, key); n > 0 || err != nil {
 				return true, err
-			}
-			if !deadline.IsZero() {
-				info, ok, err := cas.InfoIn(tx, key)
-				if err != nil {
-					return true, err
-				}
-				if ok && !info.Uploaded.Before(deadline) {
-					return true, nil // refreshed since the listing
-				}
 			}
 			return rc.Referenced(key)
 		}, nil

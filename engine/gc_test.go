@@ -472,3 +472,34 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("Compact of an open store = %v, want ErrLocked", err)
 	}
 }
+
+// TestSweepRechecksUploadTime: a blob nothing references or holds, listed
+// as old, whose upload time a dedup hit refreshes between the listing and
+// the deleting transaction, is kept: that transaction reads the time
+// again. Only then, once the window has passed again, is it swept.
+func TestSweepRechecksUploadTime(t *testing.T) {
+	f := newGCFixture(t)
+	ctx := context.Background()
+	data := []byte("a blob a host uploads and a later capture finds")
+	key := fileKey(data)
+	if err := f.db.Blobs().Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	f.advance(2 * time.Hour) // past cas.RefreshAfter and the window
+	remove := f.db.OnPoint("sweep.marked", func() error {
+		_, err := f.db.Blobs().Head(ctx, key) // a dedup hit: refreshes
+		return err
+	})
+	res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour})
+	remove()
+	if err != nil || len(res.Deleted) != 0 {
+		t.Fatalf("sweep with a dedup hit after its listing deleted %v (%v)", res.Deleted, err)
+	}
+	if _, err := f.db.Blobs().Get(ctx, key); err != nil {
+		t.Fatalf("the refreshed blob: %v", err)
+	}
+	f.advance(2 * time.Hour)
+	if res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
+		t.Fatalf("sweep past the window deleted %v (%v); want %s", res.Deleted, err, key)
+	}
+}

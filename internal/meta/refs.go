@@ -72,11 +72,14 @@ func (rc *RefCounter) Count(key string) (int64, error) {
 // Referenced reports whether any checkpoint uses key. A folded count above
 // 0 answers it without decoding pending checkpoints.
 func (rc *RefCounter) Referenced(key string) (bool, error) {
-	if n, err := rc.folded(key); n > 0 || err != nil {
+	n, err := rc.folded(key)
+	if n > 0 || err != nil {
 		return n > 0, err
 	}
-	n, err := rc.Count(key)
-	return n > 0, err
+	if err := rc.loadPending(); err != nil {
+		return false, err
+	}
+	return n+rc.pending[key] > 0, nil
 }
 
 // All returns every key with a count above 0, in UTF-8 byte order. It
