@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/klauspost/compress/zstd"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -41,12 +43,29 @@ import (
 // the spirit of restic's prune, which tolerates 5% unused space.
 const DefaultRepackThreshold = 0.05
 
+// RepackOptions says which packs Repack rewrites.
+type RepackOptions struct {
+	// Threshold is the dead share at which a pack is rewritten without
+	// its dead bytes (0 < Threshold <= 1).
+	Threshold float64
+	// Recompress also rewrites, at RecompressLevel, every pack whose
+	// frames were compressed at a lower level (a pack that records none
+	// was written at zstd.SpeedDefault), if its file was last modified
+	// before ColdBefore (the zero time: whatever its age).
+	Recompress bool
+	ColdBefore time.Time
+}
+
 // RepackStats says what Repack did.
 type RepackStats struct {
 	Packs  int   `json:"packs"`  // packs rewritten or, with nothing live, removed
 	Blobs  int   `json:"blobs"`  // live blobs copied
 	Before int64 `json:"before"` // bytes of the packs rewritten
 	After  int64 `json:"after"`  // bytes of the packs written in their place
+	// Recompressed counts the packs among Packs that were rewritten for
+	// their level alone, and RecompressedBytes their bytes (in Before).
+	Recompressed      int   `json:"recompressed"`
+	RecompressedBytes int64 `json:"recompressedBytes"`
 	// Damaged lists the packs left as they were because a blob in them
 	// could not be read back intact; sbxdb check --verify-blobs names it.
 	Damaged []string `json:"damaged,omitempty"`
@@ -99,16 +118,81 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 	return u, err
 }
 
-// Repack rewrites every pack whose dead bytes are at least threshold of its
-// size (0 < threshold <= 1; packs with no dead bytes are never rewritten).
-// Readers and writers go on meanwhile; one Repack runs at a time.
-func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, error) {
+// repackPlan picks the packs Repack rewrites, and the level it writes them
+// at: RecompressLevel if any is picked for its level, else the highest
+// level any of them was written at, so a repack never compresses worse.
+func (s *Store) repackPlan(tx *bolt.Tx, opts RepackOptions, st *RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
+	old := map[uint64]packStats{}
+	level := CaptureLevel
+	err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case ps.dead > 0 && float64(ps.dead) >= opts.Threshold*float64(ps.total):
+			level = max(level, ps.at())
+		case opts.Recompress && ps.at() < RecompressLevel && ps.dead < ps.total && s.packColdBefore(id, opts.ColdBefore):
+			level = RecompressLevel
+			st.Recompressed++
+			st.RecompressedBytes += int64(ps.total)
+		default:
+			return nil
+		}
+		old[id] = ps
+		st.Packs++
+		st.Before += int64(ps.total)
+		return nil
+	})
+	if st.Recompressed > 0 {
+		level = RecompressLevel
+	}
+	return old, level, err
+}
+
+// packColdBefore reports whether pack id's file was last modified before
+// t (the zero time: always). Packs are written once, by one batch.
+func (s *Store) packColdBefore(id uint64, t time.Time) bool {
+	if t.IsZero() {
+		return true
+	}
+	fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
+	return err == nil && fi.ModTime().Before(t)
+}
+
+// checkRepackOptions validates opts.
+func checkRepackOptions(opts RepackOptions) error {
+	if !(opts.Threshold > 0 && opts.Threshold <= 1) {
+		return fmt.Errorf("cas: repack threshold %v is not in (0, 1]", opts.Threshold)
+	}
+	return nil
+}
+
+// RepackPlan reports what Repack with opts would rewrite now (Packs,
+// Before, Recompressed, RecompressedBytes), changing nothing.
+func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (RepackStats, error) {
+	var st RepackStats
+	if err := checkRepackOptions(opts); err != nil {
+		return st, err
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		_, _, err := s.repackPlan(tx, opts, &st)
+		return err
+	})
+	return st, err
+}
+
+// Repack rewrites every pack whose dead bytes are at least opts.Threshold
+// of its size (packs with no dead bytes are never rewritten for them) and,
+// with opts.Recompress, every cold pack written at a level below
+// RecompressLevel. Readers and writers go on meanwhile; one Repack runs at
+// a time.
+func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, error) {
 	var st RepackStats
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
 	}
-	if !(threshold > 0 && threshold <= 1) {
-		return st, fmt.Errorf("cas: repack threshold %v is not in (0, 1]", threshold)
+	if err := checkRepackOptions(opts); err != nil {
+		return st, err
 	}
 	if err := s.gate.Refused(); err != nil {
 		return st, err
@@ -123,18 +207,13 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		to     entry
 		copied bool
 	}
-	old := map[uint64]packStats{}
+	var old map[uint64]packStats
+	var level zstd.EncoderLevel
+	var plan RepackStats
 	var moves []move
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
-			if err != nil {
-				return err
-			}
-			if ps.dead > 0 && float64(ps.dead) >= threshold*float64(ps.total) {
-				old[id] = ps
-			}
-			return nil
-		}); err != nil || len(old) == 0 {
+		var err error
+		if old, level, err = s.repackPlan(tx, opts, &plan); err != nil || len(old) == 0 {
 			return err
 		}
 		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
@@ -150,6 +229,10 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	if err != nil || len(old) == 0 {
 		return st, err
 	}
+	enc, err := s.encoder(level)
+	if err != nil {
+		return st, err
+	}
 	// Read each old pack front to back.
 	slices.SortFunc(moves, func(a, b move) int {
 		if a.from.pack != b.from.pack {
@@ -162,6 +245,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	// stores them: small ones gathered into blocks, whatever frames they
 	// had, so repacking a format-1 pack also gives its blobs blocks.
 	w := s.NewBatch()
+	w.enc, w.level = enc, level
 	defer w.removeFiles() // a no-op once the new packs are registered
 	damaged := map[uint64]bool{}
 	out := getBuf(MaxPacked + decodeSlack)
@@ -218,7 +302,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 		newStats := map[uint64]*packStats{}
 		for _, p := range w.packs {
-			newStats[p.id] = &packStats{total: uint64(p.size)}
+			newStats[p.id] = &packStats{total: uint64(p.size), level: level}
 		}
 		for i := range moves {
 			m := &moves[i]
@@ -287,6 +371,10 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		s.fs.Remove(filepath.Join(s.dir, packPath(id)))
 		st.Packs++
 		st.Before += int64(ps.total)
+		if ps.dead == 0 || float64(ps.dead) < opts.Threshold*float64(ps.total) {
+			st.Recompressed++
+			st.RecompressedBytes += int64(ps.total)
+		}
 	}
 	s.mu.Unlock()
 	s.packsMu.Unlock()
