@@ -35,7 +35,8 @@ import (
 //	4   frame version (1)
 //	5   codec: 0 raw, 1 zstd
 //	6   namespace: 0 sandbox-files, 1 sandbox-artifacts
-//	7   reserved, 0
+//	7   the zstd level of a large file's frame written by Repack's
+//	    recompression (format 3); 0 otherwise
 //	8   raw size, uint64 little-endian (the uncompressed length)
 //	16  stored size, uint64 little-endian (the bytes after the header)
 //	24  sha256 of the raw bytes (the key's digest)
@@ -193,6 +194,7 @@ type header struct {
 	stored  uint64
 	sum     [32]byte // blob frame: the blob's digest
 	members uint32   // block frame: the member count
+	level   byte     // blob frame of a large file: its recompression level, or 0
 	check   uint64   // block frame: xxhash64 of the decoded payload
 }
 
@@ -202,6 +204,7 @@ func (h *header) encode() [headerSize]byte {
 	b[4] = h.version
 	b[5] = h.codec
 	b[6] = byte(h.ns)
+	b[7] = h.level
 	binary.LittleEndian.PutUint64(b[8:], h.raw)
 	binary.LittleEndian.PutUint64(b[16:], h.stored)
 	if h.version == blockFrame {
@@ -224,10 +227,11 @@ func decodeHeader(b []byte) (header, error) {
 	if binary.LittleEndian.Uint64(b[56:]) != xxhash.Sum64(b[:56]) {
 		return h, errHeader
 	}
-	if b[4] < blobFrame || b[4] > blockFrame || b[5] > codecZstd || b[6] > byte(Artifacts) || b[7] != 0 {
+	if b[4] < blobFrame || b[4] > blockFrame || b[5] > codecZstd || b[6] > byte(Artifacts) ||
+		b[7] > byte(zstd.SpeedBestCompression) || b[7] != 0 && b[4] != blobFrame {
 		return h, fmt.Errorf("unknown frame version %d or codec %d", b[4], b[5])
 	}
-	h.version, h.codec, h.ns = b[4], b[5], Namespace(b[6])
+	h.version, h.codec, h.ns, h.level = b[4], b[5], Namespace(b[6]), b[7]
 	h.raw = binary.LittleEndian.Uint64(b[8:])
 	h.stored = binary.LittleEndian.Uint64(b[16:])
 	if h.version == blockFrame {

@@ -280,3 +280,97 @@ func TestRecompressCrashBeforeSwitchingIsSafe(t *testing.T) {
 	}
 	f.readAll(t, blobs)
 }
+
+// largeHeader returns the frame header of key's large file.
+func (f *fixture) largeHeader(t *testing.T, key string) header {
+	t.Helper()
+	ns, sum, _ := ParseKey(key)
+	b, err := os.ReadFile(filepath.Join(f.dir, "blobs", largePath(ns, sum)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestRepackRecompressesLargeFiles(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	large := text(MaxPacked+(1<<20), 8)
+	key := keyOf(Files, large)
+	if err := f.s.Put(ctx, key, large); err != nil {
+		t.Fatal(err)
+	}
+	before := f.largeHeader(t, key)
+	if before.level != 0 || before.codec != codecZstd {
+		t.Fatalf("a batch's large frame: %+v", before)
+	}
+	plan, err := f.s.RepackPlan(ctx, RepackOptions{Threshold: 1, Recompress: true})
+	if err != nil || plan.Recompressed != 1 || plan.RecompressedBytes != headerSize+int64(before.stored) {
+		t.Fatalf("RepackPlan = %+v, %v", plan, err)
+	}
+	st, err := f.s.Repack(ctx, RepackOptions{Threshold: 1, Recompress: true})
+	if err != nil || st.Recompressed != 1 || st.After >= st.Before {
+		t.Fatalf("Repack = %+v, %v", st, err)
+	}
+	after := f.largeHeader(t, key)
+	if after.level != byte(RecompressLevel) || after.stored >= before.stored {
+		t.Fatalf("recompressed frame %+v, was %+v", after, before)
+	}
+	info, err := f.s.Head(ctx, key)
+	if err != nil || info.Stored != int64(after.stored) {
+		t.Fatalf("Head after recompression = %+v, %v", info, err)
+	}
+	f.readAll(t, map[string][]byte{key: large})
+	if st, err := f.s.Repack(ctx, RepackOptions{Threshold: 1, Recompress: true}); err != nil || st.Packs != 0 {
+		t.Fatalf("second Repack = %+v, %v", st, err)
+	}
+}
+
+// A crash after the recompressed file replaced the old one and before the
+// index learned its size leaves a store that reads and checks clean.
+func TestRecompressedLargeFileBeforeTheIndexReads(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	large := text(MaxPacked+(1<<20), 9)
+	key := keyOf(Files, large)
+	if err := f.s.Put(ctx, key, large); err != nil {
+		t.Fatal(err)
+	}
+	f.s.Close()
+	d := &failingDB{DB: f.db}
+	s, err := Open(filepath.Join(f.dir, "blobs"), d, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.fail = func() {}
+	if _, err := s.Repack(ctx, RepackOptions{Threshold: 1, Recompress: true}); err == nil {
+		t.Fatal("Repack with a failed index update succeeded")
+	}
+	s.Close()
+	f.db.Close()
+	f.s = nil
+	f.reopen(t)
+	if h := f.largeHeader(t, key); h.level != byte(RecompressLevel) {
+		t.Fatalf("the new frame is not in place: %+v", h)
+	}
+	info, _ := f.s.Head(ctx, key)
+	if h := f.largeHeader(t, key); info.Stored == int64(h.stored) {
+		t.Fatal("the index learned the new size: the failure injected nothing")
+	}
+	f.readAll(t, map[string][]byte{key: large})
+	if err := f.s.Check(ctx, false, nil, func(key string, err error) { t.Errorf("check: %s: %v", key, err) }); err != nil {
+		t.Fatal(err)
+	}
+	// The next recompression finds the frame at its level and records its
+	// size.
+	if st, err := f.s.Repack(ctx, RepackOptions{Threshold: 1, Recompress: true}); err != nil || st.Packs != 0 {
+		t.Fatalf("Repack after the crash = %+v, %v", st, err)
+	}
+	if info, _ := f.s.Head(ctx, key); info.Stored != int64(f.largeHeader(t, key).stored) {
+		t.Fatalf("stored %d after the next Repack, the frame holds %d", info.Stored, f.largeHeader(t, key).stored)
+	}
+}

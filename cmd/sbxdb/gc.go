@@ -352,12 +352,12 @@ func printGC(inv *invocation, res *engine.GCResult, complete bool) {
 	r := res.Repack
 	if inv.dryRun {
 		fmt.Fprintf(w, "repack: would rewrite %s (%s), recompressing %s (%s)\n",
-			count(r.Packs, "pack"), size(r.Before), count(r.Recompressed, "cold pack"), size(r.RecompressedBytes))
+			count(r.Packs, "file"), size(r.Before), count(r.Recompressed, "cold file"), size(r.RecompressedBytes))
 		return
 	}
 	fmt.Fprintf(w, "repack: rewrote %s, moving %s: %s → %s", count(r.Packs, "pack"), count(r.Blobs, "live blob"), size(r.Before), size(r.After))
 	if r.Recompressed > 0 {
-		fmt.Fprintf(w, " (recompressed %s of %s)", count(r.Recompressed, "cold pack"), size(r.RecompressedBytes))
+		fmt.Fprintf(w, " (recompressed %s of %s)", count(r.Recompressed, "cold file"), size(r.RecompressedBytes))
 	}
 	fmt.Fprintln(w)
 	for _, d := range r.Damaged {

@@ -196,9 +196,9 @@ func TestGCRecompressesColdPacks(t *testing.T) {
 		return res
 	}
 	dry := ok(t, "gc", "--db", store, "--older-than", "1h", "--dry-run")
-	wantMatch(t, dry, `(?m)^repack: would rewrite 0 packs \(0 B\), recompressing 0 cold packs \(0 B\)$`)
+	wantMatch(t, dry, `(?m)^repack: would rewrite 0 files \(0 B\), recompressing 0 cold files \(0 B\)$`)
 	dry = ok(t, "gc", "--db", store, "--older-than", "0", "--dry-run")
-	wantMatch(t, dry, `(?m)^repack: would rewrite 2 packs \(.*\), recompressing 2 cold packs \(.*\)$`)
+	wantMatch(t, dry, `(?m)^repack: would rewrite 2 files \(.*\), recompressing 2 cold files \(.*\)$`)
 	if res := gcJSON("--older-than", "1h"); res.Repack.Packs != 0 {
 		t.Fatalf("gc --older-than 1h rewrote fresh packs: %+v", res.Repack)
 	}
@@ -206,7 +206,7 @@ func TestGCRecompressesColdPacks(t *testing.T) {
 		t.Fatalf("gc --no-recompress rewrote packs: %+v", res.Repack)
 	}
 	out := ok(t, "gc", "--db", store, "--older-than", "0")
-	wantMatch(t, out, `(?m)^repack: rewrote 2 packs, moving 3 live blobs: .* \(recompressed 2 cold packs of .*\)$`)
+	wantMatch(t, out, `(?m)^repack: rewrote 2 packs, moving 3 live blobs: .* \(recompressed 2 cold files of .*\)$`)
 	if res := gcJSON("--older-than", "0"); res.Repack.Packs != 0 {
 		t.Fatalf("a second gc recompressed again: %+v", res.Repack)
 	}
