@@ -273,7 +273,7 @@ func (s *Store) setLargeStored(l largeItem) error {
 //  1. the key is pinned, so no sweep deletes it meanwhile;
 //  2. its bytes are read, verified as every read is, and written to a
 //     temporary file as a new frame recording RecompressLevel, which is
-//     fsynced; a file that does not shrink by 1/32 is left as it is;
+//     fsynced; a file that does not shrink is left as it is;
 //  3. the new file is renamed over the old (its directory fsynced): a
 //     reader finds one whole frame or the other, and a large frame's own
 //     header gives its codec and stored size (checkFrame);
@@ -393,8 +393,8 @@ func (s *Store) recompressLarge(ctx context.Context, enc *zstd.Encoder, l largeI
 		return 0, err // a read error is the blob's (*Error), verified by r
 	}
 	stored := uint64(counted.n)
-	if uint64(raw) != cur.raw || stored >= cur.stored-cur.stored/32 {
-		return 0, nil
+	if uint64(raw) != cur.raw || stored >= cur.stored {
+		return 0, nil // no smaller: the next run tries again
 	}
 	h := header{version: blobFrame, codec: codecZstd, ns: ns, raw: uint64(raw), stored: stored, sum: sum, level: byte(RecompressLevel)}
 	hb := h.encode()
