@@ -49,6 +49,8 @@ type Batch struct {
 	larges  map[string]string   // key → temp file of a new large blob, until renamed into place
 	held    []string            // keys pinned by this batch, released by Close
 	written int64               // bytes of the frames of new blobs, headers included
+	enc     *zstd.Encoder       // compresses packed blobs and blocks, at level
+	level   zstd.EncoderLevel   // recorded in the stats of the packs written
 	closed  bool
 	done    bool
 	err     error // first write error; the batch can only be aborted
@@ -64,7 +66,8 @@ type AddResult struct {
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
-	b := &Batch{s: s, added: map[string]entry{}, refresh: map[string]struct{}{}, larges: map[string]string{}}
+	b := &Batch{s: s, added: map[string]entry{}, refresh: map[string]struct{}{}, larges: map[string]string{},
+		enc: s.enc, level: CaptureLevel}
 	b.idle.L = &b.mu
 	return b
 }
@@ -114,7 +117,7 @@ func (b *Batch) store(ns Namespace, key string, sum [32]byte, data []byte) (bool
 		out := getBuf(len(data)/2 + 64)
 		defer putBuf(out)
 		h := header{version: blobFrame, ns: ns, sum: sum}
-		stored := compress(b.s.enc, &h, data, out)
+		stored := compress(b.enc, &h, data, out)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if err := b.writable(); err != nil {
@@ -155,7 +158,7 @@ func (b *Batch) store(ns Namespace, key string, sum [32]byte, data []byte) (bool
 	b.sealing++
 	b.mu.Unlock()
 
-	h, stored := blk.seal(b.s.enc)
+	h, stored := blk.seal(b.enc)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer b.idle.Broadcast()
@@ -179,7 +182,7 @@ func (b *Batch) flushBlocks() error {
 			continue
 		}
 		b.open[ns] = nil
-		h, stored := blk.seal(b.s.enc)
+		h, stored := blk.seal(b.enc)
 		err := b.placeBlock(blk, &h, stored)
 		blk.release()
 		if err != nil {
@@ -510,7 +513,7 @@ func (b *Batch) index(tx *bolt.Tx) error {
 	now := b.s.opts.Now().UnixMilli()
 	idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 	for _, p := range b.packs {
-		if err := packs.Put(packKey(p.id), packStats{total: uint64(p.size)}.encode()); err != nil {
+		if err := packs.Put(packKey(p.id), packStats{total: uint64(p.size), level: b.level}.encode()); err != nil {
 			return err
 		}
 	}

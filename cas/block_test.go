@@ -470,7 +470,7 @@ func TestReadEachDuringRepack(t *testing.T) {
 	<-inFn
 	repacked := make(chan error, 1)
 	go func() {
-		st, err := f.s.Repack(ctx, DefaultRepackThreshold)
+		st, err := f.s.Repack(ctx, RepackOptions{Threshold: DefaultRepackThreshold})
 		if err == nil && st.Packs != 1 {
 			err = fmt.Errorf("repack %+v", st)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -96,7 +97,9 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 			fi, err := os.Stat(filepath.Join(s.dir, largePath(ns, sum)))
 			if err != nil {
 				bad(it.key, "its file is missing")
-			} else if fi.Size() < end {
+			} else if fi.Size() < end && fi.Size()-headerSize < largeStored(filepath.Join(s.dir, largePath(ns, sum))) {
+				// A recompressed file may be shorter than the index
+				// says until the index learns its size: its header says.
 				bad(it.key, "its file is truncated")
 			}
 		}
@@ -148,4 +151,23 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 		progress(int(done.Load()), len(items))
 	}
 	return ctx.Err()
+}
+
+// largeStored returns the stored size a large file's frame header gives,
+// or the largest int64 if the header does not decode.
+func largeStored(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return math.MaxInt64
+	}
+	defer f.Close()
+	var hb [headerSize]byte
+	if _, err := io.ReadFull(f, hb[:]); err != nil {
+		return math.MaxInt64
+	}
+	h, err := decodeHeader(hb[:])
+	if err != nil || h.stored > math.MaxInt64-headerSize {
+		return math.MaxInt64
+	}
+	return int64(h.stored)
 }

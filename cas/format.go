@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/chain"
 )
 
@@ -34,7 +35,8 @@ import (
 //	4   frame version (1)
 //	5   codec: 0 raw, 1 zstd
 //	6   namespace: 0 sandbox-files, 1 sandbox-artifacts
-//	7   reserved, 0
+//	7   the zstd level of a large file's frame written by Repack's
+//	    recompression (format 3); 0 otherwise
 //	8   raw size, uint64 little-endian (the uncompressed length)
 //	16  stored size, uint64 little-endian (the bytes after the header)
 //	24  sha256 of the raw bytes (the key's digest)
@@ -63,7 +65,8 @@ import (
 //
 //	cas_meta   "format" → FormatVersion, one byte
 //	cas_index  key → entry (below), one per stored blob
-//	cas_packs  be64(pack id) → pack stats: uvarint total bytes, uvarint dead bytes
+//	cas_packs  be64(pack id) → pack stats: uvarint total bytes, uvarint dead
+//	           bytes, then (format 3) the uvarint zstd level of its frames
 //
 // An index entry is: where byte (0 blob frame in a pack, 1 large file,
 // 2 member of a block frame in a pack), then for 0 and 2 the pack id and
@@ -76,11 +79,14 @@ import (
 // if and only if it has an index entry: bytes on disk that no entry names
 // (a crash between writing and committing) are dead and never read.
 //
-// Format 1 had no block frames and no where 2; a format-1 store is read as
-// it is, and its first writable open stamps format 2.
+// Format 1 had no block frames and no where 2; format 2 recorded no level
+// in the pack stats (its packs were written at zstd.SpeedDefault). A
+// format-1 or format-2 store is read as it is, and its first writable open
+// stamps format 3, which older builds refuse (ErrFormat) rather than read
+// pack stats they cannot decode.
 
 // FormatVersion is the blob layout this build reads and writes.
-const FormatVersion = 2
+const FormatVersion = 3
 
 const (
 	frameMagic = "sbxb"
@@ -188,6 +194,7 @@ type header struct {
 	stored  uint64
 	sum     [32]byte // blob frame: the blob's digest
 	members uint32   // block frame: the member count
+	level   byte     // blob frame of a large file: its recompression level, or 0
 	check   uint64   // block frame: xxhash64 of the decoded payload
 }
 
@@ -197,6 +204,7 @@ func (h *header) encode() [headerSize]byte {
 	b[4] = h.version
 	b[5] = h.codec
 	b[6] = byte(h.ns)
+	b[7] = h.level
 	binary.LittleEndian.PutUint64(b[8:], h.raw)
 	binary.LittleEndian.PutUint64(b[16:], h.stored)
 	if h.version == blockFrame {
@@ -219,10 +227,11 @@ func decodeHeader(b []byte) (header, error) {
 	if binary.LittleEndian.Uint64(b[56:]) != xxhash.Sum64(b[:56]) {
 		return h, errHeader
 	}
-	if b[4] < blobFrame || b[4] > blockFrame || b[5] > codecZstd || b[6] > byte(Artifacts) || b[7] != 0 {
+	if b[4] < blobFrame || b[4] > blockFrame || b[5] > codecZstd || b[6] > byte(Artifacts) ||
+		b[7] > byte(zstd.SpeedBestCompression) || b[7] != 0 && b[4] != blobFrame {
 		return h, fmt.Errorf("unknown frame version %d or codec %d", b[4], b[5])
 	}
-	h.version, h.codec, h.ns = b[4], b[5], Namespace(b[6])
+	h.version, h.codec, h.ns, h.level = b[4], b[5], Namespace(b[6]), b[7]
 	h.raw = binary.LittleEndian.Uint64(b[8:])
 	h.stored = binary.LittleEndian.Uint64(b[16:])
 	if h.version == blockFrame {
@@ -370,13 +379,31 @@ func decodeEntry(key string, b []byte) (entry, error) {
 
 func packKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
-// packStats is the value of cas_packs: what a pack holds and how much of it
-// no index entry names any more (the repack threshold reads it).
-type packStats struct{ total, dead uint64 }
+// packStats is the value of cas_packs: what a pack holds, how much of it
+// no index entry names any more (the repack threshold reads it) and the
+// zstd level its frames were compressed at (repack's recompression reads
+// it). A level of 0 is not recorded: the pack predates format 3, whose
+// writer compressed at zstd.SpeedDefault (see packStats.at).
+type packStats struct {
+	total, dead uint64
+	level       zstd.EncoderLevel
+}
+
+// at returns the level the pack's frames were compressed at.
+func (p packStats) at() zstd.EncoderLevel {
+	if p.level == 0 {
+		return zstd.SpeedDefault
+	}
+	return p.level
+}
 
 func (p packStats) encode() []byte {
 	b := binary.AppendUvarint(nil, p.total)
-	return binary.AppendUvarint(b, p.dead)
+	b = binary.AppendUvarint(b, p.dead)
+	if p.level != 0 {
+		b = binary.AppendUvarint(b, uint64(p.level))
+	}
+	return b
 }
 
 func decodePackStats(b []byte) (packStats, error) {
@@ -386,9 +413,17 @@ func decodePackStats(b []byte) (packStats, error) {
 		return p, errEntry
 	}
 	b = b[n:]
-	if p.dead, n = binary.Uvarint(b); n <= 0 || n != len(b) {
+	if p.dead, n = binary.Uvarint(b); n <= 0 {
 		return p, errEntry
 	}
+	if b = b[n:]; len(b) == 0 {
+		return p, nil // format 2: no level
+	}
+	lv, n := binary.Uvarint(b)
+	if n != len(b) || lv < uint64(zstd.SpeedFastest) || lv > uint64(zstd.SpeedBestCompression) {
+		return p, errEntry
+	}
+	p.level = zstd.EncoderLevel(lv)
 	return p, nil
 }
 

@@ -61,6 +61,12 @@ func checkFrame(key string, ns Namespace, sum [32]byte, e *entry, hb []byte) (he
 		return h, corrupt(key, err.Error())
 	}
 	want := header{version: blobFrame, codec: e.codec, ns: ns, raw: e.raw, stored: e.stored, sum: sum}
+	if e.where == whereLarge {
+		// A large file's frame is the word on its own codec and stored
+		// size: Repack's recompression renames a new frame over the file
+		// before the index learns its size (see recompressLarge).
+		want.codec, want.stored, want.level = h.codec, h.stored, h.level
+	}
 	if e.where == whereBlock {
 		want.version, want.raw, want.sum, want.members, want.check = blockFrame, e.blockRaw, [32]byte{}, h.members, h.check
 	}

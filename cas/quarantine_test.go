@@ -92,7 +92,7 @@ func TestOpenQuarantinesUnlistedPackWhenIndexedPackIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.reopenWith(t, Options{})
-	if st, err := f.s.Repack(ctx, 0.01); err != nil || st.Packs != 1 {
+	if st, err := f.s.Repack(ctx, RepackOptions{Threshold: 0.01}); err != nil || st.Packs != 1 {
 		t.Fatalf("repack: %+v, %v", st, err)
 	}
 	newPack := f.packFiles(t)

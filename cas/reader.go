@@ -62,11 +62,12 @@ func (s *Store) openLarge(key string, ns Namespace, sum [32]byte, e *entry) (*Re
 		f.Close()
 		return nil, corrupt(key, "truncated frame header")
 	}
-	if _, err := checkFrame(key, ns, sum, e, hb[:]); err != nil {
+	h, err := checkFrame(key, ns, sum, e, hb[:])
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	r, err := s.streamingReader(key, sum, e.raw, e.codec, io.LimitReader(f, int64(e.stored)))
+	r, err := s.streamingReader(key, sum, h.raw, h.codec, io.LimitReader(f, int64(h.stored)))
 	if err != nil {
 		f.Close()
 		return nil, err

@@ -1,17 +1,25 @@
 package cas
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/klauspost/compress/zstd"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -41,12 +49,30 @@ import (
 // the spirit of restic's prune, which tolerates 5% unused space.
 const DefaultRepackThreshold = 0.05
 
+// RepackOptions says which packs Repack rewrites.
+type RepackOptions struct {
+	// Threshold is the dead share at which a pack is rewritten without
+	// its dead bytes (0 < Threshold <= 1).
+	Threshold float64
+	// Recompress also rewrites, at RecompressLevel, every pack whose
+	// frames were compressed at a lower level (a pack that records none
+	// was written at zstd.SpeedDefault), if its file was last modified
+	// before ColdBefore (the zero time: whatever its age).
+	Recompress bool
+	ColdBefore time.Time
+}
+
 // RepackStats says what Repack did.
 type RepackStats struct {
-	Packs  int   `json:"packs"`  // packs rewritten or, with nothing live, removed
+	Packs  int   `json:"packs"`  // packs (and large files) rewritten or, with nothing live, removed
 	Blobs  int   `json:"blobs"`  // live blobs copied
 	Before int64 `json:"before"` // bytes of the packs rewritten
 	After  int64 `json:"after"`  // bytes of the packs written in their place
+	// Recompressed counts the packs and large files among Packs that were
+	// rewritten for their level alone, and RecompressedBytes their bytes
+	// (in Before).
+	Recompressed      int   `json:"recompressed"`
+	RecompressedBytes int64 `json:"recompressedBytes"`
 	// Damaged lists the packs left as they were because a blob in them
 	// could not be read back intact; sbxdb check --verify-blobs names it.
 	Damaged []string `json:"damaged,omitempty"`
@@ -99,16 +125,316 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 	return u, err
 }
 
-// Repack rewrites every pack whose dead bytes are at least threshold of its
-// size (0 < threshold <= 1; packs with no dead bytes are never rewritten).
-// Readers and writers go on meanwhile; one Repack runs at a time.
-func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, error) {
+// repackPlan picks the packs Repack rewrites, and the level it writes them
+// at: RecompressLevel if any is picked for its level, else the highest
+// level any of them was written at, so a repack never compresses worse.
+func (s *Store) repackPlan(tx *bolt.Tx, opts RepackOptions, st *RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
+	old := map[uint64]packStats{}
+	level := CaptureLevel
+	err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case ps.dead > 0 && float64(ps.dead) >= opts.Threshold*float64(ps.total):
+			level = max(level, ps.at())
+		case opts.Recompress && ps.at() < RecompressLevel && ps.dead < ps.total && s.packColdBefore(id, opts.ColdBefore):
+			level = RecompressLevel
+			st.Recompressed++
+			st.RecompressedBytes += int64(ps.total)
+		default:
+			return nil
+		}
+		old[id] = ps
+		st.Packs++
+		st.Before += int64(ps.total)
+		return nil
+	})
+	if st.Recompressed > 0 {
+		level = RecompressLevel
+	}
+	return old, level, err
+}
+
+// packColdBefore reports whether pack id's file was last modified before
+// t (the zero time: always). Packs are written once, by one batch.
+func (s *Store) packColdBefore(id uint64, t time.Time) bool {
+	if t.IsZero() {
+		return true
+	}
+	fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
+	return err == nil && fi.ModTime().Before(t)
+}
+
+// checkRepackOptions validates opts.
+func checkRepackOptions(opts RepackOptions) error {
+	if !(opts.Threshold > 0 && opts.Threshold <= 1) {
+		return fmt.Errorf("cas: repack threshold %v is not in (0, 1]", opts.Threshold)
+	}
+	return nil
+}
+
+// RepackPlan reports what Repack with opts would rewrite now (Packs,
+// Before, Recompressed, RecompressedBytes), changing nothing.
+func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (RepackStats, error) {
+	var st RepackStats
+	if err := checkRepackOptions(opts); err != nil {
+		return st, err
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		_, _, err := s.repackPlan(tx, opts, &st)
+		return err
+	})
+	if err == nil && opts.Recompress {
+		var larges []largeItem
+		if larges, _, err = s.coldLarges(ctx, opts.ColdBefore); err == nil {
+			for _, l := range larges {
+				st.Packs++
+				st.Before += headerSize + int64(l.e.stored)
+				st.Recompressed++
+				st.RecompressedBytes += headerSize + int64(l.e.stored)
+			}
+		}
+	}
+	return st, err
+}
+
+// largeItem is a large blob that Repack may recompress.
+type largeItem struct {
+	key string
+	e   entry
+}
+
+// coldLarges lists the large blobs whose files were written before t
+// (the zero time: any) at a level below RecompressLevel: their frame
+// header records none (a batch's, at zstd.SpeedFastest) or a lower one.
+// It also returns those recompressed already whose index entry does not
+// have their frame's stored size (a crash before recompressLarge's step
+// 4), with the size in e.stored.
+func (s *Store) coldLarges(ctx context.Context, t time.Time) (cold, stale []largeItem, err error) {
+	var all []largeItem
+	err = s.db.View(func(tx *bolt.Tx) error {
+		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
+			if err == nil && e.where == whereLarge && e.codec == codecZstd {
+				all = append(all, largeItem{key, *e})
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range all {
+		ns, sum, _ := ParseKey(l.key)
+		path := filepath.Join(s.dir, largePath(ns, sum))
+		f, err := os.Open(path)
+		if err != nil {
+			continue // Check reports it
+		}
+		var hb [headerSize]byte
+		_, err = io.ReadFull(f, hb[:])
+		fi, serr := f.Stat()
+		f.Close()
+		if err != nil || serr != nil {
+			continue
+		}
+		h, err := decodeHeader(hb[:])
+		switch {
+		case err != nil || h.raw != l.e.raw:
+		case h.level >= byte(RecompressLevel):
+			if h.stored != l.e.stored || h.codec != l.e.codec {
+				l.e.stored, l.e.codec = h.stored, h.codec
+				stale = append(stale, l)
+			}
+		case t.IsZero() || fi.ModTime().Before(t):
+			cold = append(cold, l)
+		}
+	}
+	return cold, stale, nil
+}
+
+// setLargeStored records the stored size and codec of l's large file in
+// its index entry if that still names a large file of the same size.
+func (s *Store) setLargeStored(l largeItem) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		e, ok, err := lookup(tx, l.key)
+		if err != nil || !ok || e.where != whereLarge || e.raw != l.e.raw {
+			return err
+		}
+		e.codec, e.stored = l.e.codec, l.e.stored
+		return tx.Bucket(bucketIndex).Put([]byte(l.key), e.encode(l.key))
+	})
+}
+
+// recompressLarges rewrites each cold large file (coldLarges) at
+// RecompressLevel, adding what it did to st. For each, in an order that is
+// safe at every step:
+//
+//  1. the key is pinned, so no sweep deletes it meanwhile;
+//  2. its bytes are read, verified as every read is, and written to a
+//     temporary file as a new frame recording RecompressLevel, which is
+//     fsynced; a file that does not shrink is left as it is;
+//  3. the new file is renamed over the old (its directory fsynced): a
+//     reader finds one whole frame or the other, and a large frame's own
+//     header gives its codec and stored size (checkFrame);
+//  4. one transaction records the new stored size in the index entry if
+//     it still names the large file.
+//
+// A crash before 3 leaves a temporary file, which Open removes; between 3
+// and 4, an entry whose stored size is the old frame's, which only Usage
+// reads. A file that does not read back intact is left alone and reported
+// in st.Damaged.
+func (s *Store) recompressLarges(ctx context.Context, t time.Time, st *RepackStats) error {
+	cold, stale, err := s.coldLarges(ctx, t)
+	if err != nil {
+		return err
+	}
+	for _, l := range stale {
+		if err := s.setLargeStored(l); err != nil {
+			return err
+		}
+	}
+	if len(cold) == 0 {
+		return nil
+	}
+	// Up to GOMAXPROCS files at a time, each through an encoder of its own.
+	var (
+		mu    sync.Mutex
+		first error
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for range min(runtime.GOMAXPROCS(0), len(cold)) {
+		wg.Go(func() {
+			enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(RecompressLevel),
+				zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(4<<20), zstd.WithEncoderCRC(false))
+			if err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+				return
+			}
+			defer enc.Close()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(cold) || ctx.Err() != nil {
+					return
+				}
+				l := cold[i]
+				s.pins.pin([]string{l.key})
+				after, err := s.recompressLarge(ctx, enc, l)
+				s.pins.unpin([]string{l.key})
+				mu.Lock()
+				switch {
+				case errors.Is(err, ErrCorrupt):
+					st.Damaged = append(st.Damaged, fmt.Sprintf("large blob %s: %v", l.key, err))
+				case err != nil:
+					first = cmp.Or(first, err)
+					next.Store(int64(len(cold))) // stop the others
+				case after > 0:
+					st.Packs++
+					st.Blobs++
+					st.Recompressed++
+					st.RecompressedBytes += headerSize + int64(l.e.stored)
+					st.Before += headerSize + int64(l.e.stored)
+					st.After += after
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return cmp.Or(first, ctx.Err())
+}
+
+// recompressLarge rewrites one large file (recompressLarges) and returns
+// its new size, or 0 if it was left as it was.
+func (s *Store) recompressLarge(ctx context.Context, enc *zstd.Encoder, l largeItem) (int64, error) {
+	ns, sum, _ := ParseKey(l.key)
+	cur, err := s.entry(l.key)
+	if errors.Is(err, ErrNotFound) || err == nil && cur.where != whereLarge {
+		return 0, nil // deleted or moved since it was listed
+	} else if err != nil {
+		return 0, err
+	}
+	r, err := s.openLarge(l.key, ns, sum, &cur)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	r.ctx = ctx
+	tmp, err := s.fs.CreateTemp(filepath.Join(s.dir, "tmp"), "recompress-*")
+	if err != nil {
+		return 0, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			s.fs.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(make([]byte, headerSize)); err != nil {
+		return 0, err
+	}
+	counted := &countWriter{w: tmp}
+	enc.Reset(counted)
+	bw := bufio.NewWriterSize(enc, 256<<10)
+	buf := copyBufs.Get().(*[]byte)
+	raw, err := io.CopyBuffer(struct{ io.Writer }{bw}, struct{ io.Reader }{r}, *buf)
+	copyBufs.Put(buf)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := enc.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err // a read error is the blob's (*Error), verified by r
+	}
+	stored := uint64(counted.n)
+	if uint64(raw) != cur.raw || stored >= cur.stored {
+		return 0, nil // no smaller: the next run tries again
+	}
+	h := header{version: blobFrame, codec: codecZstd, ns: ns, raw: uint64(raw), stored: stored, sum: sum, level: byte(RecompressLevel)}
+	hb := h.encode()
+	if _, err := tmp.WriteAt(hb[:], 0); err != nil {
+		return 0, err
+	}
+	if !s.opts.NoSync {
+		if err := tmp.Sync(); err != nil {
+			return 0, s.syncFailed(err)
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return 0, err
+	}
+	dst := filepath.Join(s.dir, largePath(ns, sum))
+	if err := s.fs.Rename(tmp.Name(), dst); err != nil {
+		return 0, err
+	}
+	done = true
+	if !s.opts.NoSync {
+		if err := s.fs.SyncDir(filepath.Dir(dst)); err != nil {
+			return 0, s.syncFailed(err)
+		}
+	}
+	l.e.codec, l.e.stored = codecZstd, stored
+	return headerSize + int64(stored), s.setLargeStored(l)
+}
+
+// Repack rewrites every pack whose dead bytes are at least opts.Threshold
+// of its size (packs with no dead bytes are never rewritten for them) and,
+// with opts.Recompress, every cold pack written at a level below
+// RecompressLevel. Readers and writers go on meanwhile; one Repack runs at
+// a time.
+func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, error) {
 	var st RepackStats
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
 	}
-	if !(threshold > 0 && threshold <= 1) {
-		return st, fmt.Errorf("cas: repack threshold %v is not in (0, 1]", threshold)
+	if err := checkRepackOptions(opts); err != nil {
+		return st, err
 	}
 	if err := s.gate.Refused(); err != nil {
 		return st, err
@@ -123,18 +449,13 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		to     entry
 		copied bool
 	}
-	old := map[uint64]packStats{}
+	var old map[uint64]packStats
+	var level zstd.EncoderLevel
+	var plan RepackStats
 	var moves []move
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
-			if err != nil {
-				return err
-			}
-			if ps.dead > 0 && float64(ps.dead) >= threshold*float64(ps.total) {
-				old[id] = ps
-			}
-			return nil
-		}); err != nil || len(old) == 0 {
+		var err error
+		if old, level, err = s.repackPlan(tx, opts, &plan); err != nil || len(old) == 0 {
 			return err
 		}
 		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
@@ -147,7 +468,20 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 			return nil
 		})
 	})
-	if err != nil || len(old) == 0 {
+	if err != nil {
+		return st, err
+	}
+	if opts.Recompress {
+		// Large files first: they do not depend on the packs' outcome.
+		if err := s.recompressLarges(ctx, opts.ColdBefore, &st); err != nil {
+			return st, err
+		}
+	}
+	if len(old) == 0 {
+		return st, nil
+	}
+	enc, err := s.encoder(level)
+	if err != nil {
 		return st, err
 	}
 	// Read each old pack front to back.
@@ -162,6 +496,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 	// stores them: small ones gathered into blocks, whatever frames they
 	// had, so repacking a format-1 pack also gives its blobs blocks.
 	w := s.NewBatch()
+	w.enc, w.level = enc, level
 	defer w.removeFiles() // a no-op once the new packs are registered
 	damaged := map[uint64]bool{}
 	out := getBuf(MaxPacked + decodeSlack)
@@ -218,7 +553,7 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 		newStats := map[uint64]*packStats{}
 		for _, p := range w.packs {
-			newStats[p.id] = &packStats{total: uint64(p.size)}
+			newStats[p.id] = &packStats{total: uint64(p.size), level: level}
 		}
 		for i := range moves {
 			m := &moves[i]
@@ -287,6 +622,10 @@ func (s *Store) Repack(ctx context.Context, threshold float64) (RepackStats, err
 		s.fs.Remove(filepath.Join(s.dir, packPath(id)))
 		st.Packs++
 		st.Before += int64(ps.total)
+		if ps.dead == 0 || float64(ps.dead) < opts.Threshold*float64(ps.total) {
+			st.Recompressed++
+			st.RecompressedBytes += int64(ps.total)
+		}
 	}
 	s.mu.Unlock()
 	s.packsMu.Unlock()

@@ -100,7 +100,7 @@ func TestRepackReclaimsDeadBytes(t *testing.T) {
 			}
 		})
 	}
-	st, err := f.s.Repack(ctx, DefaultRepackThreshold)
+	st, err := f.s.Repack(ctx, RepackOptions{Threshold: DefaultRepackThreshold})
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -117,7 +117,7 @@ func TestRepackReclaimsDeadBytes(t *testing.T) {
 	if len(after) != 1 || after[0] == before[0] {
 		t.Fatalf("packs %v → %v, want one new pack", before, after)
 	}
-	if st, err := f.s.Repack(ctx, DefaultRepackThreshold); err != nil || st.Packs != 0 {
+	if st, err := f.s.Repack(ctx, RepackOptions{Threshold: DefaultRepackThreshold}); err != nil || st.Packs != 0 {
 		t.Fatalf("second Repack = %+v, %v; want nothing to do", st, err)
 	}
 	f.reopen(t) // the index survives and names only the new pack
@@ -169,7 +169,7 @@ func TestRepackDropsAPackWithNothingLive(t *testing.T) {
 		all = append(all, k)
 	}
 	f.s.DeleteUnused(ctx, all, nil)
-	st, err := f.s.Repack(ctx, 1)
+	st, err := f.s.Repack(ctx, RepackOptions{Threshold: 1})
 	if err != nil || st.Packs != 1 || st.Blobs != 0 || st.After != 0 {
 		t.Fatalf("Repack = %+v, %v", st, err)
 	}
@@ -199,7 +199,7 @@ func TestRepackLeavesADamagedPack(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	data[live.offset+headerSize+live.stored/2] ^= 0xff // inside a live frame's payload
 	os.WriteFile(path, data, 0o644)
-	st, err := f.s.Repack(ctx, DefaultRepackThreshold)
+	st, err := f.s.Repack(ctx, RepackOptions{Threshold: DefaultRepackThreshold})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestSyncFailureRefusesWrites(t *testing.T) {
 			writes := map[string]func() error{
 				"put":    func() error { return s.Put(ctx, keyOf(Files, other), other) },
 				"delete": func() error { _, err := s.DeleteUnused(ctx, []string{keyOf(Files, old)}, nil); return err },
-				"repack": func() error { _, err := s.Repack(ctx, 0.01); return err },
+				"repack": func() error { _, err := s.Repack(ctx, RepackOptions{Threshold: 0.01}); return err },
 				"batch": func() error {
 					b := s.NewBatch()
 					defer b.Close()

@@ -49,7 +49,7 @@ func (c *Client) GC(ctx context.Context, opts engine.GCOptions) (*engine.GCResul
 	in := map[string]any{
 		"retain": opts.Retain, "keep": opts.Keep, "threads": adminStrings(opts.Threads),
 		"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate,
-		"repackThreshold": opts.RepackThreshold, "dryRun": opts.DryRun,
+		"repackThreshold": opts.RepackThreshold, "recompress": opts.Recompress, "dryRun": opts.DryRun,
 	}
 	var res engine.GCResult
 	if err := c.call(ctx, "/v1/gc", in, &res); err != nil {

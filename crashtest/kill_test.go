@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
@@ -141,7 +142,7 @@ func child(dir string) int {
 			case "sweep":
 				_, err = db.Sweep(ctx, engine.SweepOptions{Immediate: true})
 			case "repack":
-				_, err = db.Repack(ctx, 0.01)
+				_, err = db.Repack(ctx, cas.RepackOptions{Threshold: 0.01})
 			case "gc":
 				_, err = db.GC(ctx, engine.GCOptions{Immediate: true, RepackThreshold: 0.2})
 			}

@@ -499,7 +499,7 @@ func faultCases() []faultCase {
 			name: "repack",
 			prepare: func(f *faultFixture) {
 				// Only the pack made here has dead bytes.
-				if _, err := f.db.Repack(ctx, 0.01); err != nil {
+				if _, err := f.db.Repack(ctx, cas.RepackOptions{Threshold: 0.01}); err != nil {
 					f.t.Fatal(err)
 				}
 				f.edit()
@@ -518,7 +518,7 @@ func faultCases() []faultCase {
 				}
 			},
 			run: func(f *faultFixture) error {
-				_, err := f.db.Repack(ctx, 0.01)
+				_, err := f.db.Repack(ctx, cas.RepackOptions{Threshold: 0.01})
 				return err
 			},
 			done: func(f *faultFixture) {

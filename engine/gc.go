@@ -224,17 +224,18 @@ func (b *sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, e
 	return b.db.blobs.DeleteUnused(ctx, keys, b.db.blobUse(&b.pending, b.deadline))
 }
 
-// Repack rewrites the blob packs whose dead share is at least threshold
-// (0 means cas.DefaultRepackThreshold), giving back the space of swept
-// blobs.
-func (db *DB) Repack(ctx context.Context, threshold float64) (cas.RepackStats, error) {
+// Repack rewrites the blob packs whose dead share is at least
+// opts.Threshold (0 means cas.DefaultRepackThreshold), giving back the
+// space of swept blobs, and with opts.Recompress the cold packs written at
+// a level below cas.RecompressLevel (cas.Store.Repack).
+func (db *DB) Repack(ctx context.Context, opts cas.RepackOptions) (cas.RepackStats, error) {
 	if db.c == nil {
 		return cas.RepackStats{}, ErrReadOnly
 	}
-	if threshold == 0 {
-		threshold = cas.DefaultRepackThreshold
+	if opts.Threshold == 0 {
+		opts.Threshold = cas.DefaultRepackThreshold
 	}
-	return db.blobs.Repack(ctx, threshold)
+	return db.blobs.Repack(ctx, opts)
 }
 
 // GCOptions configures DB.GC.
@@ -252,9 +253,13 @@ type GCOptions struct {
 	// RepackThreshold is the dead share at which a pack is rewritten; 0
 	// means cas.DefaultRepackThreshold.
 	RepackThreshold float64
+	// Recompress also rewrites at cas.RecompressLevel the packs written
+	// at a lower level more than OlderThan ago (cas.RepackOptions).
+	Recompress bool
 	// DryRun changes nothing and reports what would be deleted. Its sweep
-	// counts the references the retention step would drop. It does not
-	// estimate repacking.
+	// counts the references the retention step would drop; its repack
+	// names the packs that would be rewritten as they are now, before the
+	// sweep (Packs, Before, Recompressed, RecompressedBytes).
 	DryRun bool
 }
 
@@ -311,7 +316,10 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Sweep, err = db.sweep(ctx, sweep, without)
+		if res.Sweep, err = db.sweep(ctx, sweep, without); err != nil {
+			return res, err
+		}
+		res.Repack, err = db.blobs.RepackPlan(ctx, db.repackOptions(opts))
 		res.After = res.Before
 		return res, err
 	}
@@ -335,7 +343,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if res.Sweep, err = db.Sweep(ctx, sweep); err != nil {
 		return res, err
 	}
-	if res.Repack, err = db.Repack(ctx, opts.RepackThreshold); err != nil {
+	if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
 		return res, err
 	}
 	if res.Orphans, err = db.blobs.RemoveOrphans(ctx, opts.OlderThan); err != nil {
@@ -343,6 +351,20 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	}
 	res.After, err = db.blobs.Usage(ctx)
 	return res, err
+}
+
+// repackOptions returns the repack options of a GC with opts: cold packs
+// are those whose files were written more than opts.OlderThan ago, by the
+// wall clock that stamps files (as for RemoveOrphans).
+func (db *DB) repackOptions(opts GCOptions) cas.RepackOptions {
+	ro := cas.RepackOptions{Threshold: opts.RepackThreshold, Recompress: opts.Recompress}
+	if ro.Threshold == 0 {
+		ro.Threshold = cas.DefaultRepackThreshold
+	}
+	if opts.Recompress {
+		ro.ColdBefore = time.Now().Add(-opts.OlderThan)
+	}
+	return ro
 }
 
 // planRetention fills res.Retention.Deleted with what retention would

@@ -107,7 +107,7 @@ func (f *poisonFixture) requireWritesRefused(cause error) {
 		}},
 		{"acquire-writer", func() error { _, err := f.db.AcquireWriter(ctx, "other"); return err }},
 		{"delete-head", func() error { return f.db.DeleteHead(ctx, "t", f.cp1.ID, f.w) }},
-		{"repack", func() error { _, err := f.db.Repack(ctx, 0.01); return err }},
+		{"repack", func() error { _, err := f.db.Repack(ctx, cas.RepackOptions{Threshold: 0.01}); return err }},
 		{"blob-put", func() error { return f.db.Blobs().Put(ctx, cas.Files.Key(sha256.Sum256([]byte("new"))), []byte("new")) }},
 	}
 	for _, w := range writes {

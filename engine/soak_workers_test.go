@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
@@ -689,7 +690,7 @@ func (w *soakWorker) gc() {
 
 func (w *soakWorker) repack() {
 	s := w.s
-	_, err := s.db.Repack(s.ctx, []float64{0.01, 0.2, 0}[w.r.IntN(3)])
+	_, err := s.db.Repack(s.ctx, cas.RepackOptions{Threshold: []float64{0.01, 0.2, 0}[w.r.IntN(3)]})
 	s.count(soakOpRepack, err)
 	if err != nil {
 		s.failf("Repack: %v", err)

@@ -61,6 +61,7 @@ type gcRequest struct {
 	OlderThanMs     int64              `json:"olderThanMs"`
 	Immediate       bool               `json:"immediate"`
 	RepackThreshold float64            `json:"repackThreshold"`
+	Recompress      bool               `json:"recompress"`
 	DryRun          bool               `json:"dryRun"`
 }
 
@@ -83,7 +84,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts := engine.GCOptions{Retain: in.Retain, Keep: in.Keep, OlderThan: olderThan, Immediate: in.Immediate,
-		RepackThreshold: in.RepackThreshold, DryRun: in.DryRun}
+		RepackThreshold: in.RepackThreshold, Recompress: in.Recompress, DryRun: in.DryRun}
 	for _, t := range in.Threads {
 		opts.Threads = append(opts.Threads, string(t))
 	}

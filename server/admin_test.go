@@ -484,3 +484,28 @@ func TestRestorePaths(t *testing.T) {
 		t.Errorf("refused restores made %s (%v)", out, err)
 	}
 }
+
+// GCOptions.Recompress travels to the server: without it no pack is
+// rewritten for its level, with it (dry or not) the cold ones are.
+func TestGCRecompress(t *testing.T) {
+	db := openDB(t)
+	w := writer(t, db, "main")
+	s := New(db, Options{})
+	u := serveUnix(t, s)
+	ctx := context.Background()
+	if _, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: tree(t, 20, 100), ID: "cp1"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := u.c.GC(ctx, engine.GCOptions{Immediate: true})
+	if err != nil || res.Repack.Recompressed != 0 {
+		t.Fatalf("gc without recompress: %+v, %v", res, err)
+	}
+	res, err = u.c.GC(ctx, engine.GCOptions{Immediate: true, Recompress: true, DryRun: true})
+	if err != nil || res.Repack.Recompressed != 1 {
+		t.Fatalf("dry gc with recompress: %+v, %v", res, err)
+	}
+	res, err = u.c.GC(ctx, engine.GCOptions{Immediate: true, Recompress: true})
+	if err != nil || res.Repack.Recompressed != 1 {
+		t.Fatalf("gc with recompress: %+v, %v", res, err)
+	}
+}

@@ -182,7 +182,7 @@ var gcCmd = register(&command{
 	name:       "gc",
 	group:      groupMaintain,
 	writes:     true,
-	flagsUsage: "--older-than DURATION [--keep N] [--thread THREAD]... [--repack-threshold FRACTION] [--dry-run] [-v]",
+	flagsUsage: "--older-than DURATION [--keep N] [--thread THREAD]... [--repack-threshold FRACTION] [--no-recompress] [--dry-run] [-v]",
 	summary:    "Delete old checkpoints and unused blobs, and give their space back",
 	detail: `Three steps. Retention (with --keep N): on every thread (or each --thread),
 keep the newest N checkpoints of the head chain, the head included (N 0
@@ -194,15 +194,18 @@ capture; 0 deletes unused blobs of any age, which is safe against captures
 in this process but not against a host that uploaded blobs it has yet to
 name). Nothing is deleted when a referenced blob is missing (run sbxdb
 check). Repacking: pack files whose dead share reaches --repack-threshold
-are rewritten without it. Blob files a crash left behind are removed once
-older than --older-than.
+are rewritten without it, and pack files written more than --older-than
+ago at a captures' fast compression level are recompressed at a better one
+(--no-recompress leaves them). Blob files a crash left behind are removed
+once older than --older-than.
 
-Prints the checkpoints deleted per thread, the blobs deleted and the bytes
-given back (-v lists every blob key). --dry-run changes nothing and prints
-what would be deleted (its sweep counts the references retention would
-drop; it does not estimate repacking). With --json: {retention: {deleted,
+Prints the checkpoints deleted per thread, the blobs deleted, the packs
+rewritten and recompressed and the bytes given back (-v lists every blob
+key). --dry-run changes nothing and prints what would be deleted and
+which packs would be rewritten as the store is now (its sweep counts the
+references retention would drop). With --json: {retention: {deleted,
 busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
-before, after}, before, after}.
+before, after, recompressed, recompressedBytes}, before, after}.
 
 ` + viaServer,
 	flags: func(fset *pflag.FlagSet, inv *invocation) {
@@ -225,6 +228,7 @@ before, after}, before, after}.
 		fset.Var(&inv.threads, "thread", "apply retention to `THREAD` only (repeatable)")
 		fset.BoolVar(&inv.dryRun, "dry-run", false, "change nothing; print what would be deleted")
 		fset.Float64Var(&inv.repackThreshold, "repack-threshold", cas.DefaultRepackThreshold, "rewrite packs whose dead share is at least `FRACTION`")
+		fset.BoolVar(&inv.noRecompress, "no-recompress", false, "do not recompress cold packs at a better level")
 		fset.BoolVarP(&inv.verbose, "verbose", "v", false, "list every deleted blob key")
 	},
 	check: func(inv *invocation, args []string) error {
@@ -257,6 +261,7 @@ func runGC(inv *invocation, _ []string) error {
 		OlderThan:       *inv.olderThan,
 		Immediate:       *inv.olderThan == 0,
 		RepackThreshold: inv.repackThreshold,
+		Recompress:      !inv.noRecompress,
 		DryRun:          inv.dryRun,
 	})
 	// On failure, what was done before it is said too: retention may
@@ -344,11 +349,17 @@ func printGC(inv *invocation, res *engine.GCResult, complete bool) {
 	s := res.Sweep
 	fmt.Fprintf(w, "sweep: examined %s, %d referenced; %s %s (%s)\n",
 		count(s.Examined, "blob"), s.Referenced, verb, count(len(s.Deleted), "blob"), size(s.Bytes))
+	r := res.Repack
 	if inv.dryRun {
+		fmt.Fprintf(w, "repack: would rewrite %s (%s), recompressing %s (%s)\n",
+			count(r.Packs, "file"), size(r.Before), count(r.Recompressed, "cold file"), size(r.RecompressedBytes))
 		return
 	}
-	r := res.Repack
-	fmt.Fprintf(w, "repack: rewrote %s, moving %s: %s → %s\n", count(r.Packs, "pack"), count(r.Blobs, "live blob"), size(r.Before), size(r.After))
+	fmt.Fprintf(w, "repack: rewrote %s, moving %s: %s → %s", count(r.Packs, "pack"), count(r.Blobs, "live blob"), size(r.Before), size(r.After))
+	if r.Recompressed > 0 {
+		fmt.Fprintf(w, " (recompressed %s of %s)", count(r.Recompressed, "cold file"), size(r.RecompressedBytes))
+	}
+	fmt.Fprintln(w)
 	for _, d := range r.Damaged {
 		fmt.Fprintf(w, "repack: left a damaged pack alone: %s\n", d)
 	}

@@ -181,3 +181,34 @@ func TestCheckRepairExitStatus(t *testing.T) {
 	wantMatch(t, out, `(?m)^repaired: rewrote the counts of 1 blob key$`)
 	ok(t, "check", "--db", store)
 }
+
+// gc recompresses packs older than --older-than at a better level by
+// default; --no-recompress leaves them, and --dry-run names them.
+func TestGCRecompressesColdPacks(t *testing.T) {
+	store := versions(t, 2)
+	gcJSON := func(args ...string) engine.GCResult {
+		t.Helper()
+		var res engine.GCResult
+		out := ok(t, append([]string{"gc", "--db", store, "--json"}, args...)...)
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("gc %v: %q: %v", args, out, err)
+		}
+		return res
+	}
+	dry := ok(t, "gc", "--db", store, "--older-than", "1h", "--dry-run")
+	wantMatch(t, dry, `(?m)^repack: would rewrite 0 files \(0 B\), recompressing 0 cold files \(0 B\)$`)
+	dry = ok(t, "gc", "--db", store, "--older-than", "0", "--dry-run")
+	wantMatch(t, dry, `(?m)^repack: would rewrite 2 files \(.*\), recompressing 2 cold files \(.*\)$`)
+	if res := gcJSON("--older-than", "1h"); res.Repack.Packs != 0 {
+		t.Fatalf("gc --older-than 1h rewrote fresh packs: %+v", res.Repack)
+	}
+	if res := gcJSON("--older-than", "0", "--no-recompress"); res.Repack.Packs != 0 {
+		t.Fatalf("gc --no-recompress rewrote packs: %+v", res.Repack)
+	}
+	out := ok(t, "gc", "--db", store, "--older-than", "0")
+	wantMatch(t, out, `(?m)^repack: rewrote 2 packs, moving 3 live blobs: .* \(recompressed 2 cold files of .*\)$`)
+	if res := gcJSON("--older-than", "0"); res.Repack.Packs != 0 {
+		t.Fatalf("a second gc recompressed again: %+v", res.Repack)
+	}
+	ok(t, "check", "--db", store, "--verify-blobs")
+}

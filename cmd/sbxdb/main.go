@@ -149,6 +149,7 @@ type invocation struct {
 	threads         stringList     // --thread (gc)
 	dryRun          bool           // --dry-run
 	repackThreshold float64        // --repack-threshold
+	noRecompress    bool           // --no-recompress
 	verbose         bool           // -v, --verbose
 
 	// The flags of delete-thread.
