@@ -163,11 +163,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 		return nil, err
 	}
 	var err error
-	s.enc, err = zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
-		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
-		zstd.WithEncoderCRC(false), // the sha256 of the raw bytes is checked instead
-		zstd.WithZeroFrames(true))
+	s.enc, err = newPackEncoder()
 	if err != nil {
 		return nil, err
 	}
