@@ -824,7 +824,10 @@ var errTooBig = errors.New("file grew past the in-memory limit")
 // there must check, as the stat after the read does, that the file is
 // still want bytes long.
 func readAll(r io.Reader, buf []byte, want int64, limit int) ([]byte, error) {
-	if want > 0 && want <= int64(limit) && int64(cap(buf)) < want {
+	if want > int64(limit) {
+		want = -1
+	}
+	if int64(cap(buf)) < want {
 		buf = slices.Grow(buf, int(want))
 	}
 	for {
