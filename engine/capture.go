@@ -827,8 +827,8 @@ func readAll(r io.Reader, buf []byte, want int64, limit int) ([]byte, error) {
 	if want > int64(limit) {
 		want = -1
 	}
-	if int64(cap(buf)) < want {
-		buf = slices.Grow(buf, int(want))
+	if need := int(want) - len(buf); need > cap(buf)-len(buf) {
+		buf = slices.Grow(buf, max(need, cap(buf))) // by at least its capacity: a reused buffer grows a few times, not once per size
 	}
 	for {
 		if int64(len(buf)) == want {
