@@ -2,7 +2,6 @@ package cas
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -362,48 +361,75 @@ func (b *Batch) AddReader(ctx context.Context, ns Namespace, r io.Reader) (AddRe
 // whether compressing it pays.
 const trialSize = 1 << 20
 
+// largeWindow is the zstd window of a large blob's stream: each streaming
+// encoder holds twice this in history.
+const largeWindow = 1 << 20
+
+// largeChunk is the most a large blob's copy reads at once when it is
+// stored raw (when compressed, the encoder reads one zstd block at a time):
+// the context is checked between reads.
+const largeChunk = 256 << 10
+
+// trialBufs holds the trialSize buffers of writeLarge, one per goroutine
+// storing a large blob.
+var trialBufs = sync.Pool{New: func() any { b := make([]byte, trialSize); return &b }}
+
 // writeLarge writes one frame holding the bytes of r to f and returns its
-// header.
+// header. The first trialSize bytes are compressed into f as the start of
+// the stream; if they did not shrink by at least 1/32, f is rewritten with
+// them raw and the rest is copied raw. Otherwise the rest is read straight
+// into the encoder's block buffer. Either way each byte is hashed as it is
+// read and memory does not grow with the blob.
 func (s *Store) writeLarge(ctx context.Context, f vfs.File, ns Namespace, r io.Reader) (header, error) {
-	h := header{version: blobFrame, ns: ns}
-	if _, err := f.Write(make([]byte, headerSize)); err != nil {
+	h := header{version: blobFrame, ns: ns, codec: codecZstd}
+	var zero [headerSize]byte
+	if _, err := f.Write(zero[:]); err != nil {
 		return h, err
 	}
-	first := make([]byte, trialSize)
-	n, err := io.ReadFull(r, first)
+	digest := sha256.New()
+	src := io.TeeReader(&ctxReader{ctx: ctx, r: r}, digest)
+	bp := trialBufs.Get().(*[]byte)
+	defer trialBufs.Put(bp)
+	n, err := io.ReadFull(src, *bp)
 	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		return h, err
 	}
-	first = first[:n]
-	if z := s.enc.EncodeAll(first, nil); len(z) < len(first)-len(first)/32 {
-		h.codec = codecZstd
+	first, ended := (*bp)[:n], err != nil
+	enc, err := s.largeEncoder()
+	if err != nil {
+		return h, err
 	}
-	digest := sha256.New()
+	defer s.streamEnc.Put(enc)
 	counted := &countWriter{w: f}
-	var out io.Writer = counted
-	var enc *zstd.Encoder
-	if h.codec == codecZstd {
-		enc, _ = s.streamEnc.Get().(*zstd.Encoder)
-		if enc == nil {
-			enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
-				zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(4<<20), zstd.WithEncoderCRC(false))
-			if err != nil {
-				return h, err
-			}
+	enc.Reset(counted)
+	raw := int64(n)
+	_, err = enc.Write(first)
+	if err == nil && ended {
+		err = enc.Close()
+	}
+	if err != nil {
+		return h, err
+	}
+	if counted.n >= int64(n-n/32) { // not worth a decode on read: store it raw
+		h.codec = codecRaw
+		if err := rewind(f); err != nil {
+			return h, err
 		}
-		defer s.streamEnc.Put(enc)
-		enc.Reset(counted)
-		out = enc
-	}
-	bw := bufio.NewWriterSize(out, 256<<10)
-	src := io.MultiReader(bytes.NewReader(first), &ctxReader{ctx: ctx, r: r})
-	raw, err := io.CopyBuffer(io.MultiWriter(bw, digest), src, make([]byte, 256<<10))
-	if err == nil {
-		err = bw.Flush()
-	}
-	if enc != nil {
-		if cerr := enc.Close(); err == nil {
-			err = cerr
+		counted = &countWriter{w: f}
+		if _, err := counted.Write(first); err != nil {
+			return h, err
+		}
+		if !ended {
+			var m int64
+			m, err = io.CopyBuffer(counted, src, first[:largeChunk])
+			raw += m
+		}
+	} else if !ended {
+		var m int64
+		m, err = enc.ReadFrom(src)
+		raw += m
+		if err == nil {
+			err = enc.Close()
 		}
 	}
 	if err != nil {
@@ -414,6 +440,25 @@ func (s *Store) writeLarge(ctx context.Context, f vfs.File, ns Namespace, r io.R
 	hb := h.encode()
 	_, err = f.WriteAt(hb[:], 0)
 	return h, err
+}
+
+// largeEncoder returns a streaming encoder for writeLarge, to be put back
+// in s.streamEnc.
+func (s *Store) largeEncoder() (*zstd.Encoder, error) {
+	if enc, _ := s.streamEnc.Get().(*zstd.Encoder); enc != nil {
+		return enc, nil
+	}
+	return zstd.NewWriter(nil, zstd.WithEncoderLevel(CaptureLevel), zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(largeWindow), zstd.WithEncoderCRC(false))
+}
+
+// rewind empties f back to its frame header, positioned after it.
+func rewind(f vfs.File) error {
+	if err := f.Truncate(headerSize); err != nil {
+		return err
+	}
+	_, err := f.Seek(headerSize, io.SeekStart)
+	return err
 }
 
 // Commit makes the batch's new blobs durable and indexes them, and refreshes

@@ -2,12 +2,31 @@ package cas
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 )
+
+// packWindow is the zstd window of packed frames. A block is at most
+// blockTarget+blockMemberMax bytes and a capture packs files of at most
+// 1 MiB whole, so their frames fit in one window; a longer packed blob (up
+// to MaxPacked) only finds no matches further back than this.
+const packWindow = 1 << 20
+
+// newPackEncoder returns the encoder of packed frames: EncodeAll only, at
+// CaptureLevel, one encoder state per core, each holding a history of
+// twice packWindow.
+func newPackEncoder() (*zstd.Encoder, error) {
+	return zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(CaptureLevel),
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+		zstd.WithWindowSize(packWindow),
+		zstd.WithEncoderCRC(false), // the sha256 of the raw bytes is checked instead
+		zstd.WithZeroFrames(true))
+}
 
 // block gathers small blobs of one namespace until it is sealed into a
 // block frame (format.go). Its buffers come from bufPool and go back by

@@ -184,11 +184,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 		return nil, err
 	}
 	var err error
-	s.enc, err = zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(CaptureLevel),
-		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
-		zstd.WithEncoderCRC(false), // the sha256 of the raw bytes is checked instead
-		zstd.WithZeroFrames(true))
+	s.enc, err = newPackEncoder()
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +266,7 @@ func (s *Store) encoder(level zstd.EncoderLevel) (*zstd.Encoder, error) {
 	e, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(level),
 		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+		zstd.WithWindowSize(packWindow),
 		zstd.WithEncoderCRC(false),
 		zstd.WithZeroFrames(true))
 	if err != nil {

@@ -575,7 +575,11 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 	notRegular := fileRead{gone: true, detail: "the file was replaced by something other than a regular file before it was read"}
 	if w.st.size <= smallFile {
 		var rerr error
-		buf, rerr = readAll(f, buf[:0], smallFile)
+		want := prev.size // a consistent read ends there: the stat after it must still say so
+		if keepInconsistent {
+			want = -1 // recorded whatever its stat says: read to the end
+		}
+		buf, rerr = readAll(f, buf[:0], want, smallFile)
 		fb.add(int64(len(buf)))
 		if err := c.db.point("capture.fileRead"); err != nil {
 			return out, buf, err
@@ -832,9 +836,22 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 // errTooBig reports a file that grew past the in-memory limit.
 var errTooBig = errors.New("file grew past the in-memory limit")
 
-// readAll reads r to EOF into buf, or fails with errTooBig past limit bytes.
-func readAll(r io.Reader, buf []byte, limit int) ([]byte, error) {
+// readAll reads r into buf until it ends or, when want is not negative,
+// holds want bytes, or fails with errTooBig past limit bytes. Stopping at
+// want saves the read that would only find the end: a caller that stops
+// there must check, as the stat after the read does, that the file is
+// still want bytes long.
+func readAll(r io.Reader, buf []byte, want int64, limit int) ([]byte, error) {
+	if want > int64(limit) {
+		want = -1
+	}
+	if need := int(want) - len(buf); need > cap(buf)-len(buf) {
+		buf = slices.Grow(buf, max(need, cap(buf))) // by at least its capacity: a reused buffer grows a few times, not once per size
+	}
 	for {
+		if int64(len(buf)) == want {
+			return buf, nil
+		}
 		if len(buf) == cap(buf) {
 			if len(buf) > limit {
 				return buf, errTooBig

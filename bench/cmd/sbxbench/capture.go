@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/bench/peers"
 	"github.com/sbxdb/sbxdb/bench/workload"
+	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 )
@@ -647,8 +648,8 @@ func gitRestore(gitDir, target string) (time.Duration, error) {
 }
 
 // hashCompress times sha256 and zstd of the given files on one core, at the
-// level the blob store packs small blobs with (zstd.SpeedDefault, see
-// cas.Open): the floor under capturing them. It returns the compressed size.
+// level the blob store packs small blobs with while capturing
+// (cas.CaptureLevel): the floor under capturing them. It returns the compressed size.
 func hashCompress(tree string, paths []string) (time.Duration, int64, error) {
 	var data [][]byte
 	for _, p := range paths {
@@ -658,7 +659,7 @@ func hashCompress(tree string, paths []string) (time.Duration, int64, error) {
 		}
 		data = append(data, b)
 	}
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(cas.CaptureLevel), zstd.WithEncoderConcurrency(1))
 	defer enc.Close()
 	var n int64
 	t := time.Now()
