@@ -178,7 +178,7 @@ func openBench(ctx context.Context, rep *Report, cfg *config, tree, cli string) 
 			return fmt.Errorf("the %s Open store does not pass check: %+v", sizes[i].label, r.Findings[0])
 		}
 	}
-	vals := make([][]float64, len(stores))
+	vals, roVals := make([][]float64, len(stores)), make([][]float64, len(stores))
 	var threads []float64
 	for run := range cfg.runs {
 		progress("Open, run %d of %d", run+1, cfg.runs)
@@ -192,6 +192,14 @@ func openBench(ctx context.Context, rep *Report, cfg *config, tree, cli string) 
 				return err
 			}
 			vals[i] = append(vals[i], time.Since(t).Seconds()*1000)
+			t = time.Now()
+			if db, err = engine.Open(s, &engine.Options{ReadOnly: true}); err != nil {
+				return err
+			}
+			if err := db.Close(); err != nil {
+				return err
+			}
+			roVals[i] = append(roVals[i], time.Since(t).Seconds()*1000)
 		}
 		if cli != "" {
 			t := time.Now()
@@ -208,6 +216,9 @@ func openBench(ctx context.Context, rep *Report, cfg *config, tree, cli string) 
 	}
 	last := "open." + sizes[len(sizes)-1].id
 	rep.ratio(rep.byID[last], "open."+sizes[0].id, "÷ "+sizes[0].label)
+	for i, sz := range sizes {
+		rep.add("open.ro."+sz.id, fmt.Sprintf("read-only Open + Close, %s store", sz.label), "ms", roVals[i], "as `sbxdb threads`, ls and check open it")
+	}
 	if len(threads) > 0 {
 		rep.add("open.threads_cli", fmt.Sprintf("`sbxdb threads`, %s store (whole process)", sizes[len(sizes)-1].label), "ms", threads, "")
 	} else {
