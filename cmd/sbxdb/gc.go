@@ -195,7 +195,7 @@ in this process but not against a host that uploaded blobs it has yet to
 name). Nothing is deleted when a referenced blob is missing (run sbxdb
 check). Repacking: pack files whose dead share reaches --repack-threshold
 are rewritten without it, and pack files written more than --older-than
-ago at a captures' fast compression level are recompressed at a better one
+ago at the fast level captures compress at are recompressed at a better one
 (--no-recompress leaves them). Blob files a crash left behind are removed
 once older than --older-than.
 
