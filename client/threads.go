@@ -24,6 +24,17 @@ func (c *Client) ResolveCheckpoint(ctx context.Context, ref string) (string, err
 	return string(out.ID), nil
 }
 
+// ThreadSummary returns the number of the thread's checkpoints and their
+// newest createdAt, as engine.DB.ThreadSummary does (POST
+// /v1/threads/summary): an unknown thread is the zero summary.
+func (c *Client) ThreadSummary(ctx context.Context, threadID string) (engine.ThreadSummary, error) {
+	var out engine.ThreadSummary
+	if err := c.call(ctx, "/v1/threads/summary", threadArg{text(threadID)}, &out); err != nil {
+		return engine.ThreadSummary{}, err
+	}
+	return out, nil
+}
+
 // DeleteThread removes the thread's checkpoints, head, transcript, writer
 // lease and artifact records, as engine.DB.DeleteThread does (POST
 // /v1/threads/delete): a live writer is WRITER_CONFLICT unless force, and

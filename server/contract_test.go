@@ -169,7 +169,7 @@ var contractPOSTs = []string{
 	"/v1/leases/acquire", "/v1/leases/renew", "/v1/leases/release", "/v1/leases/unlock",
 	"/v1/transcripts/load", "/v1/transcripts/save",
 	"/v1/instances/get", "/v1/instances/upsert", "/v1/instances/delete",
-	"/v1/checkpoints/resolve", "/v1/threads/delete",
+	"/v1/checkpoints/resolve", "/v1/threads/summary", "/v1/threads/delete",
 }
 
 func TestBodiesThatAreNotJSONObjects(t *testing.T) {

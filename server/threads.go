@@ -10,11 +10,13 @@ import (
 
 // threadRoutes registers the operator's endpoints over checkpoints and
 // threads that are not the contract's (docs/API.md, "Checkpoints"):
-// resolving a checkpoint reference, deleting a whole thread. Their
+// resolving a checkpoint reference, summing up a thread, deleting a whole
+// thread. Their
 // members decode as the contract's do (chain.WireString), so the engine
 // refuses a bad one with its own code.
 func (s *Server) threadRoutes() {
 	s.handle("POST /v1/checkpoints/resolve", s.resolveCheckpoint)
+	s.handle("POST /v1/threads/summary", s.threadSummary)
 	s.handle("POST /v1/threads/delete", s.deleteThread)
 }
 
@@ -33,6 +35,19 @@ func (s *Server) resolveCheckpoint(r *http.Request) (any, error) {
 	return struct {
 		ID text `json:"id"`
 	}{text(id)}, nil
+}
+
+// threadSummary answers {"threadId"} with {"checkpoints",
+// "latestCreatedAt"}: engine.DB.ThreadSummary, latestCreatedAt null for a
+// thread without checkpoints.
+func (s *Server) threadSummary(r *http.Request) (any, error) {
+	var req struct {
+		ThreadID chain.WireString `json:"threadId"`
+	}
+	if err := s.decode(r, &req); err != nil {
+		return nil, err
+	}
+	return s.db.ThreadSummary(r.Context(), string(req.ThreadID))
 }
 
 // deleteThreadResponse is engine.DeleteThreadResult on the wire, its ids

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,6 +117,54 @@ func TestResolveServed(t *testing.T) {
 	}
 	if _, err := c.ResolveCheckpoint(ctx, "\xff"); !errors.Is(err, chain.ErrInvalidID) {
 		t.Fatalf("client, not UTF-8: %v", err)
+	}
+}
+
+func TestThreadSummaryServed(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	ctx := context.Background()
+	f.grow(f.w, "c2", "c3") // createdAt 2, twice
+	for body, want := range map[string]string{
+		`{"threadId":"t"}`:       `{"checkpoints":3,"latestCreatedAt":2}`,
+		`{"threadId":"nobody"}`:  `{"checkpoints":0,"latestCreatedAt":null}`,
+		`{"threadId":"t\u00e9"}`: `{"checkpoints":0,"latestCreatedAt":null}`,
+	} {
+		resp, eb, b := f.do(http.MethodPost, "/v1/threads/summary", body)
+		if resp.StatusCode != http.StatusOK || string(bytes.TrimSpace(b)) != want {
+			t.Errorf("summary %s: %d %s %q, want %s", body, resp.StatusCode, eb.Code, b, want)
+		}
+	}
+	for _, id := range []string{`""`, `"\ud800"`, `"a\u0000b"`, `7`, `null`, `{}`} {
+		f.refused("threadId "+id, http.MethodPost, "/v1/threads/summary", `{"threadId":`+id+`}`, http.StatusBadRequest, chain.CodeInvalidID)
+	}
+	f.refused("no threadId", http.MethodPost, "/v1/threads/summary", `{"thread":"t"}`, http.StatusBadRequest, chain.CodeInvalidID)
+
+	// Through the Go client: what the engine says, and its errors.
+	c := f.client()
+	for _, thread := range []string{"t", "nobody"} {
+		got, err := c.ThreadSummary(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.db.ThreadSummary(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("client ThreadSummary(%q) (-engine +client):\n%s", thread, d)
+		}
+	}
+	for _, thread := range []string{"", "a\x00b"} {
+		_, err := c.ThreadSummary(ctx, thread)
+		_, embedded := f.db.ThreadSummary(ctx, thread)
+		if !errors.Is(err, chain.ErrInvalidID) || embedded == nil || err.Error() != embedded.Error() {
+			t.Errorf("client ThreadSummary(%q): %v; embedded: %v", thread, err, embedded)
+		}
+	}
+	// Not UTF-8: no JSON string carries it, so the server refuses
+	// chain.NotAString in its place, with the same code.
+	if _, err := c.ThreadSummary(ctx, "\xff"); !errors.Is(err, chain.ErrInvalidID) {
+		t.Errorf("client ThreadSummary, not UTF-8: %v", err)
 	}
 }
 

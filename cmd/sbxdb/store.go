@@ -34,6 +34,10 @@ type store interface {
 	Get(ctx context.Context, id string) (*chain.Checkpoint, error)
 	List(ctx context.Context, threadID string) ([]*chain.Checkpoint, error)
 	Head(ctx context.Context, threadID string) (string, error)
+	// ThreadSummary returns the number of the thread's checkpoints and
+	// their newest createdAt from the thread index, as
+	// engine.DB.ThreadSummary does, without reading a checkpoint.
+	ThreadSummary(ctx context.Context, threadID string) (engine.ThreadSummary, error)
 	// ResolveCheckpoint returns the id of the checkpoint ref names (an
 	// exact id, THREAD@, THREAD@~N or a unique id prefix), as
 	// engine.DB.ResolveCheckpoint does; a prefix of several ids matches

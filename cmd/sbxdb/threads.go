@@ -78,7 +78,7 @@ func runThreads(inv *invocation, _ []string) error {
 	now := time.Now()
 	rows := []threadRow{}
 	for _, id := range ids {
-		list, err := db.List(inv.ctx, id)
+		sum, err := db.ThreadSummary(inv.ctx, id)
 		if err != nil {
 			return err
 		}
@@ -86,11 +86,8 @@ func runThreads(inv *invocation, _ []string) error {
 		if err != nil {
 			return err
 		}
-		r := threadRow{ThreadID: id, HeadID: nullable(head), Checkpoints: len(list), Writer: newWriter(writers[id], now)}
-		if len(list) > 0 {
-			r.LatestCreatedAt = &list[len(list)-1].CreatedAt // List is in createdAt order
-		}
-		rows = append(rows, r)
+		rows = append(rows, threadRow{ThreadID: id, HeadID: nullable(head), Checkpoints: sum.Checkpoints,
+			LatestCreatedAt: sum.LatestCreatedAt, Writer: newWriter(writers[id], now)})
 	}
 	if inv.json {
 		return writeJSON(inv.out, rows)

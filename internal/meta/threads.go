@@ -40,6 +40,31 @@ func ForEachInThread(tx *bolt.Tx, threadID string, fn func(id string) error) err
 	return nil
 }
 
+// ThreadSummary returns the number of the thread's checkpoints and the
+// newest createdAt among them (ok false when it has none) from the thread
+// index alone, verifying each key's seal as ForEachInThread does: no
+// checkpoint record is read. The keys are in List order, so the last one
+// holds the newest createdAt.
+func ThreadSummary(tx *bolt.Tx, threadID string) (count int, latest int64, ok bool, err error) {
+	prefix := threadPrefix(threadID)
+	var last []byte
+	c := bucket(tx, BucketThreadIndex).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if _, err := Unseal(BucketThreadIndex, k, v); err != nil {
+			return 0, 0, false, err
+		}
+		if len(k) < len(prefix)+8+1 {
+			return 0, 0, false, corrupt(BucketThreadIndex, k, "short index key")
+		}
+		count++
+		last = k
+	}
+	if last == nil {
+		return 0, 0, false, nil
+	}
+	return count, int64(binary.BigEndian.Uint64(last[len(prefix):]) ^ 1<<63), true, nil
+}
+
 // ListThread returns the thread's checkpoints in List order.
 func ListThread(tx *bolt.Tx, threadID string) ([]*chain.Checkpoint, error) {
 	out := []*chain.Checkpoint{}
