@@ -836,13 +836,15 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 // errTooBig reports a file that grew past the in-memory limit.
 var errTooBig = errors.New("file grew past the in-memory limit")
 
-// readAll reads r into buf until it ends or, when want is not negative,
-// holds want bytes, or fails with errTooBig past limit bytes. Stopping at
-// want saves the read that would only find the end: a caller that stops
-// there must check, as the stat after the read does, that the file is
-// still want bytes long.
+// readAll reads r into buf until it ends or, when want is above 0, holds
+// want bytes, or fails with errTooBig past limit bytes. Stopping at want
+// saves the read that would only find the end: a caller that stops there
+// must check, as the stat after the read does, that the file is still want
+// bytes long. A size of 0 vouches for nothing (procfs, sysfs and some FUSE
+// files stat as empty whatever they hold), so such a file is read to its
+// end, and a read that finds bytes does not match its stat.
 func readAll(r io.Reader, buf []byte, want int64, limit int) ([]byte, error) {
-	if want > int64(limit) {
+	if want > int64(limit) || want == 0 {
 		want = -1
 	}
 	if need := int(want) - len(buf); need > cap(buf)-len(buf) {

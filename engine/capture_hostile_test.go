@@ -628,3 +628,27 @@ func TestCaptureFailOnChangeRefusesAChangedFile(t *testing.T) {
 		})
 	}
 }
+
+// A file whose stat says 0 bytes but which holds some (procfs, sysfs, some
+// FUSE file systems) is read to its end: its bytes do not match its stat,
+// so a capture that must not record a changing file refuses it, rather
+// than record it empty.
+func TestCaptureFileThatStatsAsEmpty(t *testing.T) {
+	const dir = "/proc/sys/kernel/random" // boot_id, uuid: size 0, 37 bytes each
+	if b, err := os.ReadFile(filepath.Join(dir, "boot_id")); err != nil || len(b) == 0 {
+		t.Skipf("needs Linux procfs: %s/boot_id: %v", dir, err)
+	}
+	db, err := engine.Open(filepath.Join(t.TempDir(), "store"), &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := db.AcquireWriter(t.Context(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Capture(t.Context(), engine.CaptureInput{Writer: l.Writer, Dir: dir, FailOnChange: true})
+	if !errors.Is(err, engine.ErrWorkspaceChanged) {
+		t.Fatalf("capture of %s with FailOnChange: %v, want ErrWorkspaceChanged", dir, err)
+	}
+}

@@ -18,8 +18,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // A read of a file of a known size stops once it holds that many bytes:
-// one read(2), not a second to find the end. Without a size, or when the
-// file holds more than it said, it reads to the end.
+// one read(2), not a second to find the end. Without a size, with a size
+// of 0, or when the file holds more than it said, it reads to the end.
 func TestReadAllStopsAtTheSize(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789abcdef"), 20<<10) // 320 KiB: more than the buffer's start
 	cases := []struct {
@@ -30,8 +30,9 @@ func TestReadAllStopsAtTheSize(t *testing.T) {
 		wantBytes int
 	}{
 		{"known size", data, int64(len(data)), 1, len(data)},
-		{"empty, known", nil, 0, 0, 0},
-		{"to the end", data, -1, 4, len(data)}, // 64, 128 and 128 KiB, then the end
+		{"empty", nil, 0, 1, 0},                 // a size of 0 vouches for nothing: one read finds the end
+		{"stats as empty", data[:37], 0, 2, 37}, // a pseudo-file (procfs): its bytes, which its stat does not match
+		{"to the end", data, -1, 4, len(data)},  // 64, 128 and 128 KiB, then the end
 		{"grew", data, 1000, 4, len(data)},
 		{"shrank", data[:500], 1000, 2, 500},
 	}

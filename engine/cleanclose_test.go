@@ -15,6 +15,7 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/testkit"
+	bolt "go.etcd.io/bbolt"
 )
 
 // cleanStore writes a store whose checkpoints bucket spans a branch page
@@ -273,5 +274,23 @@ func writeInPlace(t *testing.T, path string, off int64, b []byte) {
 	defer f.Close()
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Once a handle has met a damaged page, no write transaction runs on it,
+// whichever path asks for one (Open's layout write after a view that
+// panicked, as well as the committer's).
+func TestNoWriteAfterDamage(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), &engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	damage := fmt.Errorf("%w: a page that panicked", chain.ErrCorrupt)
+	db.MarkDamaged(damage)
+	ran := false
+	err = db.WriteTx(func(*bolt.Tx) error { ran = true; return nil })
+	if ran || !errors.Is(err, chain.ErrCorrupt) {
+		t.Fatalf("a write transaction after damage: ran %v, err %v", ran, err)
 	}
 }

@@ -347,6 +347,9 @@ func (db *DB) tx(writable bool, fn func(tx *bolt.Tx) error) (err error) {
 	if !writable {
 		return db.bolt.View(fn)
 	}
+	if err := db.writeRefused(); err != nil {
+		return err // damaged or poisoned: nothing more is built on this tree
+	}
 	// Not bbolt's Update: on a panic, its rollback rebuilds the freelist
 	// by walking every page in a goroutine of bbolt's own (NoFreelistSync),
 	// where a damaged page would kill the process. Rollback undoes this

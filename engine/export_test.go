@@ -148,3 +148,10 @@ func (db *DB) CloseAsCrashed() error {
 	db.crashed = true
 	return db.Close()
 }
+
+// MarkDamaged marks db as a handle that met a damaged page (DB.tx's
+// recovery does it on a panic).
+func (db *DB) MarkDamaged(err error) { db.markDamaged(err) }
+
+// WriteTx runs fn in a write transaction through DB.tx, the guarded place.
+func (db *DB) WriteTx(fn func(tx *bolt.Tx) error) error { return db.tx(true, fn) }
