@@ -66,12 +66,12 @@ type Options struct {
 // claiming more, so a damaged index cannot make Get allocate without bound.
 const MaxPacked = 4 << 20
 
-// CaptureLevel is the zstd level at which batches compress packed blobs
-// and blocks: the fastest, so that compression keeps pace with reading
-// the files. RecompressLevel is the level Repack with
-// RepackOptions.Recompress rewrites colder packs at, once, off the capture
-// path: about an eighth fewer bytes than CaptureLevel for several times
-// its CPU per byte.
+// CaptureLevel is the zstd level at which batches compress packed blobs,
+// blocks and large blobs: the fastest, so that compression keeps pace with
+// reading the files. RecompressLevel is the level Repack with
+// RepackOptions.Recompress rewrites colder packs and large files at, once,
+// off the capture path: fewer bytes for several times the CPU per byte
+// (docs/ARCHITECTURE.md, "Compression" and "Repack").
 const (
 	CaptureLevel    = zstd.SpeedFastest
 	RecompressLevel = zstd.SpeedBetterCompression
