@@ -1,0 +1,92 @@
+// Package kv is the ordered key-value model the metadata of sbxdb is written
+// against: named buckets of byte keys in byte order, read and written inside
+// transactions. It is the subset of bbolt's Tx, Bucket and Cursor that the
+// engine, internal/meta and cas use, so that one body of code — the same
+// checks in the same order — runs on either metadata backend:
+//
+//   - Bolt adapts a bbolt transaction (the embedded store, sbx.db);
+//   - package internal/kv/pgkv keeps the buckets in one PostgreSQL table and
+//     runs each transaction as one SQL transaction, write transactions one
+//     at a time across every server sharing the database.
+//
+// The semantics are bbolt's: a read transaction sees one consistent
+// snapshot; a write transaction sees its own writes and is the only one
+// writing; a slice returned by Get or a cursor is valid until the
+// transaction ends and must not be modified; buckets are top-level only.
+//
+// A backend whose reads can fail (a lost connection) cannot say so through
+// Get's or a cursor's results: it records the first failure, returns nil
+// from then on, and the transaction fails with that error in preference to
+// whatever the function returned, so that a nil read never becomes an
+// answer.
+package kv
+
+import "errors"
+
+// Tx is a read or write transaction.
+type Tx interface {
+	// Bucket returns the named bucket, or nil when there is none.
+	Bucket(name []byte) Bucket
+	// CreateBucket creates the named bucket; ErrBucketExists when it
+	// exists.
+	CreateBucket(name []byte) (Bucket, error)
+	// CreateBucketIfNotExists returns the named bucket, creating it when
+	// missing.
+	CreateBucketIfNotExists(name []byte) (Bucket, error)
+	// DeleteBucket deletes the named bucket and every key in it;
+	// ErrBucketNotFound when there is none.
+	DeleteBucket(name []byte) error
+	// Writable says whether this is a write transaction.
+	Writable() bool
+}
+
+// Bucket is a set of keys in byte order, each with a value.
+type Bucket interface {
+	// Get returns the key's value, or nil when it is absent. A present key
+	// has a non-nil value, empty or not.
+	Get(key []byte) []byte
+	// Put sets the key's value. The key is 1 to MaxKeySize bytes.
+	Put(key, value []byte) error
+	// Delete removes the key; removing an absent key is no error.
+	Delete(key []byte) error
+	// Cursor iterates over the keys in byte order.
+	Cursor() Cursor
+	// ForEach calls fn for every key in order, stopping at its first error.
+	// fn must not change the bucket.
+	ForEach(fn func(k, v []byte) error) error
+	// Sequence is the bucket's counter; SetSequence sets it and
+	// NextSequence increments it and returns the new value.
+	Sequence() uint64
+	SetSequence(v uint64) error
+	NextSequence() (uint64, error)
+}
+
+// Cursor walks a bucket's keys in byte order. Each method returns the key
+// and value it lands on, or a nil key past either end.
+type Cursor interface {
+	First() (k, v []byte)
+	Next() (k, v []byte)
+	// Seek lands on the first key at or after seek.
+	Seek(seek []byte) (k, v []byte)
+	// Delete removes the key the cursor is on; Next then lands on the key
+	// after it.
+	Delete() error
+}
+
+// MaxKeySize is the longest key every backend stores: bbolt's limit.
+const MaxKeySize = 32768
+
+// Errors of the bucket operations, the same on every backend.
+var (
+	ErrBucketExists   = errors.New("kv: bucket already exists")
+	ErrBucketNotFound = errors.New("kv: bucket not found")
+	ErrKeyRequired    = errors.New("kv: key required")
+	ErrKeyTooLarge    = errors.New("kv: key too large")
+	ErrTxNotWritable  = errors.New("kv: transaction not writable")
+)
+
+// Count returns the number of keys in b.
+func Count(b Bucket) (n int, err error) {
+	err = b.ForEach(func(_, _ []byte) error { n++; return nil })
+	return n, err
+}
