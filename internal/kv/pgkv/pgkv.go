@@ -1,0 +1,738 @@
+// Package pgkv keeps kv's buckets in a PostgreSQL database, so that the
+// metadata of several sbxdb servers, on several machines, is one store.
+//
+// Each View is one REPEATABLE READ READ ONLY transaction: one snapshot.
+// Each Update is one READ COMMITTED transaction that first takes a
+// transaction-scoped advisory lock, the same for every process using the
+// schema, so write transactions run one at a time across all of them, as
+// bbolt's do in one process: logic that reads and then writes in Go is as
+// safe as under bbolt, and there are no serialization failures to retry.
+// (READ COMMITTED, not REPEATABLE READ, because the snapshot must be taken
+// after the lock is held, or it would miss the previous writer's commit.)
+//
+// # Tables
+//
+// Everything lives in one schema, "sbxdb" unless Options.Schema says
+// otherwise, created by Open when absent:
+//
+//	version(version)               the schema version, one row
+//	buckets(id, nh, name, seq)     nh = sha256(name); seq is the uint64
+//	                               sequence in a bigint, two's complement
+//	kv(bucket, kp, kh, krest, value)
+//
+// A key is stored as kp, its first 1024 bytes, and krest, the rest (empty
+// for most keys). A btree index entry holds at most about 2.7 KB and keys
+// may be 32 KiB, so the primary key is (bucket, kp, kh) with kh empty when
+// krest is and the key's sha256 otherwise: unique per key, and, led by kp,
+// the index range scans use. Ordering by (kp, krest) is the keys' byte
+// order, since bytea compares bytewise and a key shorter than 1024 bytes
+// has an empty krest.
+//
+// # Errors
+//
+// Get and the cursor cannot return errors. A failed statement is recorded
+// as the transaction's error; from then on reads return nil and writes
+// return that error, and View or Update returns it in preference to what
+// the function returned. A failure of the connection or of the server
+// wraps ErrUnavailable; the pool replaces broken connections, so the next
+// call works without reopening. A transaction that fails before the
+// function runs (a dead pooled connection) is retried on another
+// connection. A COMMIT whose outcome is unknown, the connection lost while
+// it ran, wraps ErrCommitUnknown as well as ErrUnavailable.
+package pgkv
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sbxdb/sbxdb/internal/kv"
+)
+
+// SchemaVersion is the version of the tables this code reads and writes.
+const SchemaVersion = 1
+
+// DefaultSchema is the schema used when Options.Schema is empty.
+const DefaultSchema = "sbxdb"
+
+// prefixLen is how many leading bytes of a key kp holds. Changing it
+// changes the schema version.
+const prefixLen = 1024
+
+// Errors of the database as a whole.
+var (
+	// ErrUnavailable: the database could not be reached, or the
+	// connection was lost. The cause is wrapped with it.
+	ErrUnavailable = errors.New("pgkv: database unavailable")
+	// ErrCommitUnknown: the connection was lost while COMMIT ran, so the
+	// transaction may or may not have been committed.
+	ErrCommitUnknown = errors.New("pgkv: commit outcome unknown")
+	// ErrNewerSchema: the database was written by a newer version of this
+	// package; Open refuses it.
+	ErrNewerSchema = errors.New("pgkv: database schema is newer than this program")
+	// ErrBucketNameRequired: a bucket name is empty.
+	ErrBucketNameRequired = errors.New("pgkv: bucket name required")
+)
+
+// Options configure Open.
+type Options struct {
+	// Schema is the PostgreSQL schema holding the tables: DefaultSchema
+	// when empty. Servers sharing metadata use the same schema; different
+	// schemas in one database are independent stores.
+	Schema string
+	// MaxConns bounds the pool's connections; when 0, the connection
+	// string's pool_max_conns, else pgxpool's default (the greater of 4
+	// and the number of CPUs).
+	MaxConns int32
+}
+
+// DB is a kv store in one PostgreSQL schema. It is safe for concurrent
+// use.
+type DB struct {
+	pool    *pgxpool.Pool
+	lockKey int64         // the advisory lock every Update takes
+	wsem    chan struct{} // one Update at a time in this process
+	retries int           // attempts to begin a transaction
+	q       queries
+}
+
+type queries struct {
+	loadBuckets, createBucket, deleteBucket, setSeq string
+	get, put, del, first, seek, after               string
+}
+
+func newQueries(s string) queries {
+	return queries{
+		loadBuckets:  "SELECT id, name, seq FROM " + s + ".buckets",
+		createBucket: "INSERT INTO " + s + ".buckets (nh, name) VALUES ($1, $2) RETURNING id",
+		deleteBucket: "WITH d AS (DELETE FROM " + s + ".kv WHERE bucket = $1) DELETE FROM " + s + ".buckets WHERE id = $1",
+		setSeq:       "UPDATE " + s + ".buckets SET seq = $2 WHERE id = $1",
+		get:          "SELECT value FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
+		put: "INSERT INTO " + s + ".kv (bucket, kp, kh, krest, value) VALUES ($1, $2, $3, $4, $5)" +
+			" ON CONFLICT (bucket, kp, kh) DO UPDATE SET value = excluded.value",
+		del:   "DELETE FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
+		first: "SELECT kp, krest, value FROM " + s + ".kv WHERE bucket = $1 ORDER BY kp, krest LIMIT $2",
+		seek: "SELECT kp, krest, value FROM " + s + ".kv WHERE bucket = $1 AND kp >= $2 AND (kp > $2 OR krest >= $3)" +
+			" ORDER BY kp, krest LIMIT $4",
+		after: "SELECT kp, krest, value FROM " + s + ".kv WHERE bucket = $1 AND kp >= $2 AND (kp > $2 OR krest > $3)" +
+			" ORDER BY kp, krest LIMIT $4",
+	}
+}
+
+func ddl(s string) string {
+	return `
+CREATE TABLE ` + s + `.version (version integer NOT NULL);
+CREATE TABLE ` + s + `.buckets (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	nh bytea NOT NULL UNIQUE,
+	name bytea NOT NULL,
+	seq bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE ` + s + `.kv (
+	bucket bigint NOT NULL,
+	kp bytea NOT NULL,
+	kh bytea NOT NULL,
+	krest bytea NOT NULL,
+	value bytea NOT NULL,
+	PRIMARY KEY (bucket, kp, kh)
+);
+INSERT INTO ` + s + `.version VALUES (` + fmt.Sprint(SchemaVersion) + `);`
+}
+
+// Open connects to the database connString names (a PostgreSQL URL or
+// keyword/value string, as pgx parses it) and creates the schema when it
+// is absent. It refuses a schema of a newer version with ErrNewerSchema.
+func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgkv: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	schema := opts.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgkv: %w", err)
+	}
+	h := fnv.New64a()
+	io.WriteString(h, "sbxdb/pgkv write lock\x00"+schema)
+	db := &DB{
+		pool:    pool,
+		lockKey: int64(h.Sum64()),
+		wsem:    make(chan struct{}, 1),
+		retries: int(cfg.MaxConns) + 1,
+		q:       newQueries(pgx.Identifier{schema}.Sanitize()),
+	}
+	if err := db.initSchema(ctx, schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// initSchema creates the tables when absent, under the write lock so that
+// concurrent Opens create them once, and checks the stored version.
+func (db *DB) initSchema(ctx context.Context, schema string) error {
+	conn, err := db.acquire(ctx, "open", func(c *pgxpool.Conn) error {
+		_, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED")
+		if err == nil {
+			_, err = c.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", db.lockKey)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // destroys it unless COMMIT ended the transaction
+	s := pgx.Identifier{schema}.Sanitize()
+	var haveSchema, haveTables bool
+	err = conn.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+		s, s+".version").Scan(&haveSchema, &haveTables)
+	if err != nil {
+		return wrapErr(ctx, conn, "open", err)
+	}
+	if haveTables {
+		var v int
+		if err := conn.QueryRow(ctx, "SELECT max(version) FROM "+s+".version").Scan(&v); err != nil {
+			return wrapErr(ctx, conn, "open: read schema version", err)
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("%w: schema %s is version %d, this program knows %d", ErrNewerSchema, schema, v, SchemaVersion)
+		}
+		if v < SchemaVersion {
+			return fmt.Errorf("pgkv: schema %s has unknown version %d", schema, v)
+		}
+	} else {
+		q := ddl(s)
+		if !haveSchema {
+			q = "CREATE SCHEMA " + s + ";" + q
+		}
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return wrapErr(ctx, conn, "open: create schema", err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return wrapErr(ctx, conn, "open: commit", err)
+	}
+	return nil
+}
+
+// Close closes the pool's connections. Transactions still running fail.
+func (db *DB) Close() { db.pool.Close() }
+
+// View runs fn in a read transaction: one snapshot of the database.
+func (db *DB) View(ctx context.Context, fn func(kv.Tx) error) error {
+	return db.run(ctx, false, fn)
+}
+
+// Update runs fn in a write transaction, committed when fn returns nil
+// and rolled back otherwise. Write transactions of every process using
+// the schema run one at a time.
+func (db *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	select {
+	case db.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("pgkv: begin: %w", ctx.Err())
+	}
+	defer func() { <-db.wsem }()
+	return db.run(ctx, true, fn)
+}
+
+func (db *DB) run(ctx context.Context, writable bool, fn func(kv.Tx) error) error {
+	t, err := db.begin(ctx, writable)
+	if err != nil {
+		return err
+	}
+	// Release destroys a connection still in a transaction (fn panicked,
+	// or ending it failed), which makes the server roll it back.
+	defer t.conn.Release()
+	ferr := fn(t)
+	t.done = true
+	switch {
+	case t.err != nil:
+		return t.err
+	case ferr != nil:
+		t.rollback(ctx)
+		return ferr
+	case ctx.Err() != nil:
+		return fmt.Errorf("pgkv: %w", ctx.Err())
+	case !writable:
+		// Every read succeeded; how the snapshot ends changes nothing.
+		t.rollback(ctx)
+		return nil
+	}
+	return t.commit(ctx)
+}
+
+// begin acquires a connection and starts a transaction on it, trying
+// other connections while the failure is one of the connection: a pooled
+// connection may have died since its last use, and nothing has run yet.
+func (db *DB) begin(ctx context.Context, writable bool) (*tx, error) {
+	t := &tx{db: db, ctx: ctx, writable: writable, buckets: map[string]*bucket{}}
+	conn, err := db.acquire(ctx, "begin", t.start)
+	if err != nil {
+		return nil, err
+	}
+	t.conn = conn
+	return t, nil
+}
+
+// acquire returns a pooled connection on which start succeeded.
+func (db *DB) acquire(ctx context.Context, op string, start func(*pgxpool.Conn) error) (*pgxpool.Conn, error) {
+	var last error
+	for range db.retries {
+		conn, err := db.pool.Acquire(ctx)
+		if err != nil {
+			// A new connection could not be made: trying again at once
+			// would not help.
+			return nil, wrapErr(ctx, nil, op, err)
+		}
+		err = start(conn)
+		if err == nil {
+			return conn, nil
+		}
+		last = wrapErr(ctx, conn, op, err)
+		conn.Release()
+		if !errors.Is(last, ErrUnavailable) {
+			break
+		}
+	}
+	return nil, last
+}
+
+// wrapErr states what failed: ctx's end, the connection (ErrUnavailable),
+// or the statement. conn, when not nil, is the connection it ran on.
+func wrapErr(ctx context.Context, conn *pgxpool.Conn, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, cerr) {
+			return fmt.Errorf("pgkv: %s: %w", op, err)
+		}
+		return fmt.Errorf("pgkv: %s: %w: %w", op, cerr, err)
+	}
+	if unavailable(conn, err) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("pgkv: %s: %w", op, err)
+}
+
+// unavailable says whether err is a failure of the connection or of the
+// server rather than of a statement.
+func unavailable(conn *pgxpool.Conn, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch c := pgErr.Code; {
+		case strings.HasPrefix(c, "08"), // connection exception
+			c == "57P01", c == "57P02", c == "57P03", // shutting down, crashed, starting up
+			c == "53300": // too many connections
+			return true
+		}
+		return conn != nil && conn.Conn().IsClosed()
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		pgconn.SafeToRetry(err):
+		return true
+	}
+	return conn != nil && conn.Conn().IsClosed()
+}
+
+// tx is a transaction on one pooled connection. It is used by one
+// goroutine, fn's.
+type tx struct {
+	db       *DB
+	ctx      context.Context
+	conn     *pgxpool.Conn
+	writable bool
+	done     bool               // fn has returned
+	err      error              // the first failure; sticky
+	buckets  map[string]*bucket // every bucket, read when the transaction began
+}
+
+// start begins the transaction on conn and reads the bucket table, in one
+// round trip. A write transaction waits for the write lock first.
+func (t *tx) start(conn *pgxpool.Conn) error {
+	b := &pgx.Batch{}
+	if t.writable {
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		b.Queue("SELECT pg_advisory_xact_lock($1)", t.db.lockKey)
+	} else {
+		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	}
+	b.Queue(t.db.q.loadBuckets)
+	br := conn.SendBatch(t.ctx, b)
+	defer br.Close()
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		bk := &bucket{tx: t}
+		var seq int64
+		if err := rows.Scan(&bk.id, &bk.name, &seq); err != nil {
+			rows.Close()
+			return err
+		}
+		bk.seq = uint64(seq)
+		t.buckets[string(bk.name)] = bk
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// fail records err, the failure of op, as the transaction's error unless
+// one is recorded, and returns the recorded one.
+func (t *tx) fail(op string, err error) error {
+	if t.err == nil {
+		t.err = wrapErr(t.ctx, t.conn, op, err)
+	}
+	return t.err
+}
+
+// endTimeout bounds a ROLLBACK, which may run after ctx has ended.
+const endTimeout = 5 * time.Second
+
+func (t *tx) rollback(ctx context.Context) {
+	if t.conn.Conn().IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	// On failure the connection stays in its transaction and Release
+	// destroys it.
+	t.conn.Exec(ctx, "ROLLBACK")
+}
+
+func (t *tx) commit(ctx context.Context) error {
+	tag, err := t.conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if pgconn.SafeToRetry(err) || (errors.As(err, &pgErr) && !t.conn.Conn().IsClosed()) {
+			// COMMIT was not sent, or the server answered it: the
+			// transaction did not commit.
+			return wrapErr(ctx, t.conn, "commit", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: commit: %w: %w", ErrCommitUnknown, ctx.Err(), err)
+		}
+		return fmt.Errorf("%w (%w): commit: %w", ErrCommitUnknown, ErrUnavailable, err)
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("pgkv: commit: the server rolled the transaction back (%s)", tag)
+	}
+	return nil
+}
+
+func (t *tx) Writable() bool { return t.writable }
+
+func (t *tx) Bucket(name []byte) kv.Bucket {
+	if b := t.buckets[string(name)]; b != nil {
+		return b
+	}
+	return nil
+}
+
+func (t *tx) CreateBucket(name []byte) (kv.Bucket, error) {
+	switch {
+	case !t.writable:
+		return nil, kv.ErrTxNotWritable
+	case t.err != nil:
+		return nil, t.err
+	case len(name) == 0:
+		return nil, ErrBucketNameRequired
+	case t.buckets[string(name)] != nil:
+		return nil, kv.ErrBucketExists
+	}
+	nh := sha256.Sum256(name)
+	b := &bucket{tx: t, name: append([]byte{}, name...)}
+	if err := t.conn.QueryRow(t.ctx, t.db.q.createBucket, nh[:], b.name).Scan(&b.id); err != nil {
+		return nil, t.fail("create bucket", err)
+	}
+	t.buckets[string(name)] = b
+	return b, nil
+}
+
+func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	if b := t.buckets[string(name)]; b != nil {
+		return b, nil
+	}
+	return t.CreateBucket(name)
+}
+
+func (t *tx) DeleteBucket(name []byte) error {
+	b := t.buckets[string(name)]
+	switch {
+	case !t.writable:
+		return kv.ErrTxNotWritable
+	case t.err != nil:
+		return t.err
+	case b == nil:
+		return kv.ErrBucketNotFound
+	}
+	if _, err := t.conn.Exec(t.ctx, t.db.q.deleteBucket, b.id); err != nil {
+		return t.fail("delete bucket", err)
+	}
+	b.deleted = true
+	delete(t.buckets, string(name))
+	return nil
+}
+
+// bucket is a bucket as one transaction sees it. Handles of one name in
+// one transaction are the same *bucket, so seq is the truth: only this
+// transaction can change it (a read transaction's snapshot, or a write
+// transaction holding the write lock).
+type bucket struct {
+	tx      *tx
+	id      int64
+	name    []byte
+	seq     uint64
+	deleted bool // by DeleteBucket in this transaction; a dead handle
+}
+
+var empty = []byte{}
+
+// split returns a key's columns. kh and krest are empty, never nil, for a
+// key of at most prefixLen bytes (nil would be sent as NULL).
+func split(key []byte) (kp, kh, krest []byte) {
+	if len(key) <= prefixLen {
+		return key, empty, empty
+	}
+	h := sha256.Sum256(key)
+	return key[:prefixLen], h[:], key[prefixLen:]
+}
+
+// checkWrite returns why a write to b cannot run, or nil.
+func (b *bucket) checkWrite() error {
+	switch {
+	case !b.tx.writable:
+		return kv.ErrTxNotWritable
+	case b.tx.err != nil:
+		return b.tx.err
+	case b.deleted:
+		return kv.ErrBucketNotFound
+	}
+	return nil
+}
+
+func (b *bucket) Get(key []byte) []byte {
+	t := b.tx
+	if t.err != nil || b.deleted || len(key) == 0 || len(key) > kv.MaxKeySize {
+		return nil
+	}
+	kp, kh, _ := split(key)
+	var v []byte
+	err := t.conn.QueryRow(t.ctx, t.db.q.get, b.id, kp, kh).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		t.fail("get", err)
+		return nil
+	case v == nil:
+		return empty
+	}
+	return v
+}
+
+func (b *bucket) Put(key, value []byte) error {
+	if err := b.checkWrite(); err != nil {
+		return err
+	}
+	switch {
+	case len(key) == 0:
+		return kv.ErrKeyRequired
+	case len(key) > kv.MaxKeySize:
+		return kv.ErrKeyTooLarge
+	}
+	if value == nil {
+		value = empty
+	}
+	kp, kh, krest := split(key)
+	if _, err := b.tx.conn.Exec(b.tx.ctx, b.tx.db.q.put, b.id, kp, kh, krest, value); err != nil {
+		return b.tx.fail("put", err)
+	}
+	return nil
+}
+
+func (b *bucket) Delete(key []byte) error {
+	if err := b.checkWrite(); err != nil {
+		return err
+	}
+	if len(key) == 0 || len(key) > kv.MaxKeySize {
+		return nil
+	}
+	return b.del(key)
+}
+
+func (b *bucket) del(key []byte) error {
+	kp, kh, _ := split(key)
+	if _, err := b.tx.conn.Exec(b.tx.ctx, b.tx.db.q.del, b.id, kp, kh); err != nil {
+		return b.tx.fail("delete", err)
+	}
+	return nil
+}
+
+func (b *bucket) Sequence() uint64 { return b.seq }
+
+func (b *bucket) SetSequence(v uint64) error {
+	if err := b.checkWrite(); err != nil {
+		return err
+	}
+	if _, err := b.tx.conn.Exec(b.tx.ctx, b.tx.db.q.setSeq, b.id, int64(v)); err != nil {
+		return b.tx.fail("set sequence", err)
+	}
+	b.seq = v
+	return nil
+}
+
+func (b *bucket) NextSequence() (uint64, error) {
+	if err := b.SetSequence(b.seq + 1); err != nil {
+		return 0, err
+	}
+	return b.seq, nil
+}
+
+func (b *bucket) ForEach(fn func(k, v []byte) error) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return b.tx.err
+}
+
+func (b *bucket) Cursor() kv.Cursor { return &cursor{b: b} }
+
+// Batch sizes of a cursor's reads: small first, since a Seek is often
+// followed by a few Nexts only, then larger.
+const (
+	firstBatch = 16
+	maxBatch   = 256
+)
+
+// cursor reads keys ahead in batches, each continuing strictly after the
+// last key of the one before. So it returns keys in increasing order, each
+// once, and ends, even when the transaction writes the bucket meanwhile;
+// what it returns for a key is the key's value when its batch was read:
+// a Put or Delete made after that, of a key up to maxBatch keys ahead, is
+// not seen, one made further ahead is.
+type cursor struct {
+	b     *bucket
+	rows  []row
+	i     int  // the current row of rows; len(rows) when past the end
+	more  bool // rows was a full batch: keys after it may exist
+	batch int  // the size of the next batch
+}
+
+type row struct{ kp, krest, key, value []byte }
+
+func (c *cursor) First() ([]byte, []byte) {
+	c.batch = firstBatch
+	return c.fetch(c.b.tx.db.q.first, c.b.id)
+}
+
+func (c *cursor) Seek(seek []byte) ([]byte, []byte) {
+	c.batch = firstBatch
+	if len(seek) == 0 {
+		return c.fetch(c.b.tx.db.q.first, c.b.id)
+	}
+	kp, _, krest := split(seek)
+	return c.fetch(c.b.tx.db.q.seek, c.b.id, kp, krest)
+}
+
+func (c *cursor) Next() ([]byte, []byte) {
+	if c.i >= len(c.rows) {
+		return nil, nil
+	}
+	c.i++
+	if c.i < len(c.rows) {
+		return c.cur()
+	}
+	if !c.more {
+		return nil, nil
+	}
+	last := c.rows[len(c.rows)-1]
+	c.batch = min(4*c.batch, maxBatch)
+	return c.fetch(c.b.tx.db.q.after, c.b.id, last.kp, last.krest)
+}
+
+func (c *cursor) Delete() error {
+	if err := c.b.checkWrite(); err != nil {
+		return err
+	}
+	if c.i >= len(c.rows) {
+		return nil
+	}
+	return c.b.del(c.rows[c.i].key)
+}
+
+func (c *cursor) cur() ([]byte, []byte) {
+	r := c.rows[c.i]
+	return r.key, r.value
+}
+
+// fetch reads the next batch with query (args, then the batch size) and
+// lands on its first key.
+func (c *cursor) fetch(query string, args ...any) ([]byte, []byte) {
+	t := c.b.tx
+	c.rows, c.i, c.more = c.rows[:0], 0, false
+	if t.err != nil || c.b.deleted {
+		return nil, nil
+	}
+	rows, err := t.conn.Query(t.ctx, query, append(args, c.batch)...)
+	if err != nil {
+		t.fail("cursor", err)
+		return nil, nil
+	}
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.kp, &r.krest, &r.value); err != nil {
+			rows.Close()
+			t.fail("cursor", err)
+			c.rows = c.rows[:0]
+			return nil, nil
+		}
+		r.key = r.kp
+		if len(r.krest) > 0 {
+			r.key = append(append(make([]byte, 0, len(r.kp)+len(r.krest)), r.kp...), r.krest...)
+		}
+		if r.value == nil {
+			r.value = empty
+		}
+		c.rows = append(c.rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.fail("cursor", err)
+		c.rows = c.rows[:0]
+		return nil, nil
+	}
+	c.more = len(c.rows) == c.batch
+	if len(c.rows) == 0 {
+		return nil, nil
+	}
+	return c.cur()
+}
