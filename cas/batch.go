@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/vfs"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Batch writes many blobs with one durability barrier. Add and AddReader
@@ -249,7 +249,7 @@ func (b *Batch) known(ctx context.Context, key string) (bool, error) {
 	b.held = append(b.held, key)
 	b.mu.Unlock()
 	var ok bool
-	err := b.s.db.View(func(tx *bolt.Tx) (err error) {
+	err := b.s.db.View(func(tx kv.Tx) (err error) {
 		_, ok, err = lookup(tx, key)
 		return err
 	})
@@ -473,7 +473,7 @@ func (b *Batch) Commit(ctx context.Context) error { return b.CommitWith(ctx, nil
 // blobs commits with them, or neither does. fn must return any error of its
 // own checks before it writes. A batch that wrote and met nothing, with a
 // nil fn, costs no transaction.
-func (b *Batch) CommitWith(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+func (b *Batch) CommitWith(ctx context.Context, fn func(tx kv.Tx) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.waitIdle()
@@ -487,7 +487,7 @@ func (b *Batch) CommitWith(ctx context.Context, fn func(tx *bolt.Tx) error) erro
 	}
 	indexed := false // the last run of the transaction body got to the end
 	if err == nil && (fn != nil || len(b.packs) > 0 || len(b.added) > 0 || len(b.refresh) > 0) {
-		err = b.s.db.Update(func(tx *bolt.Tx) error {
+		err = b.s.db.Update(func(tx kv.Tx) error {
 			indexed = false // the body may run twice (a shared transaction retried alone)
 			if fn != nil {
 				if err := fn(tx); err != nil {
@@ -554,7 +554,7 @@ func (b *Batch) sync(ctx context.Context) error {
 
 // index registers the batch's packs, indexes its new blobs and refreshes
 // the upload times of the known ones, in tx.
-func (b *Batch) index(tx *bolt.Tx) error {
+func (b *Batch) index(tx kv.Tx) error {
 	now := b.s.opts.Now().UnixMilli()
 	idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 	for _, p := range b.packs {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"maps"
 	"os"
@@ -23,7 +24,7 @@ func (f *fixture) entries(t *testing.T, keys []string) map[string]entry {
 	out := map[string]entry{}
 	f.db.View(func(tx *bolt.Tx) error {
 		for _, k := range keys {
-			e, ok, err := lookup(tx, k)
+			e, ok, err := lookup(kv.Bolt(tx), k)
 			if err != nil || !ok {
 				t.Fatalf("lookup(%s) = %v, %v", k, ok, err)
 			}
@@ -39,7 +40,7 @@ func (f *fixture) packStatsOf(t *testing.T) map[uint64]packStats {
 	t.Helper()
 	out := map[uint64]packStats{}
 	f.db.View(func(tx *bolt.Tx) error {
-		return forEachPack(tx, func(id uint64, st packStats, err error) error {
+		return forEachPack(kv.Bolt(tx), func(id uint64, st packStats, err error) error {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -332,7 +333,7 @@ func TestFormat1StoreIsStampedAndRead(t *testing.T) {
 		return v
 	}
 	setFormat(1)
-	ro, err := Open(f.s.Dir(), f.db, Options{ReadOnly: true})
+	ro, err := Open(f.s.Dir(), kv.BoltDB{DB: f.db}, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("read-only Open of format 1: %v", err)
 	}
@@ -351,7 +352,7 @@ func TestFormat1StoreIsStampedAndRead(t *testing.T) {
 		t.Fatalf("Get: %v", err)
 	}
 	setFormat(FormatVersion + 1)
-	if _, err := Open(f.s.Dir(), f.db, Options{ReadOnly: true}); !errors.Is(err, ErrFormat) {
+	if _, err := Open(f.s.Dir(), kv.BoltDB{DB: f.db}, Options{ReadOnly: true}); !errors.Is(err, ErrFormat) {
 		t.Fatalf("Open of a newer format = %v, want ErrFormat", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -44,7 +45,7 @@ func (f *fixture) reopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(filepath.Join(f.dir, "blobs"), db, Options{Now: func() time.Time { return f.clock }, NoSync: true})
+	s, err := Open(filepath.Join(f.dir, "blobs"), kv.BoltDB{DB: db}, Options{Now: func() time.Time { return f.clock }, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func TestDeleteUnusedAsksInUse(t *testing.T) {
 	}
 	calls := 0
 	asked := map[string]time.Time{}
-	inUse := func(tx *bolt.Tx) (func(string, time.Time) (bool, error), error) {
+	inUse := func(tx kv.Tx) (func(string, time.Time) (bool, error), error) {
 		calls++
 		return func(k string, uploaded time.Time) (bool, error) {
 			asked[k] = uploaded
@@ -459,7 +460,7 @@ func TestDeleteUnusedAsksInUse(t *testing.T) {
 	if _, err := f.s.Get(ctx, keep); err != nil {
 		t.Fatal(err)
 	}
-	failing := func(*bolt.Tx) (func(string, time.Time) (bool, error), error) {
+	failing := func(kv.Tx) (func(string, time.Time) (bool, error), error) {
 		return func(string, time.Time) (bool, error) { return false, errors.New("boom") }, nil
 	}
 	if _, err := f.s.DeleteUnused(ctx, []string{keep}, failing); err == nil {
@@ -498,7 +499,7 @@ func TestOpenStreamsLargeBlob(t *testing.T) {
 
 func TestReadOnlyRefusesWrites(t *testing.T) {
 	f := open(t)
-	ro, err := Open(filepath.Join(f.dir, "blobs"), f.db, Options{ReadOnly: true})
+	ro, err := Open(filepath.Join(f.dir, "blobs"), kv.BoltDB{DB: f.db}, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +656,7 @@ func TestLookupLeavesRefreshingToTheCaller(t *testing.T) {
 	var up [2]int64
 	f.db.View(func(tx *bolt.Tx) error {
 		for i, k := range keys {
-			e, _, _ := lookup(tx, k)
+			e, _, _ := lookup(kv.Bolt(tx), k)
 			up[i] = e.uploaded
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"math"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Check looks for damage in the blob store and calls report once per
@@ -35,7 +34,7 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	// A repack must not swap packs between the index read and the stats
 	// below (it would look like a missing pack); it waits for this lock.
 	s.packsMu.RLock()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		forEachPack(tx, func(id uint64, st packStats, err error) error {
 			if err != nil {
 				report("", err)

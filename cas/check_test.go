@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,11 +42,11 @@ func TestCheckFindsDamage(t *testing.T) {
 	// A damaged index entry, a large file gone, a flipped packed byte: the
 	// small blobs share a block, so the byte damages every one of them.
 	var e entry
-	f.db.View(func(tx *bolt.Tx) (err error) { e, _, err = lookup(tx, keys[1]); return err })
+	f.db.View(func(tx *bolt.Tx) (err error) { e, _, err = lookup(kv.Bolt(tx), keys[1]); return err })
 	inBlock := map[string]bool{}
 	for _, k := range keys[1:] {
 		f.db.View(func(tx *bolt.Tx) error {
-			if o, _, _ := lookup(tx, k); o.where == whereBlock && o.pack == e.pack && o.offset == e.offset {
+			if o, _, _ := lookup(kv.Bolt(tx), k); o.where == whereBlock && o.pack == e.pack && o.offset == e.offset {
 				inBlock[k] = true
 			}
 			return nil

@@ -2,11 +2,11 @@ package cas
 
 import (
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io/fs"
 	"sync/atomic"
 
 	"github.com/sbxdb/sbxdb/vfs"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Gate decides whether a Store may still change the disk. The DB a Store
@@ -65,7 +65,7 @@ type gatedDB struct {
 	gate Gate
 }
 
-func (g gatedDB) Update(fn func(*bolt.Tx) error) error {
+func (g gatedDB) Update(fn func(kv.Tx) error) error {
 	if err := g.gate.Refused(); err != nil {
 		return err
 	}

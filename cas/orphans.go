@@ -3,11 +3,10 @@ package cas
 import (
 	"context"
 	"encoding/hex"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Orphan blob files: large files no index entry names. They are left when a
@@ -103,7 +102,7 @@ func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int
 			continue
 		}
 		var indexed bool
-		err := s.db.View(func(tx *bolt.Tx) (err error) {
+		err := s.db.View(func(tx kv.Tx) (err error) {
 			_, indexed, err = lookup(tx, o.key)
 			return err
 		})

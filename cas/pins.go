@@ -3,13 +3,12 @@ package cas
 import (
 	"context"
 	"errors"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Pins keep a sweep away from keys a writer is about to rely on.
@@ -126,7 +125,7 @@ var ErrPinned = errors.New("blob is pinned by a write in progress")
 // is called once per transaction and returns the per-key test, which is
 // given the upload time of the key's index entry as that transaction reads
 // it, so that it need not look the entry up again.
-type InUse func(tx *bolt.Tx) (func(key string, uploaded time.Time) (bool, error), error)
+type InUse func(tx kv.Tx) (func(key string, uploaded time.Time) (bool, error), error)
 
 // DeleteUnused deletes those of keys that are stored, not pinned, and not in
 // use by inUse's account (nil: nothing is), all in one index transaction that
@@ -148,7 +147,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 	type largeFile struct{ key, path string }
 	var deleted []string // each marked dying
 	var files []largeFile
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx kv.Tx) error {
 		// The function may run twice (a shared transaction that failed is
 		// retried alone); start clean each time.
 		s.pins.unmarkDying(deleted)

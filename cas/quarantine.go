@@ -6,14 +6,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Quarantine and healing.
@@ -380,7 +379,7 @@ type damagedEntry struct {
 
 // rawEntry returns a copy of key's index entry as stored.
 func (s *Store) rawEntry(key string) (raw []byte, ok bool, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx kv.Tx) error {
 		if b := tx.Bucket(bucketIndex); b != nil {
 			if v := b.Get([]byte(key)); v != nil {
 				raw, ok = bytes.Clone(v), true
@@ -422,7 +421,7 @@ func (s *Store) dropEntries(ds []damagedEntry) ([]string, error) {
 		sum [32]byte
 	}
 	var files []large
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx kv.Tx) error {
 		files = files[:0] // the body may run twice (a shared transaction retried alone)
 		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 		dead := map[uint64]uint64{}
@@ -501,7 +500,7 @@ func (s *Store) settlePacks() ([]string, error) {
 	var changed []string
 	// settle finds what is off and, with write, fixes it. A read
 	// transaction looks first: usually nothing is.
-	settle := func(tx *bolt.Tx, write bool) error {
+	settle := func(tx kv.Tx, write bool) error {
 		changed = changed[:0]       // the body may run twice (a shared transaction retried alone)
 		live := map[uint64]uint64{} // pack → the footprints of its entries
 		err := forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
@@ -557,11 +556,11 @@ func (s *Store) settlePacks() ([]string, error) {
 		}
 		return nil
 	}
-	err := s.db.View(func(tx *bolt.Tx) error { return settle(tx, false) })
+	err := s.db.View(func(tx kv.Tx) error { return settle(tx, false) })
 	if err != nil || len(changed) == 0 {
 		return nil, err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error { return settle(tx, true) })
+	err = s.db.Update(func(tx kv.Tx) error { return settle(tx, true) })
 	return changed, err
 }
 

@@ -3,6 +3,7 @@ package cas
 import (
 	"bytes"
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,7 +25,7 @@ func (f *fixture) reopenWith(t *testing.T, opts Options) {
 		t.Fatal(err)
 	}
 	opts.Now, opts.NoSync = func() time.Time { return f.clock }, true
-	s, err := Open(filepath.Join(f.dir, "blobs"), db, opts)
+	s, err := Open(filepath.Join(f.dir, "blobs"), kv.BoltDB{DB: db}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestDropDamaged(t *testing.T) {
 	}
 	slices.Sort(smallKeys)
 	var e entry
-	f.db.View(func(tx *bolt.Tx) (err error) { e, _, err = lookup(tx, smallKeys[0]); return err })
+	f.db.View(func(tx *bolt.Tx) (err error) { e, _, err = lookup(kv.Bolt(tx), smallKeys[0]); return err })
 	testkit.FlipByte(t, filepath.Join(f.dir, "blobs", packPath(e.pack)), int64(e.offset)+headerSize+50)
 	before, _ := f.s.Usage(ctx)
 

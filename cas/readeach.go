@@ -5,10 +5,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"sync"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // ReadEach reads the blobs that keys name, each once however often it is
@@ -168,7 +167,7 @@ func (s *Store) lookupAll(keys []string, workers int) (items []item, gen uint64,
 	for w := range n {
 		lo, hi := w*len(keys)/n, (w+1)*len(keys)/n
 		wg.Go(func() {
-			errs[w] = s.db.View(func(tx *bolt.Tx) error {
+			errs[w] = s.db.View(func(tx kv.Tx) error {
 				for i := lo; i < hi; i++ {
 					key := keys[i]
 					ns, sum, err := ParseKey(key)

@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"errors"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +18,7 @@ func (f *fixture) levels(t *testing.T) map[uint64]zstd.EncoderLevel {
 	t.Helper()
 	got := map[uint64]zstd.EncoderLevel{}
 	err := f.db.View(func(tx *bolt.Tx) error {
-		return forEachPack(tx, func(id uint64, ps packStats, err error) error {
+		return forEachPack(kv.Bolt(tx), func(id uint64, ps packStats, err error) error {
 			got[id] = ps.level
 			return err
 		})
@@ -212,7 +213,7 @@ func TestFormat2StoreOpens(t *testing.T) {
 	f.readAll(t, blobs)
 	stamp(FormatVersion + 1)
 	f.s.Close()
-	if _, err := Open(filepath.Join(f.dir, "blobs"), f.db, Options{NoSync: true}); !errors.Is(err, ErrFormat) {
+	if _, err := Open(filepath.Join(f.dir, "blobs"), kv.BoltDB{DB: f.db}, Options{NoSync: true}); !errors.Is(err, ErrFormat) {
 		t.Fatalf("Open of format %d = %v, want ErrFormat", FormatVersion+1, err)
 	}
 }
@@ -221,17 +222,17 @@ func TestFormat2StoreOpens(t *testing.T) {
 // between writing the new packs and the transaction switching to them
 // leaves things.
 type failingDB struct {
-	*bolt.DB
+	kv.BoltDB
 	fail func()
 }
 
-func (d *failingDB) Update(fn func(*bolt.Tx) error) error {
+func (d *failingDB) Update(fn func(kv.Tx) error) error {
 	if f := d.fail; f != nil {
 		d.fail = nil
 		f()
 		return errors.New("injected: the index update did not happen")
 	}
-	return d.DB.Update(fn)
+	return d.BoltDB.Update(fn)
 }
 
 func TestRecompressCrashBeforeSwitchingIsSafe(t *testing.T) {
@@ -240,7 +241,7 @@ func TestRecompressCrashBeforeSwitchingIsSafe(t *testing.T) {
 	blobs := f.fill(t, 200, 6)
 	before := f.packFiles(t)
 	f.s.Close()
-	d := &failingDB{DB: f.db}
+	d := &failingDB{BoltDB: kv.BoltDB{DB: f.db}}
 	s, err := Open(filepath.Join(f.dir, "blobs"), d, Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +342,7 @@ func TestRecompressedLargeFileBeforeTheIndexReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.s.Close()
-	d := &failingDB{DB: f.db}
+	d := &failingDB{BoltDB: kv.BoltDB{DB: f.db}}
 	s, err := Open(filepath.Join(f.dir, "blobs"), d, Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"maps"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Repacking. Deleting a packed blob only marks its bytes dead (cas_packs
@@ -96,7 +96,7 @@ type Usage struct {
 // damage, needs the sums too.
 func (s *Store) Usage(ctx context.Context) (Usage, error) {
 	var u Usage
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if err := forEachPack(tx, func(id uint64, st packStats, err error) error {
 			if err != nil {
 				u.Damaged++
@@ -128,7 +128,7 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 // repackPlan picks the packs Repack rewrites, and the level it writes them
 // at: RecompressLevel if any is picked for its level, else the highest
 // level any of them was written at, so a repack never compresses worse.
-func (s *Store) repackPlan(tx *bolt.Tx, opts RepackOptions, st *RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
+func (s *Store) repackPlan(tx kv.Tx, opts RepackOptions, st *RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
 	old := map[uint64]packStats{}
 	level := CaptureLevel
 	err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
@@ -181,7 +181,7 @@ func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (RepackStats
 	if err := checkRepackOptions(opts); err != nil {
 		return st, err
 	}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		_, _, err := s.repackPlan(tx, opts, &st)
 		return err
 	})
@@ -213,7 +213,7 @@ type largeItem struct {
 // 4), with the size in e.stored.
 func (s *Store) coldLarges(ctx context.Context, t time.Time) (cold, stale []largeItem, err error) {
 	var all []largeItem
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx kv.Tx) error {
 		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {
 			if err == nil && e.where == whereLarge && e.codec == codecZstd {
 				all = append(all, largeItem{key, *e})
@@ -256,7 +256,7 @@ func (s *Store) coldLarges(ctx context.Context, t time.Time) (cold, stale []larg
 // setLargeStored records the stored size and codec of l's large file in
 // its index entry if that still names a large file of the same size.
 func (s *Store) setLargeStored(l largeItem) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx kv.Tx) error {
 		e, ok, err := lookup(tx, l.key)
 		if err != nil || !ok || e.where != whereLarge || e.raw != l.e.raw {
 			return err
@@ -453,7 +453,7 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, er
 	var level zstd.EncoderLevel
 	var plan RepackStats
 	var moves []move
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var err error
 		if old, level, err = s.repackPlan(tx, opts, &plan); err != nil || len(old) == 0 {
 			return err
@@ -548,7 +548,7 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, er
 
 	// 2. One transaction moves the entries and swaps the packs.
 	bodyDone := false
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx kv.Tx) error {
 		bodyDone = false // the body may run twice (a shared transaction retried alone)
 		idx, packs := tx.Bucket(bucketIndex), tx.Bucket(bucketPacks)
 		newStats := map[uint64]*packStats{}
@@ -666,7 +666,7 @@ func (s *Store) removeOrphanPacks() error {
 		}
 	}
 	unlisted := map[uint64]string{}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bucketPacks)
 		for id, name := range files {
 			if b.Get(packKey(id)) == nil {
@@ -712,7 +712,7 @@ func (s *Store) removeOrphanPacks() error {
 
 // forEachPack decodes every pack's stats. A damaged record is passed to fn
 // as err (matching ErrCorrupt), for fn to return or to report.
-func forEachPack(tx *bolt.Tx, fn func(id uint64, st packStats, err error) error) error {
+func forEachPack(tx kv.Tx, fn func(id uint64, st packStats, err error) error) error {
 	b := tx.Bucket(bucketPacks)
 	if b == nil {
 		return nil
@@ -728,7 +728,7 @@ func forEachPack(tx *bolt.Tx, fn func(id uint64, st packStats, err error) error)
 
 // forEachEntry decodes every index entry in key order. A damaged entry is
 // passed to fn as err (matching ErrCorrupt), for fn to return or to report.
-func forEachEntry(ctx context.Context, tx *bolt.Tx, fn func(key string, e *entry, err error) error) error {
+func forEachEntry(ctx context.Context, tx kv.Tx, fn func(key string, e *entry, err error) error) error {
 	b := tx.Bucket(bucketIndex)
 	if b == nil {
 		return nil

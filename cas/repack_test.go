@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,7 +196,7 @@ func TestRepackLeavesADamagedPack(t *testing.T) {
 	name := f.packFiles(t)[0]
 	path := filepath.Join(f.dir, "blobs", "packs", name)
 	var live entry
-	f.db.View(func(tx *bolt.Tx) (err error) { live, _, err = lookup(tx, keys[7]); return err })
+	f.db.View(func(tx *bolt.Tx) (err error) { live, _, err = lookup(kv.Bolt(tx), keys[7]); return err })
 	data, _ := os.ReadFile(path)
 	data[live.offset+headerSize+live.stored/2] ^= 0xff // inside a live frame's payload
 	os.WriteFile(path, data, 0o644)
@@ -239,12 +240,12 @@ func TestOpenRemovesOrphanPacks(t *testing.T) {
 
 // hookedDB runs after, once, when an index update returns.
 type hookedDB struct {
-	*bolt.DB
+	kv.BoltDB
 	after func()
 }
 
-func (h *hookedDB) Update(fn func(*bolt.Tx) error) error {
-	err := h.DB.Update(fn)
+func (h *hookedDB) Update(fn func(kv.Tx) error) error {
+	err := h.BoltDB.Update(fn)
 	if f := h.after; f != nil {
 		h.after = nil
 		f()
@@ -262,7 +263,7 @@ func TestSweepOfALargeBlobSparesItsNewCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bdb.Close()
-	h := &hookedDB{DB: bdb}
+	h := &hookedDB{BoltDB: kv.BoltDB{DB: bdb}}
 	s, err := Open(filepath.Join(dir, "blobs"), h, Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"math"
 	"os"
@@ -31,14 +32,13 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/vfs"
-	bolt "go.etcd.io/bbolt"
 )
 
 // DB runs the index's transactions. *bbolt.DB satisfies it; the engine
 // passes an adapter that routes writes through its group commit.
 type DB interface {
-	View(fn func(*bolt.Tx) error) error
-	Update(fn func(*bolt.Tx) error) error
+	View(fn func(kv.Tx) error) error
+	Update(fn func(kv.Tx) error) error
 }
 
 // Options configures a Store. The zero value gives the defaults.
@@ -169,7 +169,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 		}
 		// A current index opens without a commit.
 		current := false
-		if err := db.View(func(tx *bolt.Tx) error { current = indexCurrent(tx); return nil }); err != nil {
+		if err := db.View(func(tx kv.Tx) error { current = indexCurrent(tx); return nil }); err != nil {
 			return nil, err
 		}
 		if !current {
@@ -201,7 +201,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 // ErrFormat reports a blob index written by a newer build.
 var ErrFormat = errors.New("cas: unsupported blob format")
 
-func initIndex(tx *bolt.Tx) error {
+func initIndex(tx kv.Tx) error {
 	for _, name := range [][]byte{bucketMeta, bucketIndex, bucketPacks} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
@@ -218,7 +218,7 @@ func initIndex(tx *bolt.Tx) error {
 
 // indexCurrent reports whether initIndex would change nothing: every
 // bucket is there and the format is this build's.
-func indexCurrent(tx *bolt.Tx) bool {
+func indexCurrent(tx kv.Tx) bool {
 	for _, name := range [][]byte{bucketMeta, bucketIndex, bucketPacks} {
 		if tx.Bucket(name) == nil {
 			return false
@@ -228,7 +228,7 @@ func indexCurrent(tx *bolt.Tx) bool {
 	return len(v) == 1 && v[0] == FormatVersion
 }
 
-func checkFormat(tx *bolt.Tx) error {
+func checkFormat(tx kv.Tx) error {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		return nil // a store that never held a blob
@@ -280,7 +280,7 @@ func (s *Store) encoder(level zstd.EncoderLevel) (*zstd.Encoder, error) {
 }
 
 // lookup returns the index entry of key; ok is false when there is none.
-func lookup(tx *bolt.Tx, key string) (e entry, ok bool, err error) {
+func lookup(tx kv.Tx, key string) (e entry, ok bool, err error) {
 	b := tx.Bucket(bucketIndex)
 	if b == nil {
 		return e, false, nil
@@ -297,7 +297,7 @@ func lookup(tx *bolt.Tx, key string) (e entry, ok bool, err error) {
 }
 
 func (s *Store) entry(key string) (e entry, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		e, ok, err = lookup(tx, key)
 		if err == nil && !ok {
@@ -334,7 +334,7 @@ func (s *Store) Head(ctx context.Context, key string) (Info, error) {
 	}
 	now := s.opts.Now().UnixMilli()
 	if !s.opts.ReadOnly && e.uploaded < now-RefreshAfter.Milliseconds() {
-		err := s.db.Update(func(tx *bolt.Tx) error {
+		err := s.db.Update(func(tx kv.Tx) error {
 			cur, ok, err := lookup(tx, key)
 			if err != nil || !ok {
 				return err
@@ -377,7 +377,7 @@ func (s *Store) Missing(ctx context.Context, keys []string) ([]string, error) {
 // there, and check reports the damage).
 func (s *Store) scan(ctx context.Context, keys []string, staleBefore int64) (missing, stale []string, err error) {
 	slices.Sort(keys)
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bucketIndex)
 		if b == nil {
 			missing = slices.Compact(slices.Clone(keys))
@@ -426,7 +426,7 @@ func (s *Store) scan(ctx context.Context, keys []string, staleBefore int64) (mis
 // with its upload time.
 func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
 	var out []Info
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bucketIndex)
 		if b == nil {
 			return nil
@@ -453,7 +453,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Info, error) {
 // store was opened with), says of key; ok is false when it holds no entry.
 // It changes nothing: a caller that relies on the blob refreshes its upload
 // time through a Batch.
-func InfoIn(tx *bolt.Tx, key string) (info Info, ok bool, err error) {
+func InfoIn(tx kv.Tx, key string) (info Info, ok bool, err error) {
 	e, ok, err := lookup(tx, key)
 	if !ok || err != nil {
 		return Info{}, false, err
@@ -464,7 +464,7 @@ func InfoIn(tx *bolt.Tx, key string) (info Info, ok bool, err error) {
 // ListIn returns, in key byte order, up to limit blobs whose key starts
 // with prefix and sorts after after, read in tx: one page of a listing
 // whose memory is bounded by limit, not by the store.
-func ListIn(tx *bolt.Tx, prefix, after string, limit int) ([]Info, error) {
+func ListIn(tx kv.Tx, prefix, after string, limit int) ([]Info, error) {
 	b := tx.Bucket(bucketIndex)
 	if b == nil || limit <= 0 {
 		return nil, nil
@@ -556,7 +556,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-func addDead(tx *bolt.Tx, pack uint64, n uint64) error {
+func addDead(tx kv.Tx, pack uint64, n uint64) error {
 	b := tx.Bucket(bucketPacks)
 	k := packKey(pack)
 	st, err := decodePackStats(b.Get(k))

@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"errors"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -27,7 +28,7 @@ func TestSyncFailureRefusesWrites(t *testing.T) {
 				if db, err = bolt.Open(filepath.Join(dir, "index.db"), 0o644, nil); err != nil {
 					t.Fatal(err)
 				}
-				if s, err = Open(filepath.Join(dir, "blobs"), db, Options{FS: ffs}); err != nil { // fsync on
+				if s, err = Open(filepath.Join(dir, "blobs"), kv.BoltDB{DB: db}, Options{FS: ffs}); err != nil { // fsync on
 					t.Fatal(err)
 				}
 			}

@@ -2,13 +2,13 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // MaxArtifactTextBytes bounds each of an artifact record's name, mimeType
@@ -103,7 +103,7 @@ func (s artifactRecords) Save(ctx context.Context, rec ArtifactRecord) error {
 		return err
 	}
 	stored := toStored(&rec)
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return meta.PutArtifactRecord(tx, stored) })
+	return s.db.write(ctx, func(tx kv.Tx) error { return meta.PutArtifactRecord(tx, stored) })
 }
 
 func (s artifactRecords) Get(ctx context.Context, artifactID string) (*ArtifactRecord, error) {
@@ -111,7 +111,7 @@ func (s artifactRecords) Get(ctx context.Context, artifactID string) (*ArtifactR
 		return nil, err
 	}
 	var out *ArtifactRecord
-	err := s.db.view(func(tx *bolt.Tx) error {
+	err := s.db.view(func(tx kv.Tx) error {
 		r, err := meta.GetArtifactRecord(tx, artifactID)
 		if r != nil {
 			rec := fromStored(r)
@@ -130,12 +130,12 @@ func (s artifactRecords) ListForThread(ctx context.Context, threadID string) ([]
 	return s.list(ctx, "threadId", threadID, meta.ArtifactRecordsOfThread)
 }
 
-func (s artifactRecords) list(ctx context.Context, field, owner string, read func(*bolt.Tx, string) ([]*meta.ArtifactRecord, error)) ([]ArtifactRecord, error) {
+func (s artifactRecords) list(ctx context.Context, field, owner string, read func(kv.Tx, string) ([]*meta.ArtifactRecord, error)) ([]ArtifactRecord, error) {
 	if err := firstErr(ctx.Err(), chain.CheckID(field, owner)); err != nil {
 		return nil, err
 	}
 	out := []ArtifactRecord{}
-	err := s.db.view(func(tx *bolt.Tx) error {
+	err := s.db.view(func(tx kv.Tx) error {
 		recs, err := read(tx, owner)
 		for _, r := range recs {
 			out = append(out, fromStored(r))
@@ -152,7 +152,7 @@ func (s artifactRecords) Delete(ctx context.Context, artifactID string) error {
 	if err := chain.CheckID("artifactId", artifactID); err != nil {
 		return err
 	}
-	return s.db.write(ctx, func(tx *bolt.Tx) error {
+	return s.db.write(ctx, func(tx kv.Tx) error {
 		_, err := meta.DeleteArtifactRecord(tx, artifactID)
 		return err
 	})
@@ -163,7 +163,7 @@ func (s artifactRecords) DeleteForRun(ctx context.Context, runID string) (int, e
 		return 0, err
 	}
 	n := 0
-	err := s.db.write(ctx, func(tx *bolt.Tx) error {
+	err := s.db.write(ctx, func(tx kv.Tx) error {
 		n = 0 // the body may run twice (a shared transaction retried alone)
 		recs, err := meta.ArtifactRecordsOfRun(tx, runID)
 		if err != nil {

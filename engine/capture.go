@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"os"
 	"path"
@@ -22,7 +23,6 @@ import (
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
-	bolt "go.etcd.io/bbolt"
 )
 
 // CaptureInput says what to capture and how to label the checkpoint.
@@ -954,7 +954,7 @@ func reportProgress(fn func(Progress), p *progressCounters) (stop func()) {
 
 // checkWriter fails unless w holds the live lease of its thread.
 func (db *DB) checkWriter(w lease.Writer) error {
-	return db.view(func(tx *bolt.Tx) error {
+	return db.view(func(tx kv.Tx) error {
 		return meta.CheckLease(tx, w.ThreadID, w, db.opts.nowMs())
 	})
 }

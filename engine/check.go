@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,6 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // CheckStoreOptions configures DB.Check. (CheckOptions validates Options.)
@@ -157,7 +157,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	var recount, objects, records map[string]int64
 	var recovered string
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		if raw := tx.Bucket(meta.BucketMeta).Get(meta.KeyRecovered); raw != nil {
 			p, err := meta.Unseal(meta.BucketMeta, meta.KeyRecovered, raw)
 			if err != nil {
@@ -260,7 +260,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		// Recount inside the write transaction: appends may have run since.
 		// Blob and chunk counts are rebuilt together: the blob rebuild
 		// empties the pending set, which holds both.
-		err := db.write(ctx, func(tx *bolt.Tx) error {
+		err := db.write(ctx, func(tx kv.Tx) error {
 			counts, err := countRefs(ctx, tx)
 			if err != nil {
 				return err
@@ -286,7 +286,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		r.Repaired = len(findingsOf(r, FindingPending))
 	}
 	if wrong := len(findingsOf(r, FindingHold)); opts.Repair && wrong > 0 {
-		err := db.write(ctx, func(tx *bolt.Tx) error {
+		err := db.write(ctx, func(tx kv.Tx) error {
 			objects, records, _, err := meta.CountHolds(tx, true) // a damaged record stops the repair
 			if err != nil {
 				return err
@@ -305,7 +305,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	if opts.Repair && recovered != "" {
 		// Reported once in full; the store itself checked out.
-		err := db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(meta.BucketMeta).Delete(meta.KeyRecovered) })
+		err := db.write(ctx, func(tx kv.Tx) error { return tx.Bucket(meta.BucketMeta).Delete(meta.KeyRecovered) })
 		if err != nil {
 			return r, fmt.Errorf("clearing the meta-page note: %w", err)
 		}
@@ -361,7 +361,7 @@ func (db *DB) checkpointsNaming(ctx context.Context, keys []string) (map[string]
 	for _, k := range keys {
 		want[k] = true
 	}
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		return meta.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
 			if err != nil {
 				return nil
@@ -397,7 +397,7 @@ func (db *DB) indexMayBeOlder() bool {
 		return true
 	}
 	noted := true
-	db.view(func(tx *bolt.Tx) error {
+	db.view(func(tx kv.Tx) error {
 		b := tx.Bucket(meta.BucketMeta)
 		noted = b != nil && b.Get(meta.KeyRecovered) != nil
 		return nil
@@ -417,7 +417,7 @@ func findingsOf(r *CheckReport, kind string) []Finding {
 
 // checkChains checks the chain buckets in one read transaction and returns
 // the recomputed reference counts.
-func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (map[string]int64, error) {
+func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (map[string]int64, error) {
 	threadOf := map[string]string{} // checkpoint id → thread
 	parentOf := map[string]string{}
 	counts := map[string]int64{}
@@ -553,7 +553,7 @@ func (db *DB) checkChains(ctx context.Context, tx *bolt.Tx, r *CheckReport, add 
 // record decodes, the artifact indexes match the records, and the stored
 // hold counts equal a recount. It returns the recount: per blob key, how
 // many objects and how many artifact records name it.
-func checkHolds(ctx context.Context, tx *bolt.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (objects, records map[string]int64, err error) {
+func checkHolds(ctx context.Context, tx kv.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (objects, records map[string]int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -568,8 +568,12 @@ func checkHolds(ctx context.Context, tx *bolt.Tx, r *CheckReport, add func(sev, 
 	for _, p := range damaged {
 		add(SeverityError, FindingRecord, p.Bucket+"/"+p.Key, "%s", p.Detail)
 	}
-	r.Objects = tx.Bucket(meta.BucketObjects).Stats().KeyN
-	r.ArtifactRecords = tx.Bucket(meta.BucketArtifactRecords).Stats().KeyN
+	if r.Objects, err = kv.Count(tx.Bucket(meta.BucketObjects)); err != nil {
+		return nil, nil, err
+	}
+	if r.ArtifactRecords, err = kv.Count(tx.Bucket(meta.BucketArtifactRecords)); err != nil {
+		return nil, nil, err
+	}
 	problems, err := meta.CheckArtifactIndexes(tx)
 	if err != nil {
 		add(SeverityError, FindingArtifactIndex, "", "artifact indexes unreadable: %v", err)
@@ -598,7 +602,7 @@ func checkHolds(ctx context.Context, tx *bolt.Tx, r *CheckReport, add func(sev, 
 }
 
 // countRefs recomputes every key's count from the stored checkpoints.
-func countRefs(ctx context.Context, tx *bolt.Tx) (map[string]int64, error) {
+func countRefs(ctx context.Context, tx kv.Tx) (map[string]int64, error) {
 	counts := map[string]int64{}
 	err := meta.ForEachCheckpoint(tx, func(id string, cp *chain.Checkpoint, err error) error {
 		if err != nil {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"iter"
 	"time"
 
@@ -10,7 +11,6 @@ import (
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Get returns the checkpoint id, or nil and no error when it is unknown.
@@ -19,7 +19,7 @@ func (db *DB) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
 		return nil, err
 	}
 	var cp *chain.Checkpoint
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		cp, err = meta.GetCheckpoint(tx, id)
 		return err
 	})
@@ -32,7 +32,7 @@ func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, e
 		return nil, err
 	}
 	var out []*chain.Checkpoint
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		out, err = meta.ListThread(tx, threadID)
 		return err
 	})
@@ -53,7 +53,7 @@ func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Ch
 			return
 		}
 		var ids []string
-		err := db.view(func(tx *bolt.Tx) error {
+		err := db.view(func(tx kv.Tx) error {
 			return meta.ForEachInThread(tx, threadID, func(id string) error {
 				ids = append(ids, id)
 				return nil
@@ -69,7 +69,7 @@ func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Ch
 				return
 			}
 			var cp *chain.Checkpoint
-			err := db.view(func(tx *bolt.Tx) (err error) {
+			err := db.view(func(tx kv.Tx) (err error) {
 				cp, err = meta.GetCheckpoint(tx, id)
 				return err
 			})
@@ -93,7 +93,7 @@ func (db *DB) Head(ctx context.Context, threadID string) (string, error) {
 		return "", err
 	}
 	var head string
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		head, err = meta.Head(tx, threadID)
 		return err
 	})
@@ -107,7 +107,7 @@ func (db *DB) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
 		return nil, err
 	}
 	var refs []chain.BlobRef
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		refs, err = meta.References(tx)
 		return err
 	})
@@ -121,7 +121,7 @@ func (db *DB) Threads(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		out, err = meta.Threads(tx)
 		return err
 	})
@@ -144,7 +144,7 @@ func (db *DB) Append(ctx context.Context, in chain.AppendInput) (string, error) 
 
 // appendTx validates in and returns the transaction body that appends it:
 // the contract's checks, then the writes.
-func (db *DB) appendTx(in *chain.AppendInput) (func(tx *bolt.Tx) error, error) {
+func (db *DB) appendTx(in *chain.AppendInput) (func(tx kv.Tx) error, error) {
 	// An oversized record is refused before it is copied: the copy alone
 	// would cost its whole size. The ids' errors still come first.
 	if in.Checkpoint != nil && chain.RecordSize(in.Checkpoint) > chain.MaxRecordBytes {
@@ -160,7 +160,7 @@ func (db *DB) appendTx(in *chain.AppendInput) (func(tx *bolt.Tx) error, error) {
 	}
 	cp, expected, writer := in.Checkpoint, in.ExpectedHeadID, in.Writer
 	prepared := meta.Prepare(cp) // outside the shared transaction: see meta.Prepared
-	return func(tx *bolt.Tx) error {
+	return func(tx kv.Tx) error {
 		if err := meta.CheckLease(tx, cp.ThreadID, writer, db.opts.nowMs()); err != nil {
 			return err
 		}
@@ -195,7 +195,7 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 	if err := chain.CheckIDs("threadId", threadID, "checkpoint id", checkpointID, "writer threadId", w.ThreadID); err != nil {
 		return err
 	}
-	return db.write(ctx, func(tx *bolt.Tx) error {
+	return db.write(ctx, func(tx kv.Tx) error {
 		if err := meta.CheckLease(tx, threadID, w, db.opts.nowMs()); err != nil {
 			return err
 		}
@@ -249,7 +249,7 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be an integer from 0 to 2^53−1", keep)
 	}
 	var deleted []string
-	err := db.write(ctx, func(tx *bolt.Tx) error {
+	err := db.write(ctx, func(tx kv.Tx) error {
 		deleted = []string{}
 		if err := meta.CheckLease(tx, threadID, w, db.opts.nowMs()); err != nil {
 			return err
@@ -277,7 +277,7 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 // the thread: the index names a missing one, or one of another thread,
 // only in a damaged store, where deleting it would be wrong (ErrCorrupt).
 // The result is never nil.
-func threadCheckpoints(tx *bolt.Tx, threadID string, skip map[string]struct{}) ([]string, error) {
+func threadCheckpoints(tx kv.Tx, threadID string, skip map[string]struct{}) ([]string, error) {
 	ids := []string{}
 	err := meta.ForEachInThread(tx, threadID, func(id string) error {
 		if _, ok := skip[id]; ok {
@@ -296,7 +296,7 @@ func threadCheckpoints(tx *bolt.Tx, threadID string, skip map[string]struct{}) (
 // keptSet walks at most keep checkpoints from the head through parents,
 // stopping at a root, a missing parent, a checkpoint of another thread or a
 // repeat.
-func keptSet(tx *bolt.Tx, threadID string, keep int) (map[string]struct{}, error) {
+func keptSet(tx kv.Tx, threadID string, keep int) (map[string]struct{}, error) {
 	kept := map[string]struct{}{}
 	id, err := meta.Head(tx, threadID)
 	for err == nil && id != "" && len(kept) < keep {
@@ -343,7 +343,7 @@ func (db *DB) acquireWriter(ctx context.Context, threadID string, holder proc.Id
 		return nil, err
 	}
 	var g meta.Grant
-	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
+	err := db.write(ctx, func(tx kv.Tx) (err error) {
 		g, err = meta.AcquireLease(tx, threadID, holder, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds(), opts)
 		return err
 	})
@@ -367,7 +367,7 @@ func (db *DB) Unlock(ctx context.Context, threadID string) (lease.State, error) 
 		return lease.State{}, err
 	}
 	var removed lease.State
-	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
+	err := db.write(ctx, func(tx kv.Tx) (err error) {
 		removed, err = meta.BreakLease(tx, threadID)
 		return err
 	})
@@ -386,7 +386,7 @@ var _ lease.Backend = (*DB)(nil)
 // lease.Lease.Renew calls it; a server calls it for a client's writer.
 func (db *DB) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, error) {
 	var exp int64
-	err := db.write(ctx, func(tx *bolt.Tx) (err error) {
+	err := db.write(ctx, func(tx kv.Tx) (err error) {
 		exp, err = meta.RenewLease(tx, w, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds())
 		return err
 	})
@@ -399,7 +399,7 @@ func (db *DB) RenewWriter(ctx context.Context, w lease.Writer) (time.Time, error
 // ReleaseWriter removes the thread's lease if it is still w's, expired or
 // not; otherwise it does nothing (SPEC §2.9). The fence counter stays.
 func (db *DB) ReleaseWriter(ctx context.Context, w lease.Writer) error {
-	return db.write(ctx, func(tx *bolt.Tx) error { return meta.ReleaseLease(tx, w) })
+	return db.write(ctx, func(tx kv.Tx) error { return meta.ReleaseLease(tx, w) })
 }
 
 // nullable renders an optional id for messages: "" is null.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/testkit"
-	bolt "go.etcd.io/bbolt"
 )
 
 // cleanStore writes a store whose checkpoints bucket spans a branch page
@@ -289,7 +289,7 @@ func TestNoWriteAfterDamage(t *testing.T) {
 	damage := fmt.Errorf("%w: a page that panicked", chain.ErrCorrupt)
 	db.MarkDamaged(damage)
 	ran := false
-	err = db.WriteTx(func(*bolt.Tx) error { ran = true; return nil })
+	err = db.WriteTx(func(kv.Tx) error { ran = true; return nil })
 	if ran || !errors.Is(err, chain.ErrCorrupt) {
 		t.Fatalf("a write transaction after damage: ran %v, err %v", ran, err)
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Group commit. bbolt allows one writer and every commit costs two
@@ -32,7 +32,7 @@ const maxBatch = 256
 
 type writeReq struct {
 	ctx  context.Context
-	fn   func(tx *bolt.Tx) error
+	fn   func(tx kv.Tx) error
 	done chan error
 }
 
@@ -60,7 +60,7 @@ func newCommitter(db *DB) *committer {
 
 // write runs fn in a write transaction shared with other writers and returns
 // fn's result once the transaction is durable.
-func (db *DB) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+func (db *DB) write(ctx context.Context, fn func(tx kv.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (db *DB) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	return db.c.submit(ctx, fn)
 }
 
-func (c *committer) submit(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+func (c *committer) submit(ctx context.Context, fn func(tx kv.Tx) error) error {
 	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	c.mu.RLock()
 	if c.closed {
@@ -111,7 +111,7 @@ func (c *committer) loop() {
 // shared transaction fails.
 func (c *committer) run(batch []*writeReq) {
 	results := make([]error, len(batch))
-	err := c.commit(func(tx *bolt.Tx) error {
+	err := c.commit(func(tx kv.Tx) error {
 		for i, req := range batch {
 			if err := req.ctx.Err(); err != nil {
 				results[i] = err // not started: nothing written
@@ -155,8 +155,8 @@ func (e *foldError) Unwrap() error { return e.err }
 // housekeeping, and failing every write with it would also fail the
 // writable Open that check --repair needs; the readers
 // of counts and check report the damage.
-func (c *committer) commit(fn func(tx *bolt.Tx) error) error {
-	err := c.update(func(tx *bolt.Tx) error {
+func (c *committer) commit(fn func(tx kv.Tx) error) error {
+	err := c.update(func(tx kv.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -184,7 +184,7 @@ const foldPerThread = 64
 // weigh Options.RefFoldAfter or number foldPerThread per thread they
 // belong to (64 writers fold 64 appends each at 4,096; a lone writer folds
 // every 64).
-func (c *committer) foldIfDue(tx *bolt.Tx) error {
+func (c *committer) foldIfDue(tx kv.Tx) error {
 	w := meta.PendingWeight(tx)
 	if w < uint64(min(c.db.opts.RefFoldAfter, foldPerThread)) {
 		return nil // each pending checkpoint weighs 1 or more
@@ -207,7 +207,7 @@ func (c *committer) foldIfDue(tx *bolt.Tx) error {
 // kernel may have dropped them while the mapping still shows them), so no
 // later transaction may build on it. vfs.FS.BeforeCommit failing stands for
 // such a failure, and counts as one. A poisoned store runs no transaction.
-func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
+func (c *committer) update(fn func(tx kv.Tx) error) (err error) {
 	if err := c.db.writeRefused(); err != nil {
 		return err
 	}
@@ -217,14 +217,18 @@ func (c *committer) update(fn func(tx *bolt.Tx) error) (err error) {
 		c.held.Add(int64(time.Since(start)))
 	}()
 	committing := false // fn succeeded: an error from here on is the commit's
-	err = c.db.tx(true, func(tx *bolt.Tx) error {
+	err = c.db.tx(true, func(tx kv.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
 		committing = true
+		if c.db.shared != nil {
+			return nil
+		}
 		return c.db.opts.FS.BeforeCommit(c.db.bolt.Path())
 	})
-	if err != nil && committing {
+	// A shared database's failed commit poisons nothing (shared.go).
+	if err != nil && committing && c.db.shared == nil {
 		c.db.poison(err)
 	}
 	return err

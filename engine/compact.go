@@ -30,6 +30,9 @@ func Compact(ctx context.Context, dir string, opts *Options) (before, after int6
 	if opts != nil && opts.ReadOnly {
 		return 0, 0, ErrReadOnly
 	}
+	if opts != nil && opts.Metadata != "" {
+		return 0, 0, ErrNotFileMetadata
+	}
 	// Every page verified, whatever a record of a clean close says: the
 	// copy reads every page, through bbolt, which trusts them.
 	db, err := open(dir, opts, true)

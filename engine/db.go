@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -73,12 +74,15 @@ func (e *poisonError) Unwrap() []error { return []error{ErrPoisoned, e.cause} }
 // DB is an open store. It is safe for concurrent use by many goroutines;
 // one process at a time may open a store for writing.
 type DB struct {
-	dir   string
-	path  string // the database file
-	opts  Options
-	bolt  *bolt.DB
-	c     *committer
-	blobs *cas.Store
+	dir  string
+	path string // the database file
+	opts Options
+	bolt *bolt.DB // the metadata in sbx.db; nil when shared is set
+	// shared runs the metadata transactions in a database shared with
+	// other servers (shared.go); nil for the bbolt file.
+	shared sharedMeta
+	c      *committer
+	blobs  *cas.Store
 	// lock is the held store lock (lockfile.go), released by Close after
 	// the database file is closed.
 	lock *storeLock
@@ -131,6 +135,9 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	o, err := CheckOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.Metadata != "" {
+		return openShared(dir, o)
 	}
 	path := filepath.Join(dir, DBFile)
 	if o.ReadOnly {
@@ -204,9 +211,9 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	}
 	// A store of this format, with nothing to note, opens without a
 	// commit: a writable Open writes only to create, migrate or note.
-	err = db.view(func(tx *bolt.Tx) error { return initLayout(tx, nil) })
+	err = db.view(func(tx kv.Tx) error { return initLayout(tx, nil) })
 	if !o.ReadOnly && (err != nil || metaNote != "") {
-		err = db.tx(true, func(tx *bolt.Tx) error {
+		err = db.tx(true, func(tx kv.Tx) error {
 			if err := initLayout(tx, func() error { return o.FS.BeforeCommit(path) }); err != nil {
 				return err
 			}
@@ -243,8 +250,8 @@ func (db *DB) Blobs() *cas.Store { return db.blobs }
 // commit, sharing transactions and fsyncs with concurrent appends.
 type blobIndex struct{ db *DB }
 
-func (b blobIndex) View(fn func(*bolt.Tx) error) error { return b.db.view(fn) }
-func (b blobIndex) Update(fn func(*bolt.Tx) error) error {
+func (b blobIndex) View(fn func(kv.Tx) error) error { return b.db.view(fn) }
+func (b blobIndex) Update(fn func(kv.Tx) error) error {
 	if b.db.c == nil {
 		return ErrReadOnly
 	}
@@ -289,9 +296,14 @@ func (db *DB) Close() error {
 	if db.blobs != nil {
 		db.blobs.Close()
 	}
+	if db.shared != nil {
+		db.shared.Close()
+		db.lock.release()
+		return nil
+	}
 	var txid uint64
 	clean := db.c != nil && !db.crashed && db.writeRefused() == nil && db.closeFreelist() == nil &&
-		db.view(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }) == nil
+		db.view(func(tx kv.Tx) error { txid = uint64(kv.BoltTx(tx).ID()); return nil }) == nil
 	err := db.bolt.Close()
 	if clean && err == nil && db.writeRefused() == nil {
 		writeCleanClose(db.dir, db.path, db.opened, txid, db.opts.NoSync)
@@ -307,7 +319,7 @@ func (db *DB) Close() error {
 // that read it).
 func (db *DB) closeFreelist() error {
 	var synced bool
-	if err := db.view(func(tx *bolt.Tx) error {
+	if err := db.view(func(tx kv.Tx) error {
 		f, err := os.Open(db.path)
 		if err != nil {
 			return err
@@ -317,7 +329,7 @@ func (db *DB) closeFreelist() error {
 		if err != nil {
 			return err
 		}
-		m, ok, err := boltcheck.MetaOf(f, fi.Size(), uint64(tx.ID()))
+		m, ok, err := boltcheck.MetaOf(f, fi.Size(), uint64(kv.BoltTx(tx).ID()))
 		synced = err == nil && ok && m.Freelist != boltcheck.NoFreelist
 		return nil
 	}); err != nil || synced {
@@ -325,11 +337,11 @@ func (db *DB) closeFreelist() error {
 	}
 	db.bolt.NoFreelistSync = false
 	defer func() { db.bolt.NoFreelistSync = true }()
-	return db.tx(true, func(*bolt.Tx) error { return nil })
+	return db.tx(true, func(kv.Tx) error { return nil })
 }
 
 // view runs fn in a read transaction (db.tx).
-func (db *DB) view(fn func(tx *bolt.Tx) error) error { return db.tx(false, fn) }
+func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 
 // tx runs fn in a bbolt transaction, read or write. It is the one place the
 // engine enters bbolt's tree: bbolt trusts the pages it reads, and a page
@@ -341,11 +353,20 @@ func (db *DB) view(fn func(tx *bolt.Tx) error) error { return db.tx(false, fn) }
 // that error (a tree that panicked once is not built on), and Close
 // records no clean close, so the next Open walks every page and refuses
 // the file.
-func (db *DB) tx(writable bool, fn func(tx *bolt.Tx) error) (err error) {
+func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
+	if db.shared != nil {
+		if !writable {
+			return db.shared.View(context.Background(), fn)
+		}
+		if err := db.writeRefused(); err != nil {
+			return err
+		}
+		return db.shared.Update(context.Background(), fn)
+	}
 	defer db.recoverDamage(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	if !writable {
-		return db.bolt.View(fn)
+		return db.bolt.View(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
 	}
 	if err := db.writeRefused(); err != nil {
 		return err // damaged or poisoned: nothing more is built on this tree
@@ -359,7 +380,7 @@ func (db *DB) tx(writable bool, fn func(tx *bolt.Tx) error) (err error) {
 		return err
 	}
 	defer tx.Rollback() // after a Commit, which ends tx either way: a no-op
-	if err := fn(tx); err != nil {
+	if err := fn(kv.Bolt(tx)); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/lease"
-	bolt "go.etcd.io/bbolt"
 )
 
 // DeleteThreadResult says what DeleteThread removed. A thread that had
@@ -43,7 +43,7 @@ func (db *DB) DeleteThread(ctx context.Context, threadID string, force bool) (De
 		return DeleteThreadResult{}, err
 	}
 	var res DeleteThreadResult
-	err := db.write(ctx, func(tx *bolt.Tx) error {
+	err := db.write(ctx, func(tx kv.Tx) error {
 		res = DeleteThreadResult{Checkpoints: []string{}} // the body may run twice (a shared transaction retried alone)
 		s, err := meta.LoadLease(tx, threadID)
 		if err != nil {

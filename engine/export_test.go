@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 
@@ -10,14 +11,13 @@ import (
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Test-only access below the public API, for the external test package.
 
 // InsertRaw stores cp's record and index without checks or references.
 func (db *DB) InsertRaw(cp *chain.Checkpoint) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return meta.PutRecord(tx, cp) })
+	return db.tx(true, func(tx kv.Tx) error { return meta.PutRecord(tx, cp) })
 }
 
 // AcquireWriterAs is AcquireWriter recording holder, not this process, as
@@ -29,7 +29,7 @@ func (db *DB) AcquireWriterAs(ctx context.Context, threadID string, holder proc.
 // SetRefCount forces the count of a blob key (folding pending references
 // first, so the forced value is the whole count).
 func (db *DB) SetRefCount(key string, n int64) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.tx(true, func(tx kv.Tx) error {
 		if err := meta.FoldRefs(tx); err != nil {
 			return err
 		}
@@ -43,10 +43,10 @@ func (db *DB) SetRefCount(key string, n int64) error {
 
 // Pending returns the pending set's weight and size.
 func (db *DB) Pending() (weight uint64, n int, err error) {
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx kv.Tx) error {
 		weight = meta.PendingWeight(tx)
-		n = tx.Bucket(meta.BucketPendingRefs).Stats().KeyN
-		return nil
+		n, err = kv.Count(tx.Bucket(meta.BucketPendingRefs))
+		return err
 	})
 	return weight, n, err
 }
@@ -74,14 +74,14 @@ func QueueLen(db *DB) int { return len(db.c.queue) }
 
 // SetHead forces a thread's head, checks bypassed.
 func (db *DB) SetHead(threadID, id string) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return meta.SetHead(tx, threadID, id) })
+	return db.tx(true, func(tx kv.Tx) error { return meta.SetHead(tx, threadID, id) })
 }
 
 // DamageChunks folds pending references, then stores a chunk no checkpoint
 // uses and drops the folded count of the first counted chunk: two of the
 // problems Check must find.
 func (db *DB) DamageChunks() error {
-	return db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.tx(true, func(tx kv.Tx) error {
 		if err := meta.FoldRefs(tx); err != nil {
 			return err
 		}
@@ -100,7 +100,7 @@ func StagingName(id proc.Identity) string { return stagingName(id) }
 
 // SetHoldCount forces the hold count of a blob key; 0 removes it.
 func (db *DB) SetHoldCount(key string, n int64) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.tx(true, func(tx kv.Tx) error {
 		old, err := meta.HoldCount(tx, key)
 		if err != nil {
 			return err
@@ -154,4 +154,4 @@ func (db *DB) CloseAsCrashed() error {
 func (db *DB) MarkDamaged(err error) { db.markDamaged(err) }
 
 // WriteTx runs fn in a write transaction through DB.tx, the guarded place.
-func (db *DB) WriteTx(fn func(tx *bolt.Tx) error) error { return db.tx(true, fn) }
+func (db *DB) WriteTx(fn func(tx kv.Tx) error) error { return db.tx(true, fn) }

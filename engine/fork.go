@@ -3,10 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Fork makes a copy of a source checkpoint the root of an empty destination
@@ -30,7 +30,7 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 		return nil, err
 	}
 	var fork *chain.Checkpoint
-	err := db.write(ctx, func(tx *bolt.Tx) error {
+	err := db.write(ctx, func(tx kv.Tx) error {
 		if in.SourceThreadID == in.DestinationThreadID {
 			return chain.Errorf(chain.ErrForkSourceThreadMismatch, "cannot fork thread %q into itself", in.SourceThreadID)
 		}
@@ -91,7 +91,7 @@ func (db *DB) Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, 
 // destinationEmpty returns FORK_DESTINATION_NOT_EMPTY if the thread has a
 // saved transcript (even an empty one), a checkpoint, a head or an artifact
 // record (SPEC §3.2), or if the checkpoint id is used in any thread.
-func destinationEmpty(tx *bolt.Tx, threadID, checkpointID string) error {
+func destinationEmpty(tx kv.Tx, threadID, checkpointID string) error {
 	notEmpty := func(why string) error {
 		return chain.Errorf(chain.ErrForkDestinationNotEmpty, "fork destination thread %q %s", threadID, why)
 	}
@@ -124,7 +124,7 @@ func (db *DB) LoadThread(ctx context.Context, threadID string) ([]json.RawMessag
 		return nil, err
 	}
 	var msgs []json.RawMessage
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		msgs, _, err = meta.LoadTranscript(tx, threadID)
 		return err
 	})
@@ -138,5 +138,5 @@ func (db *DB) SaveThread(ctx context.Context, threadID string, msgs []json.RawMe
 		return err
 	}
 	p := meta.EncodeMessages(msgs) // a copy: later changes to msgs are not seen
-	return db.write(ctx, func(tx *bolt.Tx) error { return meta.SaveTranscriptPayload(tx, threadID, p) })
+	return db.write(ctx, func(tx kv.Tx) error { return meta.SaveTranscriptPayload(tx, threadID, p) })
 }

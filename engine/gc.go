@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Garbage collection, wired to this store. The algorithm is package gc's;
@@ -79,7 +79,7 @@ func (db *DB) markedRefs(ctx context.Context) (cps, all []chain.BlobRef, err err
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	err = db.view(func(tx *bolt.Tx) error {
+	err = db.view(func(tx kv.Tx) error {
 		if cps, err = meta.References(tx); err != nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func mergeRefs(a, b []chain.BlobRef) []chain.BlobRef {
 // transaction, is not before deadline. pending, if set, caches the pending
 // checkpoints across the transactions of one sweep.
 func (db *DB) blobUse(pending *meta.PendingCache, deadline time.Time) cas.InUse {
-	return func(tx *bolt.Tx) (func(string, time.Time) (bool, error), error) {
+	return func(tx kv.Tx) (func(string, time.Time) (bool, error), error) {
 		var rc *meta.RefCounter
 		if pending != nil {
 			var err error
@@ -217,7 +217,7 @@ func (b *sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, e
 		// Decode the pending checkpoints in a read transaction, outside
 		// the write lock; the write transactions then find them cached.
 		b.warm = true
-		if err := b.db.view(func(tx *bolt.Tx) error { _, err := b.pending.Counter(tx); return err }); err != nil {
+		if err := b.db.view(func(tx kv.Tx) error { _, err := b.pending.Counter(tx); return err }); err != nil {
 			return nil, err
 		}
 	}
@@ -377,7 +377,7 @@ func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res
 	}
 	without := map[string]int64{}
 	now := db.opts.nowMs()
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		all := threads
 		if len(all) == 0 {
 			var err error

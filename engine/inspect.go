@@ -2,10 +2,10 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/lease"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Writers returns the stored writer state of every thread that was ever
@@ -17,7 +17,7 @@ func (db *DB) Writers(ctx context.Context) (map[string]lease.State, error) {
 		return nil, err
 	}
 	out := map[string]lease.State{}
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		return meta.ForEachLease(tx, func(threadID string, s lease.State) error {
 			s.OwnerToken = ""
 			out[threadID] = s

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Instances returns the instance store kept in the same file.
@@ -48,7 +48,7 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 		return nil, err
 	}
 	var rec *InstanceRecord
-	err := s.db.view(func(tx *bolt.Tx) error {
+	err := s.db.view(func(tx kv.Tx) error {
 		k := instanceKey(key)
 		v := tx.Bucket(meta.BucketInstances).Get(k)
 		if v == nil {
@@ -73,9 +73,9 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 func (s instanceStore) Upsert(ctx context.Context, rec InstanceRecord) error {
 	k := instanceKey(rec.Key)
 	v := meta.Seal(meta.BucketInstances, k, encodeInstance(&rec))
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(meta.BucketInstances).Put(k, v) })
+	return s.db.write(ctx, func(tx kv.Tx) error { return tx.Bucket(meta.BucketInstances).Put(k, v) })
 }
 
 func (s instanceStore) Delete(ctx context.Context, key string) error {
-	return s.db.write(ctx, func(tx *bolt.Tx) error { return tx.Bucket(meta.BucketInstances).Delete(instanceKey(key)) })
+	return s.db.write(ctx, func(tx kv.Tx) error { return tx.Bucket(meta.BucketInstances).Delete(instanceKey(key)) })
 }

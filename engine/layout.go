@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -32,14 +33,18 @@ import (
 // a read-only Open refuses one, naming sbxdb migrate.
 const FormatVersion = 4
 
+// errNoLayout is initLayout's error in a read transaction of a database
+// that holds no store.
+var errNoLayout = fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
+
 // initLayout creates the buckets of a new store and stamps its format, or
 // checks the format of an existing one, migrating an older store when tx
 // is writable (beforeCommit is then asked, as every commit asks the FS).
-func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
+func initLayout(tx kv.Tx, beforeCommit func() error) error {
 	mb := tx.Bucket(meta.BucketMeta)
 	if mb == nil {
 		if !tx.Writable() {
-			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
+			return errNoLayout
 		}
 		for _, name := range meta.Buckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -78,7 +83,7 @@ func initLayout(tx *bolt.Tx, beforeCommit func() error) error {
 	return nil
 }
 
-func formatOf(mb *bolt.Bucket) (uint64, error) {
+func formatOf(mb kv.Bucket) (uint64, error) {
 	raw := mb.Get(meta.KeyFormat)
 	if raw == nil {
 		return 0, fmt.Errorf("%w: meta/format is missing", chain.ErrCorrupt)
@@ -99,7 +104,7 @@ func formatOf(mb *bolt.Bucket) (uint64, error) {
 // rewritten as chunks; from formats 1 and 2, the pending set rekeyed and
 // weighed; then the new format stamp. One transaction, so a crash leaves
 // the store as it was, whole.
-func migrate(tx *bolt.Tx, from uint64) error {
+func migrate(tx kv.Tx, from uint64) error {
 	for _, name := range meta.Buckets {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
@@ -127,6 +132,9 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 	if err != nil {
 		return 0, 0, err
 	}
+	if o.Metadata != "" {
+		return 0, 0, ErrNotFileMetadata
+	}
 	// Read the format first: a read-only Open refuses an old store, so
 	// look at the meta bucket alone.
 	path := filepath.Join(dir, DBFile)
@@ -140,7 +148,7 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 		return 0, 0, classifyOpenError(dir, path, err)
 	}
 	var v uint64
-	err = bdb.View(func(tx *bolt.Tx) error {
+	err = (kv.BoltDB{DB: bdb}).View(func(tx kv.Tx) error {
 		mb := tx.Bucket(meta.BucketMeta)
 		if mb == nil {
 			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"maps"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Blobs and plain objects (docs/API.md, Blobs and objects): the object-store
@@ -264,7 +264,7 @@ func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutOb
 			return ObjectInfo{}, err
 		}
 		var info ObjectInfo
-		err := db.view(func(tx *bolt.Tx) error { // pinned still: a sweep cannot have taken it
+		err := db.view(func(tx kv.Tx) error { // pinned still: a sweep cannot have taken it
 			i, ok, err := cas.InfoIn(tx, key)
 			if err == nil && !ok {
 				err = &cas.Error{Key: key, Err: cas.ErrNotFound, Detail: "gone after its put committed"}
@@ -278,7 +278,7 @@ func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutOb
 	if len(opts.CustomMetadata) > 0 {
 		rec.Metadata = maps.Clone(opts.CustomMetadata)
 	}
-	err = b.CommitWith(ctx, func(tx *bolt.Tx) error {
+	err = b.CommitWith(ctx, func(tx kv.Tx) error {
 		rec.Uploaded = db.opts.nowMs()
 		return meta.PutObject(tx, key, rec)
 	})
@@ -378,7 +378,7 @@ func (db *DB) lookupObject(ctx context.Context, k objectKey) (info ObjectInfo, b
 	if err := ctx.Err(); err != nil {
 		return ObjectInfo{}, "", err
 	}
-	err = db.view(func(tx *bolt.Tx) error {
+	err = db.view(func(tx kv.Tx) error {
 		if k.ca {
 			i, ok, err := cas.InfoIn(tx, k.key)
 			if err == nil && !ok {
@@ -488,7 +488,7 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 		return ErrReadOnly
 	}
 	if !k.ca {
-		return db.write(ctx, func(tx *bolt.Tx) error {
+		return db.write(ctx, func(tx kv.Tx) error {
 			_, err := meta.DeleteObject(tx, key)
 			return err
 		})
@@ -498,7 +498,7 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 		return err
 	}
 	stored := false
-	err = db.view(func(tx *bolt.Tx) error {
+	err = db.view(func(tx kv.Tx) error {
 		_, ok, err := cas.InfoIn(tx, key)
 		stored = ok
 		if errors.Is(err, cas.ErrCorrupt) {
@@ -528,7 +528,7 @@ func (db *DB) ListObjects(ctx context.Context, prefix, cursor string, limit int)
 		return nil, "", err
 	}
 	out := make([]ObjectInfo, 0, min(limit+1, 64))
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		blobs, err := cas.ListIn(tx, prefix, cursor, limit+1)
 		if err != nil {
 			return err

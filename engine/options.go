@@ -44,6 +44,11 @@ type Options struct {
 	// NoSync skips fsync on commit. Unsafe: a crash can lose acknowledged
 	// writes. For tests and benchmarks only.
 	NoSync bool
+	// Metadata, when set, is a PostgreSQL URL (postgres://USER@HOST:PORT/DB):
+	// the store's metadata and blob index live in that database, shared
+	// with every other server opening it, rather than in sbx.db (shared.go).
+	// The blob directory stays in the store directory. Default: sbx.db.
+	Metadata string
 	// FS performs every change to the blob store's files and to restore
 	// targets, and is asked before each database commit (see package vfs).
 	// Default vfs.OS; tests pass a vfs/faultfs.FS to fail chosen steps.
@@ -101,6 +106,9 @@ func CheckOptions(opts *Options) (Options, error) {
 		return o, fmt.Errorf("%w: RefFoldAfter %d is negative", ErrInvalidOptions, o.RefFoldAfter)
 	case o.LockTimeout < 0:
 		return o, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidOptions, o.LockTimeout)
+	}
+	if err := checkMetadata(o.Metadata); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"math"
 	"strconv"
 	"strings"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // MinRefPrefix is the shortest id prefix ResolveCheckpoint accepts, in
@@ -84,7 +84,7 @@ func (db *DB) ResolveCheckpoint(ctx context.Context, ref string) (string, error)
 		return "", err
 	}
 	var id string
-	err := db.view(func(tx *bolt.Tx) (err error) {
+	err := db.view(func(tx kv.Tx) (err error) {
 		id, err = resolve(tx, ref)
 		return err
 	})
@@ -133,7 +133,7 @@ func threadRef(ref string) (thread string, n uint64, ok bool) {
 }
 
 // resolve is ResolveCheckpoint's transaction.
-func resolve(tx *bolt.Tx, ref string) (string, error) {
+func resolve(tx kv.Tx, ref string) (string, error) {
 	if len(ref) <= chain.MaxIDBytes && meta.CheckpointExists(tx, ref) {
 		return ref, nil
 	}
@@ -155,7 +155,7 @@ func resolve(tx *bolt.Tx, ref string) (string, error) {
 
 // ancestor returns the n-th checkpoint of the thread's chain from its
 // head (0: the head).
-func ancestor(tx *bolt.Tx, ref, thread string, n uint64) (string, error) {
+func ancestor(tx kv.Tx, ref, thread string, n uint64) (string, error) {
 	id, err := meta.Head(tx, thread)
 	if err != nil {
 		return "", err

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // StoreStats describes what a store holds and what it costs on disk
@@ -40,7 +40,7 @@ type StoreStats struct {
 // the chunks themselves.
 func (db *DB) Stats(ctx context.Context) (*StoreStats, error) {
 	s := &StoreStats{}
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		threads, err := meta.Threads(tx)
 		if err != nil {
 			return err
@@ -60,6 +60,9 @@ func (db *DB) Stats(ctx context.Context) (*StoreStats, error) {
 		return nil, err
 	}
 	s.Blobs, s.BlobLogicalBytes, s.BlobPhysicalBytes = u.Blobs, u.RawBytes, u.PackBytes+u.LargeBytes
+	if db.bolt == nil {
+		return s, nil // no file: the database server keeps the metadata
+	}
 	st, err := os.Stat(filepath.Join(db.dir, DBFile))
 	if err != nil {
 		return nil, err

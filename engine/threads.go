@@ -2,10 +2,10 @@ package engine
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // ThreadSummary is what List says of a thread's size and age, read from
@@ -29,7 +29,7 @@ func (db *DB) ThreadSummary(ctx context.Context, threadID string) (ThreadSummary
 		return ThreadSummary{}, err
 	}
 	var s ThreadSummary
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx kv.Tx) error {
 		n, latest, ok, err := meta.ThreadSummary(tx, threadID)
 		if err != nil {
 			return err

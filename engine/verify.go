@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,9 @@ func verifyPages(dir, path string, lockTimeout time.Duration, mayTrust bool) (no
 // walk fails. A read transaction keeps that tree's pages from reuse while
 // the walk reads them from the file, so writers go on meanwhile.
 func (db *DB) verifyLive() error {
+	if db.bolt == nil {
+		return nil // no pages of ours: the database server keeps its own
+	}
 	f, err := os.Open(db.path)
 	if err != nil {
 		return err
@@ -70,12 +74,12 @@ func (db *DB) verifyLive() error {
 	// commit after it: read it there, and begin again if it is gone.
 	for again := true; again; {
 		again = false
-		err = db.view(func(tx *bolt.Tx) error {
+		err = db.view(func(tx kv.Tx) error {
 			st, err := f.Stat()
 			if err != nil {
 				return err
 			}
-			m, ok, err := boltcheck.MetaOf(f, st.Size(), uint64(tx.ID()))
+			m, ok, err := boltcheck.MetaOf(f, st.Size(), uint64(kv.BoltTx(tx).ID()))
 			if err != nil || !ok {
 				again = err == nil
 				return err

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io/fs"
 	"os"
 	"path"
@@ -547,7 +548,7 @@ func rstExec(t *testing.T, fx *blobFixture, store string, rst *rstArea, files []
 	allow := flags&1 != 0
 	blobReset(t, fx, store, fx.db, "")
 	raw := &chain.Checkpoint{ID: "rst-raw", ThreadID: "rst-raw-t", CreatedAt: 1, Reason: chain.ReasonAutomatic, Files: files}
-	blobRawUpdate(t, store, func(tx *bolt.Tx) error { return meta.PutRecord(tx, raw) })
+	blobRawUpdate(t, store, func(tx *bolt.Tx) error { return meta.PutRecord(kv.Bolt(tx), raw) })
 
 	db, err := blobOpen(t, store)
 	if err != nil {

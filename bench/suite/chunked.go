@@ -3,6 +3,7 @@ package suite
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
-	bolt "go.etcd.io/bbolt"
 )
 
 // The chunked-metadata scenario: one thread of ThreadLength
@@ -124,7 +124,7 @@ func chunkedThreadOnce(b *testing.B, cps []*chain.Checkpoint) {
 		}
 		appendNs = append(appendNs, float64(time.Since(t0)))
 		t0 = time.Now()
-		if err := raw.Update(func(tx *bolt.Tx) error { return rawPutWhole(tx, cp) }); err != nil {
+		if err := (kv.BoltDB{DB: raw}).Update(func(tx kv.Tx) error { return rawPutWhole(tx, cp) }); err != nil {
 			b.Fatal(err)
 		}
 		rawNs = append(rawNs, float64(time.Since(t0)))
@@ -150,7 +150,7 @@ func chunkedThreadOnce(b *testing.B, cps []*chain.Checkpoint) {
 		}
 		getNs = append(getNs, float64(time.Since(t0)))
 		t0 = time.Now()
-		if err := raw.View(func(tx *bolt.Tx) error {
+		if err := (kv.BoltDB{DB: raw}).View(func(tx kv.Tx) error {
 			p, err := meta.Unseal(meta.BucketCheckpoints, []byte(head), tx.Bucket(meta.BucketCheckpoints).Get([]byte(head)))
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package suite
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -27,7 +28,7 @@ func openRawBolt(tb testing.TB) *bolt.DB {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = (kv.BoltDB{DB: db}).Update(func(tx kv.Tx) error {
 		for _, name := range [][]byte{meta.BucketCheckpoints, meta.BucketChunks, meta.BucketThreadIndex, meta.BucketHeads, meta.BucketRefs} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -55,7 +56,7 @@ func rawIndexKey(cp *chain.Checkpoint) []byte {
 // reference counts: the chunks not yet stored, the sealed checkpoint
 // record, its sealed index key and the sealed head. CheckRawBaseline checks
 // the bytes equal the engine's.
-func rawPut(tx *bolt.Tx, cp *chain.Checkpoint) error {
+func rawPut(tx kv.Tx, cp *chain.Checkpoint) error {
 	record, chunks := meta.EncodeRecord(cp)
 	b := tx.Bucket(meta.BucketChunks)
 	for h, data := range chunks {
@@ -72,11 +73,11 @@ func rawPut(tx *bolt.Tx, cp *chain.Checkpoint) error {
 // rawPutWhole writes cp the way format 1 stored it, whole (the unchunked
 // baseline): one sealed record with its full manifest and conversation,
 // its index key and the head.
-func rawPutWhole(tx *bolt.Tx, cp *chain.Checkpoint) error {
+func rawPutWhole(tx kv.Tx, cp *chain.Checkpoint) error {
 	return rawPutRecord(tx, cp, meta.EncodeCheckpoint(cp))
 }
 
-func rawPutRecord(tx *bolt.Tx, cp *chain.Checkpoint, record []byte) error {
+func rawPutRecord(tx kv.Tx, cp *chain.Checkpoint, record []byte) error {
 	id := []byte(cp.ID)
 	if err := tx.Bucket(meta.BucketCheckpoints).Put(id, meta.Seal(meta.BucketCheckpoints, id, record)); err != nil {
 		return err
@@ -92,7 +93,7 @@ func rawPutRecord(tx *bolt.Tx, cp *chain.Checkpoint, record []byte) error {
 // rawAppend writes g's next checkpoint into db in one Update (fsync on).
 func rawAppend(db *bolt.DB, g *gen) error {
 	cp := g.next()
-	if err := db.Update(func(tx *bolt.Tx) error { return rawPut(tx, cp) }); err != nil {
+	if err := (kv.BoltDB{DB: db}).Update(func(tx kv.Tx) error { return rawPut(tx, cp) }); err != nil {
 		return err
 	}
 	g.head = cp.ID
@@ -137,7 +138,7 @@ func RawBoltConcurrent(b *testing.B, n int) {
 // rawAddRefs adds one reference to each distinct blob key of cp the way the
 // engine did before it folded counts lazily (read, unseal, decode,
 // re-seal, put).
-func rawAddRefs(tx *bolt.Tx, cp *chain.Checkpoint) error {
+func rawAddRefs(tx kv.Tx, cp *chain.Checkpoint) error {
 	refs := tx.Bucket(meta.BucketRefs)
 	for _, k := range cp.BlobKeys() {
 		key := []byte(k)
@@ -166,7 +167,7 @@ func RawBoltUpdateRefs(b *testing.B) {
 	g := newGen("w00", SmallFiles)
 	for b.Loop() {
 		cp := g.next()
-		if err := db.Update(func(tx *bolt.Tx) error {
+		if err := (kv.BoltDB{DB: db}).Update(func(tx kv.Tx) error {
 			if err := rawPut(tx, cp); err != nil {
 				return err
 			}
@@ -285,7 +286,7 @@ func CheckRawBaseline(t testing.TB) {
 	}
 	defer eng.Close()
 	raw := openRawBolt(t)
-	if err := raw.Update(func(tx *bolt.Tx) error {
+	if err := (kv.BoltDB{DB: raw}).Update(func(tx kv.Tx) error {
 		for _, cp := range cps {
 			if err := rawPut(tx, cp); err != nil {
 				return err
@@ -298,8 +299,8 @@ func CheckRawBaseline(t testing.TB) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	err = eng.View(func(etx *bolt.Tx) error {
-		return raw.View(func(rtx *bolt.Tx) error {
+	err = (kv.BoltDB{DB: eng}).View(func(etx kv.Tx) error {
+		return (kv.BoltDB{DB: raw}).View(func(rtx kv.Tx) error {
 			// Reference counts: the engine folds them lazily (internal/meta/refs.go),
 			// so compare the counts, not the bucket's bytes.
 			got, err := meta.References(etx)
@@ -327,10 +328,18 @@ func CheckRawBaseline(t testing.TB) {
 				if eb == nil || rb == nil {
 					return fmt.Errorf("bucket %s missing", name)
 				}
-				if en, rn := eb.Stats().KeyN, rb.Stats().KeyN; en != rn {
+				en, err := kv.Count(eb)
+				if err != nil {
+					return err
+				}
+				rn, err := kv.Count(rb)
+				if err != nil {
+					return err
+				}
+				if en != rn {
 					return fmt.Errorf("bucket %s: engine has %d keys, baseline %d", name, en, rn)
 				}
-				err := rb.ForEach(func(k, v []byte) error {
+				err = rb.ForEach(func(k, v []byte) error {
 					if ev := eb.Get(k); string(ev) != string(v) {
 						return fmt.Errorf("bucket %s key %q: engine value %d bytes, baseline %d bytes (or different)", name, k, len(ev), len(v))
 					}

@@ -190,6 +190,7 @@ func newTree(inv *invocation, args []string) *cmdTree {
 	pf := root.PersistentFlags()
 	pf.StringVar(&inv.dir, "db", "", "the store directory `DIR` (default $"+dirEnv+", else "+fallbackDir+")")
 	pf.StringVar(&inv.server, "server", "", "work through the sbxdb serve at `ADDR`, unix:PATH or tcp:HOST:PORT (default $"+serverEnv+", else DIR/"+socketName+" when it answers)")
+	pf.StringVar(&inv.metadata, "metadata", "", "keep the store's metadata in the PostgreSQL database at `URL`, postgres://USER@HOST:PORT/DB, shared with other servers (default $"+metadataEnv+", else sbx.db in DIR)")
 	pf.BoolVar(&inv.json, "json", false, `print JSON: the report, or a failure as {"error":{"code","message"}}`)
 	root.Flags().BoolVar(&inv.version, "version", false, "print the version, as sbxdb version does")
 	root.RegisterFlagCompletionFunc("db", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -267,6 +268,9 @@ func (inv *invocation) runCommand(c *command, args []string) (err error) {
 	inv.dirGiven = inv.dir != "" || os.Getenv(dirEnv) != ""
 	if inv.dir == "" {
 		inv.dir = defaultDir()
+	}
+	if inv.metadata == "" {
+		inv.metadata = os.Getenv(metadataEnv)
 	}
 	if inv.json {
 		var notes strings.Builder

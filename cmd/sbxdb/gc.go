@@ -391,7 +391,7 @@ func runCompact(inv *invocation, _ []string) error {
 	if err := needStore(inv); err != nil {
 		return err
 	}
-	before, after, err := engine.Compact(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout})
+	before, after, err := engine.Compact(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout, Metadata: inv.metadata})
 	if err != nil {
 		return openError(inv, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,7 +172,7 @@ func TestCheckRepairExitStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(tx, fileKey("same\n"), 2) })
+	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(kv.Bolt(tx), fileKey("same\n"), 2) })
 	raw.Close()
 	code, out, _ := cli(t, "check", "--db", store)
 	if code != exitDamaged || !strings.Contains(out, "refcount") {

@@ -89,6 +89,9 @@ import (
 const (
 	// dirEnv names the environment variable that sets the default store.
 	dirEnv = "SBXDB_DIR"
+	// metadataEnv names the environment variable that sets the default
+	// metadata database (--metadata).
+	metadataEnv = "SBXDB_METADATA"
 	// fallbackDir is the default store, relative to the current directory,
 	// when $SBXDB_DIR is unset or empty.
 	fallbackDir = ".sbxdb"
@@ -119,6 +122,7 @@ type invocation struct {
 	dir      string // --db
 	dirGiven bool   // --db or $SBXDB_DIR named the store
 	server   string // --server
+	metadata string // --metadata, else $SBXDB_METADATA: a PostgreSQL URL, or empty for sbx.db
 	served   string // the address of the server the command went through
 	json     bool   // --json: print JSON, and a failure as JSON
 	out      io.Writer

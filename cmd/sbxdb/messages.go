@@ -96,6 +96,9 @@ func notADirectory(inv *invocation) error {
 // store, the store path not being a directory, or why the file could not
 // be looked at.
 func needStore(inv *invocation) error {
+	if inv.metadata != "" {
+		return nil // the database says, at Open
+	}
 	_, err := os.Stat(filepath.Join(inv.dir, engine.DBFile))
 	switch {
 	case err == nil:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,7 +187,7 @@ func TestLogOffChainCount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Update(func(tx *bolt.Tx) error { return meta.SetHead(tx, "main", tc.head) }); err != nil {
+		if err := b.Update(func(tx *bolt.Tx) error { return meta.SetHead(kv.Bolt(tx), "main", tc.head) }); err != nil {
 			t.Fatal(err)
 		}
 		b.Close()

@@ -80,7 +80,7 @@ func runMigrate(inv *invocation, _ []string) error {
 		return err
 	}
 	start := time.Now()
-	from, to, err := engine.Migrate(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout})
+	from, to, err := engine.Migrate(inv.ctx, inv.dir, &engine.Options{LockTimeout: lockTimeout, Metadata: inv.metadata})
 	if err != nil {
 		return openError(inv, err)
 	}

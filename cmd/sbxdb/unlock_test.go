@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"os"
 	"os/exec"
@@ -107,7 +108,7 @@ func forgeLease(t *testing.T, store, thread string, holder proc.Identity, now ti
 	defer db.Close()
 	var g meta.Grant
 	err = db.Update(func(tx *bolt.Tx) (err error) {
-		g, err = meta.AcquireLease(tx, thread, holder, now.UnixMilli(), time.Hour.Milliseconds(), lease.AcquireOptions{})
+		g, err = meta.AcquireLease(kv.Bolt(tx), thread, holder, now.UnixMilli(), time.Hour.Milliseconds(), lease.AcquireOptions{})
 		return err
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -84,9 +85,21 @@ func TestDifferential(t *testing.T) { differential(t, false, testkit.ScaleShort(
 
 func TestDifferentialServed(t *testing.T) { differential(t, true, testkit.ScaleShort(t, 10, 40, 2000)) }
 
+// TestDifferentialShared runs the sequences with the engine's metadata in
+// PostgreSQL (engine.Options.Metadata), a fresh database each.
+func TestDifferentialShared(t *testing.T) {
+	differentialOn(t, false, true, testkit.ScaleShort(t, 10, 40, 400))
+}
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 // differential runs seqs sequences (unless the knobs say otherwise), the
 // engine served or not.
-func differential(t *testing.T, served bool, seqs int) {
+func differential(t *testing.T, served bool, seqs int) { differentialOn(t, served, false, seqs) }
+
+// differentialOn is differential; shared puts the engine's metadata in a
+// fresh PostgreSQL database per sequence.
+func differentialOn(t *testing.T, served, shared bool, seqs int) {
 	if *diffSeqs > 0 {
 		seqs = *diffSeqs
 	}
@@ -99,6 +112,12 @@ func differential(t *testing.T, served bool, seqs int) {
 		}
 	}
 	dir := t.TempDir()
+	urls := map[int64]string{} // read-only once the workers start
+	if shared {
+		for _, seed := range seeds {
+			urls[seed] = pgtest.URL(t)
+		}
+	}
 	start := time.Now()
 
 	var (
@@ -119,7 +138,7 @@ func differential(t *testing.T, served bool, seqs int) {
 					return
 				}
 				seed := seeds[i]
-				r := &runner{seed: seed, dir: filepath.Join(dir, strconv.FormatInt(seed, 10)), served: served}
+				r := &runner{seed: seed, dir: filepath.Join(dir, strconv.FormatInt(seed, 10)), served: served, metadata: urls[seed]}
 				msg := r.run(*diffSteps)
 				ran.Add(1)
 				steps.Add(int64(min(r.step, *diffSteps)))
@@ -174,6 +193,9 @@ type runner struct {
 	// served puts the engine behind a server and reaches it through the
 	// Go client (serveEngine).
 	served bool
+	// metadata, when set, is the PostgreSQL URL the engine keeps its
+	// metadata at (engine.Options.Metadata).
+	metadata string
 	// src, when set, replaces the PCG seeded with seed as the source of
 	// every random choice (FuzzOperations drives it from fuzz bytes).
 	src     rand.Source
@@ -201,8 +223,11 @@ func (r *runner) failf(format string, args ...any) {
 func (r *runner) run(n int) (report string) {
 	src := r.src
 	test := "TestDifferential"
-	if r.served {
+	switch {
+	case r.served:
 		test = "TestDifferentialServed"
+	case r.metadata != "":
+		test = "TestDifferentialShared"
 	}
 	replay := fmt.Sprintf("go test ./engine/memstore -run '%s$' -diff.seed %d", test, r.seed)
 	if src == nil {
@@ -223,6 +248,7 @@ func (r *runner) run(n int) (report string) {
 	// Fold reference counts after 1 to 4 pending checkpoints, so that
 	// sequences of a few dozen appends exercise folding (the default is 64).
 	dbOpts.RefFoldAfter = 1 + int(uint64(r.seed)%4)
+	dbOpts.Metadata = r.metadata
 	db, err := engine.Open(r.dir, &dbOpts)
 	if err != nil {
 		return fmt.Sprintf("seed %d: engine.Open: %v", r.seed, err)

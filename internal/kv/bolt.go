@@ -89,3 +89,16 @@ func boltErr(err error) error {
 	}
 	return err
 }
+
+// BoltDB runs the transactions of a bbolt database as kv transactions.
+type BoltDB struct{ DB *bolt.DB }
+
+// View runs fn in a read transaction.
+func (d BoltDB) View(fn func(Tx) error) error {
+	return d.DB.View(func(tx *bolt.Tx) error { return fn(Bolt(tx)) })
+}
+
+// Update runs fn in a write transaction, committed when fn returns nil.
+func (d BoltDB) Update(fn func(Tx) error) error {
+	return d.DB.Update(func(tx *bolt.Tx) error { return fn(Bolt(tx)) })
+}

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // ArtifactRecord is the stored form of an artifact record (bucket
@@ -55,7 +55,7 @@ func artifactIndexKey(owner string, createdAt int64, id string) []byte {
 
 // GetArtifactRecord returns the record of artifactID, or nil when there is
 // none.
-func GetArtifactRecord(tx *bolt.Tx, artifactID string) (*ArtifactRecord, error) {
+func GetArtifactRecord(tx kv.Tx, artifactID string) (*ArtifactRecord, error) {
 	p, err := get(tx, BucketArtifactRecords, []byte(artifactID))
 	if p == nil || err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (r *ArtifactRecord) HeldKey() string {
 // PutArtifactRecord stores r, replacing the record of the same id: its
 // index keys are moved and the hold moves from the old blob key to the new
 // one.
-func PutArtifactRecord(tx *bolt.Tx, r *ArtifactRecord) error {
+func PutArtifactRecord(tx kv.Tx, r *ArtifactRecord) error {
 	if _, err := DeleteArtifactRecord(tx, r.ArtifactID); err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func PutArtifactRecord(tx *bolt.Tx, r *ArtifactRecord) error {
 
 // DeleteArtifactRecord removes the record of artifactID, its index keys
 // and its hold, and reports whether there was one.
-func DeleteArtifactRecord(tx *bolt.Tx, artifactID string) (bool, error) {
+func DeleteArtifactRecord(tx kv.Tx, artifactID string) (bool, error) {
 	old, err := GetArtifactRecord(tx, artifactID)
 	if old == nil || err != nil {
 		return false, err
@@ -120,20 +120,20 @@ func DeleteArtifactRecord(tx *bolt.Tx, artifactID string) (bool, error) {
 
 // ArtifactRecordsOfRun returns the records of a run by createdAt, then
 // artifactId bytes.
-func ArtifactRecordsOfRun(tx *bolt.Tx, runID string) ([]*ArtifactRecord, error) {
+func ArtifactRecordsOfRun(tx kv.Tx, runID string) ([]*ArtifactRecord, error) {
 	return artifactRecordsOf(tx, BucketArtifactRuns, runID, func(r *ArtifactRecord) string { return r.RunID })
 }
 
 // ArtifactRecordsOfThread returns the records of a thread by createdAt,
 // then artifactId bytes.
-func ArtifactRecordsOfThread(tx *bolt.Tx, threadID string) ([]*ArtifactRecord, error) {
+func ArtifactRecordsOfThread(tx kv.Tx, threadID string) ([]*ArtifactRecord, error) {
 	return artifactRecordsOf(tx, BucketArtifactThreads, threadID, func(r *ArtifactRecord) string { return r.ThreadID })
 }
 
 // artifactRecordsOf reads the records one owner's index keys name, each
 // checked against its key: a key naming a missing record, or one of
 // another owner or time, is damage.
-func artifactRecordsOf(tx *bolt.Tx, index []byte, owner string, ownerOf func(*ArtifactRecord) string) ([]*ArtifactRecord, error) {
+func artifactRecordsOf(tx kv.Tx, index []byte, owner string, ownerOf func(*ArtifactRecord) string) ([]*ArtifactRecord, error) {
 	out := []*ArtifactRecord{}
 	prefix := threadPrefix(owner)
 	c := bucket(tx, index).Cursor()
@@ -160,7 +160,7 @@ func artifactRecordsOf(tx *bolt.Tx, index []byte, owner string, ownerOf func(*Ar
 
 // ThreadHasArtifactRecords reports whether the thread has any artifact
 // record.
-func ThreadHasArtifactRecords(tx *bolt.Tx, threadID string) bool {
+func ThreadHasArtifactRecords(tx kv.Tx, threadID string) bool {
 	prefix := threadPrefix(threadID)
 	k, _ := bucket(tx, BucketArtifactThreads).Cursor().Seek(prefix)
 	return k != nil && bytes.HasPrefix(k, prefix)
@@ -169,7 +169,7 @@ func ThreadHasArtifactRecords(tx *bolt.Tx, threadID string) bool {
 // ForEachArtifactRecord calls fn with every artifact record in id order; a
 // record that does not unseal or decode is passed as its error, with a
 // nil record.
-func ForEachArtifactRecord(tx *bolt.Tx, fn func(id string, r *ArtifactRecord, err error) error) error {
+func ForEachArtifactRecord(tx kv.Tx, fn func(id string, r *ArtifactRecord, err error) error) error {
 	return bucket(tx, BucketArtifactRecords).ForEach(func(k, v []byte) error {
 		var r *ArtifactRecord
 		p, err := Unseal(BucketArtifactRecords, k, v)
@@ -184,7 +184,7 @@ func ForEachArtifactRecord(tx *bolt.Tx, fn func(id string, r *ArtifactRecord, er
 // records: each decodable record has exactly its two index keys, and each
 // index key names a record of its owner and time. It describes each
 // difference (records that do not decode are CountHolds's to report).
-func CheckArtifactIndexes(tx *bolt.Tx) ([]RecordProblem, error) {
+func CheckArtifactIndexes(tx kv.Tx) ([]RecordProblem, error) {
 	var out []RecordProblem
 	records := map[string]*ArtifactRecord{}
 	err := ForEachArtifactRecord(tx, func(id string, r *ArtifactRecord, err error) error {

@@ -4,9 +4,8 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Integrity checks over the checkpoint buckets, for sbxdb check. They read
@@ -15,7 +14,7 @@ import (
 // CheckPending compares the pending set's weight and its entries' threads
 // with what the records give, and describes each difference. They decide
 // only when folds run, never a count; WeighPending sets them right.
-func CheckPending(tx *bolt.Tx) ([]string, error) {
+func CheckPending(tx kv.Tx) ([]string, error) {
 	w, threads, err := weighPending(tx)
 	if err != nil {
 		return nil, err
@@ -36,7 +35,7 @@ func CheckPending(tx *bolt.Tx) ([]string, error) {
 
 // RebuildRefs replaces every stored reference count (folded and pending)
 // with counts, which must hold each key's number of checkpoints (> 0).
-func RebuildRefs(tx *bolt.Tx, counts map[string]int64) error {
+func RebuildRefs(tx kv.Tx, counts map[string]int64) error {
 	for _, name := range [][]byte{BucketRefs, BucketPendingRefs} {
 		if err := tx.DeleteBucket(name); err != nil {
 			return err
@@ -63,7 +62,7 @@ func RebuildRefs(tx *bolt.Tx, counts map[string]int64) error {
 // ChunkUses recounts, from the records, how many checkpoints use each
 // chunk. A record that cannot be decoded is an error when strict; otherwise
 // it is skipped (Check reports it on its own).
-func ChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
+func ChunkUses(tx kv.Tx, strict bool) (map[uint64]int64, error) {
 	return chunkUses(tx, BucketCheckpoints, strict)
 }
 
@@ -77,7 +76,7 @@ type ChunkProblem struct {
 // pending) with uses, the recount: every used chunk is stored, intact and
 // counted right, and no other chunk or count is stored. Problems come in
 // chunk id order.
-func CheckChunks(tx *bolt.Tx, uses map[uint64]int64) ([]ChunkProblem, error) {
+func CheckChunks(tx kv.Tx, uses map[uint64]int64) ([]ChunkProblem, error) {
 	pending, err := pendingChunkUses(tx, false)
 	if err != nil {
 		return nil, err
@@ -139,7 +138,7 @@ func CheckChunks(tx *bolt.Tx, uses map[uint64]int64) ([]ChunkProblem, error) {
 // RebuildChunkRefs replaces every chunk count with uses, the recount, and
 // deletes the chunks no checkpoint uses. It runs after RebuildRefs, which
 // empties the pending set: every count is folded then.
-func RebuildChunkRefs(tx *bolt.Tx, uses map[uint64]int64) error {
+func RebuildChunkRefs(tx kv.Tx, uses map[uint64]int64) error {
 	if err := tx.DeleteBucket(BucketChunkRefs); err != nil {
 		return err
 	}
@@ -170,7 +169,7 @@ func RebuildChunkRefs(tx *bolt.Tx, uses map[uint64]int64) error {
 // chunks, the bytes the checkpoints would take stored whole (logical, as
 // format 1 stored them: chain.RecordSize plus a seal each), and the bytes the
 // records and chunks take as stored (physical, seals included).
-func MetadataUsage(tx *bolt.Tx) (records, chunks int, logical, physical int64, err error) {
+func MetadataUsage(tx kv.Tx) (records, chunks int, logical, physical int64, err error) {
 	err = bucket(tx, BucketCheckpoints).ForEach(func(k, v []byte) error {
 		r, err := loadRecord(tx, string(k))
 		if err != nil {

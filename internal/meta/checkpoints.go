@@ -3,22 +3,22 @@ package meta
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // CheckpointExists reports whether id is stored, without decoding it.
-func CheckpointExists(tx *bolt.Tx, id string) bool {
+func CheckpointExists(tx kv.Tx, id string) bool {
 	return bucket(tx, BucketCheckpoints).Get([]byte(id)) != nil
 }
 
 // CheckpointsWithPrefix returns the first limit ids, in byte order, of the
 // stored checkpoints whose id starts with prefix, and how many ids start
 // with it: one seek on the checkpoints bucket, keyed by id.
-func CheckpointsWithPrefix(tx *bolt.Tx, prefix string, limit int) (ids []string, n int) {
+func CheckpointsWithPrefix(tx kv.Tx, prefix string, limit int) (ids []string, n int) {
 	p := []byte(prefix)
 	c := bucket(tx, BucketCheckpoints).Cursor()
 	for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
@@ -31,7 +31,7 @@ func CheckpointsWithPrefix(tx *bolt.Tx, prefix string, limit int) (ids []string,
 }
 
 // GetCheckpoint returns the checkpoint id, or nil when it is not stored.
-func GetCheckpoint(tx *bolt.Tx, id string) (*chain.Checkpoint, error) {
+func GetCheckpoint(tx kv.Tx, id string) (*chain.Checkpoint, error) {
 	r, err := loadRecord(tx, id)
 	if r == nil || err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func GetCheckpoint(tx *bolt.Tx, id string) (*chain.Checkpoint, error) {
 // when it is not stored, reading only the start of its record (the seal is
 // still checked over all of it). For walking chains: a full decode costs
 // several times the record.
-func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok bool, err error) {
+func CheckpointHeader(tx kv.Tx, id string) (threadID, parentID string, ok bool, err error) {
 	p, err := get(tx, BucketCheckpoints, []byte(id))
 	if p == nil || err != nil {
 		return "", "", false, err
@@ -71,7 +71,7 @@ func CheckpointHeader(tx *bolt.Tx, id string) (threadID, parentID string, ok boo
 // under its thread and adds one reference to each of its distinct blob
 // keys: its references are added as pending (refs_pending.go), folded later
 // with others. The caller has checked that the id is free.
-func PutPrepared(tx *bolt.Tx, p *Prepared) error {
+func PutPrepared(tx kv.Tx, p *Prepared) error {
 	if err := putRecord(tx, p); err != nil {
 		return err
 	}
@@ -79,14 +79,14 @@ func PutPrepared(tx *bolt.Tx, p *Prepared) error {
 }
 
 // putCheckpoint prepares and stores cp (PutPrepared).
-func putCheckpoint(tx *bolt.Tx, cp *chain.Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
+func putCheckpoint(tx kv.Tx, cp *chain.Checkpoint) error { return PutPrepared(tx, Prepare(cp)) }
 
 // PutRecord stores cp's record and index key only, leaving reference counts
 // alone (PutPrepared is PutRecord plus references). Tests use it to
 // fabricate states the contract cannot reach.
-func PutRecord(tx *bolt.Tx, cp *chain.Checkpoint) error { return putRecord(tx, Prepare(cp)) }
+func PutRecord(tx kv.Tx, cp *chain.Checkpoint) error { return putRecord(tx, Prepare(cp)) }
 
-func putRecord(tx *bolt.Tx, p *Prepared) error {
+func putRecord(tx kv.Tx, p *Prepared) error {
 	chunks := newChunkCursor(tx)
 	ids := make([]uint64, len(p.chunks))
 	var moved map[int32][]byte // index chunks whose data name a moved id
@@ -179,7 +179,7 @@ func validateStored(cp *chain.Checkpoint) error {
 // DeleteCheckpoints removes the stored checkpoints ids: their records,
 // index keys and references, and every chunk no checkpoint uses any more.
 // An id that is not stored is ErrCorrupt: callers delete what they found.
-func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
+func DeleteCheckpoints(tx kv.Tx, ids []string) error {
 	var freed []uint64 // chunks that may have lost their last user
 	for _, id := range ids {
 		r, err := loadRecord(tx, id)
@@ -261,7 +261,7 @@ func DeleteCheckpoints(tx *bolt.Tx, ids []string) error {
 // ForEachCheckpoint calls fn with every stored checkpoint in id order. A
 // record that cannot be decoded is passed as cp == nil with its error, and
 // the walk goes on; an error returned by fn stops it.
-func ForEachCheckpoint(tx *bolt.Tx, fn func(id string, cp *chain.Checkpoint, err error) error) error {
+func ForEachCheckpoint(tx kv.Tx, fn func(id string, cp *chain.Checkpoint, err error) error) error {
 	return bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
 		cp, err := GetCheckpoint(tx, string(k))
 		return fn(string(k), cp, err)

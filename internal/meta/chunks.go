@@ -3,11 +3,10 @@ package meta
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 	"strconv"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Chunks: the shared parts of checkpoint records (record.go).
@@ -30,12 +29,12 @@ func chunkKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) 
 // cursor, and its search stack, for every call, which for the thousands
 // of chunks of one manifest was the largest allocation of an append.
 type chunkCursor struct {
-	b *bolt.Bucket
-	c *bolt.Cursor
+	b kv.Bucket
+	c kv.Cursor
 	k [8]byte
 }
 
-func newChunkCursor(tx *bolt.Tx) *chunkCursor {
+func newChunkCursor(tx kv.Tx) *chunkCursor {
 	b := bucket(tx, BucketChunks)
 	return &chunkCursor{b: b, c: b.Cursor()}
 }
@@ -94,14 +93,14 @@ func (cc *chunkCursor) read(id uint64, owner string) ([]byte, error) {
 func chunkName(id uint64) string { return strconv.FormatUint(id, 16) }
 
 // chunkFolded returns the folded count of chunk id (0 when absent).
-func chunkFolded(tx *bolt.Tx, id uint64) (int64, error) {
+func chunkFolded(tx kv.Tx, id uint64) (int64, error) {
 	k := chunkKey(id)
 	return decodeCountIn(BucketChunkRefs, k, bucket(tx, BucketChunkRefs).Get(k))
 }
 
 // addChunkRef adds delta to the folded count of chunk id, deleting the
 // count when it reaches 0 (the chunk itself is the caller's business).
-func addChunkRef(tx *bolt.Tx, id uint64, delta int64) error {
+func addChunkRef(tx kv.Tx, id uint64, delta int64) error {
 	old, err := chunkFolded(tx, id)
 	if err != nil {
 		return err
@@ -115,7 +114,7 @@ func addChunkRef(tx *bolt.Tx, id uint64, delta int64) error {
 
 // addChunkRefs adds each count to the folded count of its chunk, in id
 // order (neighbouring ids share leaf pages).
-func addChunkRefs(tx *bolt.Tx, counts map[uint64]int64) error {
+func addChunkRefs(tx kv.Tx, counts map[uint64]int64) error {
 	for _, id := range slices.Sorted(maps.Keys(counts)) {
 		if err := addChunkRef(tx, id, counts[id]); err != nil {
 			return err
@@ -127,13 +126,13 @@ func addChunkRefs(tx *bolt.Tx, counts map[uint64]int64) error {
 // pendingChunkUses counts, for each chunk, the pending checkpoints using
 // it. A damaged record is an error when strict, else skipped (Check
 // reports it on its own).
-func pendingChunkUses(tx *bolt.Tx, strict bool) (map[uint64]int64, error) {
+func pendingChunkUses(tx kv.Tx, strict bool) (map[uint64]int64, error) {
 	return chunkUses(tx, BucketPendingRefs, strict)
 }
 
 // chunkUses counts, for each chunk, the checkpoints named by the keys of
 // bucket over (checkpoints, or refs_pending) that use it.
-func chunkUses(tx *bolt.Tx, over []byte, strict bool) (map[uint64]int64, error) {
+func chunkUses(tx kv.Tx, over []byte, strict bool) (map[uint64]int64, error) {
 	uses := map[uint64]int64{}
 	chunks := newChunkCursor(tx)
 	err := bucket(tx, over).ForEach(func(k, v []byte) error {
@@ -166,7 +165,7 @@ func chunkUses(tx *bolt.Tx, over []byte, strict bool) (map[uint64]int64, error) 
 // Pending checkpoints share most of their index chunks, so each distinct
 // index chunk is read once: 44 pending checkpoints of 20,000 files name
 // about 26,000 index chunks, 8,000 of them distinct.
-func pendingUse(tx *bolt.Tx, chunks []uint64) (map[uint64]bool, error) {
+func pendingUse(tx kv.Tx, chunks []uint64) (map[uint64]bool, error) {
 	used := make(map[uint64]bool, len(chunks))
 	for _, c := range chunks {
 		used[c] = false

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"path/filepath"
 	"testing"
 
@@ -61,19 +62,19 @@ func TestChunkCollision(t *testing.T) {
 				return err
 			}
 		}
-		if err := putCheckpoint(tx, cp); err != nil {
+		if err := putCheckpoint(kv.Bolt(tx), cp); err != nil {
 			return err
 		}
 		second := cp.Clone()
 		second.ID = "c2"
-		return putCheckpoint(tx, second)
+		return putCheckpoint(kv.Bolt(tx), second)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = db.View(func(tx *bolt.Tx) error {
 		for _, id := range []string{"c1", "c2"} {
-			got, err := GetCheckpoint(tx, id)
+			got, err := GetCheckpoint(kv.Bolt(tx), id)
 			if err != nil {
 				return err
 			}
@@ -83,11 +84,11 @@ func TestChunkCollision(t *testing.T) {
 				return fmt.Errorf("%s read back wrong:\n%s", id, diff)
 			}
 		}
-		uses, err := ChunkUses(tx, true)
+		uses, err := ChunkUses(kv.Bolt(tx), true)
 		if err != nil {
 			return err
 		}
-		problems, err := CheckChunks(tx, uses)
+		problems, err := CheckChunks(kv.Bolt(tx), uses)
 		if err != nil {
 			return err
 		}

@@ -2,11 +2,11 @@ package meta
 
 import (
 	"encoding/binary"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Blob holds: how many plain objects and artifact records name each blob.
@@ -23,7 +23,7 @@ import (
 // and a key is absent when that is 0. A sweep keeps every held blob.
 
 // AddHold adds delta to the hold count of key, deleting the key at 0.
-func AddHold(tx *bolt.Tx, key string, delta int64) error {
+func AddHold(tx kv.Tx, key string, delta int64) error {
 	if delta == 0 {
 		return nil
 	}
@@ -39,12 +39,12 @@ func AddHold(tx *bolt.Tx, key string, delta int64) error {
 }
 
 // HoldCount returns how many objects and artifact records name key.
-func HoldCount(tx *bolt.Tx, key string) (int64, error) {
+func HoldCount(tx kv.Tx, key string) (int64, error) {
 	return decodeCountIn(BucketBlobHolds, []byte(key), bucket(tx, BucketBlobHolds).Get([]byte(key)))
 }
 
 // Holds returns every held blob key with its count, in UTF-8 byte order.
-func Holds(tx *bolt.Tx) ([]chain.BlobRef, error) {
+func Holds(tx kv.Tx) ([]chain.BlobRef, error) {
 	var out []chain.BlobRef
 	err := bucket(tx, BucketBlobHolds).ForEach(func(k, v []byte) error {
 		n, err := decodeCountIn(BucketBlobHolds, k, v)
@@ -61,7 +61,7 @@ func Holds(tx *bolt.Tx) ([]chain.BlobRef, error) {
 // and how many artifact records name each blob key (a key's hold count is
 // the sum). A record that cannot be decoded is an error when strict;
 // otherwise it is skipped and described in damaged (check reports it).
-func CountHolds(tx *bolt.Tx, strict bool) (objects, records map[string]int64, damaged []RecordProblem, err error) {
+func CountHolds(tx kv.Tx, strict bool) (objects, records map[string]int64, damaged []RecordProblem, err error) {
 	objects, records = map[string]int64{}, map[string]int64{}
 	err = ForEachObject(tx, "", "", func(key string, o *Object, err error) (bool, error) {
 		if err != nil {
@@ -98,7 +98,7 @@ func CountHolds(tx *bolt.Tx, strict bool) (objects, records map[string]int64, da
 
 // RebuildHolds replaces every hold count with the sum of the counts given
 // (CountHolds's); keys at 0 are left out.
-func RebuildHolds(tx *bolt.Tx, counts ...map[string]int64) error {
+func RebuildHolds(tx kv.Tx, counts ...map[string]int64) error {
 	if err := tx.DeleteBucket(BucketBlobHolds); err != nil {
 		return err
 	}

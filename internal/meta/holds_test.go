@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
@@ -46,9 +47,9 @@ func TestHoldsMatchRecount(t *testing.T) {
 			id := fmt.Sprint("k", rng.IntN(12))
 			switch rng.IntN(4) {
 			case 0:
-				return PutObject(tx, id, &Object{BlobKey: key(), Size: int64(step), Metadata: map[string]string{"s": fmt.Sprint(step)}})
+				return PutObject(kv.Bolt(tx), id, &Object{BlobKey: key(), Size: int64(step), Metadata: map[string]string{"s": fmt.Sprint(step)}})
 			case 1:
-				_, err := DeleteObject(tx, id)
+				_, err := DeleteObject(kv.Bolt(tx), id)
 				return err
 			case 2:
 				r := &ArtifactRecord{ArtifactID: id, RunID: fmt.Sprint("r", rng.IntN(3)), ThreadID: fmt.Sprint("t", rng.IntN(3)),
@@ -56,9 +57,9 @@ func TestHoldsMatchRecount(t *testing.T) {
 				if rng.IntN(3) > 0 {
 					r.BlobKey = key()
 				}
-				return PutArtifactRecord(tx, r)
+				return PutArtifactRecord(kv.Bolt(tx), r)
 			default:
-				_, err := DeleteArtifactRecord(tx, id)
+				_, err := DeleteArtifactRecord(kv.Bolt(tx), id)
 				return err
 			}
 		})
@@ -66,7 +67,7 @@ func TestHoldsMatchRecount(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = db.View(func(tx *bolt.Tx) error {
-			objects, records, damaged, err := CountHolds(tx, true)
+			objects, records, damaged, err := CountHolds(kv.Bolt(tx), true)
 			if err != nil || len(damaged) > 0 {
 				return fmt.Errorf("recount: %v %v", damaged, err)
 			}
@@ -74,7 +75,7 @@ func TestHoldsMatchRecount(t *testing.T) {
 			for k, n := range records {
 				want[k] += n
 			}
-			stored, err := Holds(tx)
+			stored, err := Holds(kv.Bolt(tx))
 			if err != nil {
 				return err
 			}
@@ -85,7 +86,7 @@ func TestHoldsMatchRecount(t *testing.T) {
 			if !maps.Equal(got, want) {
 				return fmt.Errorf("holds %v, recount %v", got, want)
 			}
-			if p, err := CheckArtifactIndexes(tx); len(p) > 0 || err != nil {
+			if p, err := CheckArtifactIndexes(kv.Bolt(tx)); len(p) > 0 || err != nil {
 				return fmt.Errorf("artifact indexes: %v, %v", p, err)
 			}
 			return nil

@@ -2,11 +2,11 @@ package meta
 
 import (
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/lease"
-	bolt "go.etcd.io/bbolt"
 )
 
 // The stored form of a thread's writer state (lease.State):
@@ -91,7 +91,7 @@ func decodeLease(p []byte) (lease.State, error) {
 }
 
 // LoadLease returns the writer state of a thread (zero State when none).
-func LoadLease(tx *bolt.Tx, threadID string) (lease.State, error) {
+func LoadLease(tx kv.Tx, threadID string) (lease.State, error) {
 	v := tx.Bucket(BucketWriters).Get([]byte(threadID))
 	if v == nil {
 		return lease.State{}, nil
@@ -107,13 +107,13 @@ func LoadLease(tx *bolt.Tx, threadID string) (lease.State, error) {
 	return s, nil
 }
 
-func storeLease(tx *bolt.Tx, threadID string, s lease.State) error {
+func storeLease(tx kv.Tx, threadID string, s lease.State) error {
 	k := []byte(threadID)
 	return tx.Bucket(BucketWriters).Put(k, Seal(BucketWriters, k, encodeLease(s)))
 }
 
 // ForEachLease calls fn with each thread's writer state, in thread id order.
-func ForEachLease(tx *bolt.Tx, fn func(threadID string, s lease.State) error) error {
+func ForEachLease(tx kv.Tx, fn func(threadID string, s lease.State) error) error {
 	return tx.Bucket(BucketWriters).ForEach(func(k, _ []byte) error {
 		s, err := LoadLease(tx, string(k))
 		if err != nil {
@@ -140,7 +140,7 @@ type Grant struct {
 //
 // Whether a holder is gone is decided here, inside the caller's write
 // transaction, so two acquirers cannot both take over the same lease.
-func AcquireLease(tx *bolt.Tx, threadID string, holder proc.Identity, now, duration int64, opts lease.AcquireOptions) (Grant, error) {
+func AcquireLease(tx kv.Tx, threadID string, holder proc.Identity, now, duration int64, opts lease.AcquireOptions) (Grant, error) {
 	s, err := LoadLease(tx, threadID)
 	if err != nil {
 		return Grant{}, err
@@ -168,7 +168,7 @@ func AcquireLease(tx *bolt.Tx, threadID string, holder proc.Identity, now, durat
 // next write or renewal is WRITER_LOST, and the next AcquireLease issues a fence
 // above every earlier one. It returns the lease it removed, without its
 // owner token; when the thread held none (Held false) it changes nothing.
-func BreakLease(tx *bolt.Tx, threadID string) (lease.State, error) {
+func BreakLease(tx kv.Tx, threadID string) (lease.State, error) {
 	s, err := LoadLease(tx, threadID)
 	if err != nil || !s.Held {
 		return s, err
@@ -183,13 +183,13 @@ func BreakLease(tx *bolt.Tx, threadID string) (lease.State, error) {
 // CheckLease returns WRITER_LOST unless w is the live lease of threadID at now:
 // same thread, and a stored lease with w's owner token and fence that has not
 // expired.
-func CheckLease(tx *bolt.Tx, threadID string, w lease.Writer, now int64) error {
+func CheckLease(tx kv.Tx, threadID string, w lease.Writer, now int64) error {
 	_, err := currentLease(tx, threadID, w, now)
 	return err
 }
 
 // currentLease is CheckLease returning the stored state it checked.
-func currentLease(tx *bolt.Tx, threadID string, w lease.Writer, now int64) (lease.State, error) {
+func currentLease(tx kv.Tx, threadID string, w lease.Writer, now int64) (lease.State, error) {
 	if w.ThreadID != threadID {
 		return lease.State{}, chain.Errorf(chain.ErrWriterLost, "writer of thread %q cannot write thread %q", w.ThreadID, threadID)
 	}
@@ -209,7 +209,7 @@ func currentLease(tx *bolt.Tx, threadID string, w lease.Writer, now int64) (leas
 
 // RenewLease extends a live lease to now+duration and returns the new expiry. An
 // expired lease cannot be revived (WRITER_LOST).
-func RenewLease(tx *bolt.Tx, w lease.Writer, now, duration int64) (int64, error) {
+func RenewLease(tx kv.Tx, w lease.Writer, now, duration int64) (int64, error) {
 	s, err := currentLease(tx, w.ThreadID, w, now)
 	if err != nil {
 		return 0, err
@@ -220,7 +220,7 @@ func RenewLease(tx *bolt.Tx, w lease.Writer, now, duration int64) (int64, error)
 
 // ReleaseLease removes the thread's lease if it is still w's (expired or not);
 // otherwise it does nothing. The fence counter stays.
-func ReleaseLease(tx *bolt.Tx, w lease.Writer) error {
+func ReleaseLease(tx kv.Tx, w lease.Writer) error {
 	s, err := LoadLease(tx, w.ThreadID)
 	if err != nil || !s.Held || s.OwnerToken != w.OwnerToken || s.Fence != w.Fence {
 		return err

@@ -1,7 +1,7 @@
 package meta
 
 import (
-	bolt "go.etcd.io/bbolt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // UpgradePending rewrites the pending set of a format-1 or format-2 store,
@@ -10,7 +10,7 @@ import (
 // whose record is missing or damaged is kept (keyed with createdAt 0, and
 // weighing 1): the upgrade runs in a writable Open, and must not lock out
 // the check and repair that report and fix it.
-func UpgradePending(tx *bolt.Tx) error {
+func UpgradePending(tx kv.Tx) error {
 	b := bucket(tx, BucketPendingRefs)
 	var ids []string
 	if err := b.ForEach(func(k, _ []byte) error { ids = append(ids, string(k)); return nil }); err != nil {
@@ -41,7 +41,7 @@ func UpgradePending(tx *bolt.Tx) error {
 // start as the blob counts stand: a checkpoint whose references are pending
 // keeps its chunks pending too, the others are folded. The caller creates
 // the chunk buckets first.
-func MigrateRecords(tx *bolt.Tx) error {
+func MigrateRecords(tx kv.Tx) error {
 	var ids []string
 	if err := bucket(tx, BucketCheckpoints).ForEach(func(k, _ []byte) error {
 		ids = append(ids, string(k))

@@ -2,10 +2,9 @@ package meta
 
 import (
 	"bytes"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Object is the record of a plain object (bucket objects): its bytes are
@@ -54,7 +53,7 @@ func decodeObject(key, p []byte) (*Object, error) {
 
 // GetObject returns the record of the plain object key, or nil when there
 // is none.
-func GetObject(tx *bolt.Tx, key string) (*Object, error) {
+func GetObject(tx kv.Tx, key string) (*Object, error) {
 	p, err := get(tx, BucketObjects, []byte(key))
 	if p == nil || err != nil {
 		return nil, err
@@ -65,7 +64,7 @@ func GetObject(tx *bolt.Tx, key string) (*Object, error) {
 // PutObject stores o as the record of key, replacing the one there, and
 // moves the hold: the blob the old record named loses one, o.BlobKey gains
 // one.
-func PutObject(tx *bolt.Tx, key string, o *Object) error {
+func PutObject(tx kv.Tx, key string, o *Object) error {
 	old, err := GetObject(tx, key)
 	if err != nil {
 		return err
@@ -83,7 +82,7 @@ func PutObject(tx *bolt.Tx, key string, o *Object) error {
 
 // DeleteObject removes the record of key and its hold, and reports whether
 // there was one.
-func DeleteObject(tx *bolt.Tx, key string) (bool, error) {
+func DeleteObject(tx kv.Tx, key string) (bool, error) {
 	old, err := GetObject(tx, key)
 	if old == nil || err != nil {
 		return false, err
@@ -98,7 +97,7 @@ func DeleteObject(tx *bolt.Tx, key string) (bool, error) {
 // key starts with prefix and sorts after after, until fn returns false or
 // an error. A record that does not unseal or decode is passed to fn as its
 // error, with a nil object.
-func ForEachObject(tx *bolt.Tx, prefix, after string, fn func(key string, o *Object, err error) (bool, error)) error {
+func ForEachObject(tx kv.Tx, prefix, after string, fn func(key string, o *Object, err error) (bool, error)) error {
 	c := bucket(tx, BucketObjects).Cursor()
 	start := []byte(prefix)
 	if after >= prefix {

@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Stored checkpoints, formats 2 and 3: a small record and shared chunks.
@@ -452,7 +452,7 @@ func (r *storedRecord) chunkIDs(chunks chunkSource) ([]uint64, error) {
 }
 
 // loadRecord reads and decodes the record of id; nil when it is not stored.
-func loadRecord(tx *bolt.Tx, id string) (*storedRecord, error) {
+func loadRecord(tx kv.Tx, id string) (*storedRecord, error) {
 	p, err := get(tx, BucketCheckpoints, []byte(id))
 	if p == nil || err != nil {
 		return nil, err

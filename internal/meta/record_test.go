@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
@@ -95,16 +96,16 @@ func TestCollisionInOneOfTwoEqualIndexes(t *testing.T) {
 			}
 			// shapes in any order; keep hash order irrelevant for them
 			err := db.Update(func(tx *bolt.Tx) error {
-				if err := putRecord(tx, p); err != nil {
+				if err := putRecord(kv.Bolt(tx), p); err != nil {
 					return err
 				}
-				return addPending(tx, p.ID, cp.ThreadID, cp.CreatedAt, uint64(len(cp.Files)))
+				return addPending(kv.Bolt(tx), p.ID, cp.ThreadID, cp.CreatedAt, uint64(len(cp.Files)))
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			err = db.View(func(tx *bolt.Tx) error {
-				got, err := GetCheckpoint(tx, "c1")
+				got, err := GetCheckpoint(kv.Bolt(tx), "c1")
 				if err != nil {
 					return err
 				}
@@ -137,7 +138,7 @@ func TestRepeatedChunkOverItsClaim(t *testing.T) {
 	}
 	var recLen int
 	err := db.Update(func(tx *bolt.Tx) error {
-		if err := PutRecord(tx, cp); err != nil {
+		if err := PutRecord(kv.Bolt(tx), cp); err != nil {
 			return err
 		}
 		recLen = len(tx.Bucket(BucketCheckpoints).Get([]byte("c1")))
@@ -173,9 +174,9 @@ func TestCollisionInPrepareOrder(t *testing.T) {
 		}
 		slices.SortFunc(p.order, func(a, b int32) int { return cmp.Compare(p.chunks[a].hash, p.chunks[b].hash) })
 		db := recordDB(t)
-		err := db.Update(func(tx *bolt.Tx) error { return putRecord(tx, p) })
+		err := db.Update(func(tx *bolt.Tx) error { return putRecord(kv.Bolt(tx), p) })
 		if err == nil {
-			err = db.View(func(tx *bolt.Tx) error { _, err := GetCheckpoint(tx, "c1"); return err })
+			err = db.View(func(tx *bolt.Tx) error { _, err := GetCheckpoint(kv.Bolt(tx), "c1"); return err })
 		}
 		if err != nil {
 			t.Errorf("%d chunks, order %v: %v", len(p.chunks), p.order, err)
@@ -217,17 +218,17 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 					cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(4))))
 				}
 				stored[id] = cp
-				if err := putCheckpoint(tx, cp); err != nil {
+				if err := putCheckpoint(kv.Bolt(tx), cp); err != nil {
 					return err
 				}
-				if PendingWeight(tx) >= 4 {
-					return FoldRefs(tx)
+				if PendingWeight(kv.Bolt(tx)) >= 4 {
+					return FoldRefs(kv.Bolt(tx))
 				}
 			case 2:
 				return deleteSome(tx, rng, stored, 4)
 			case 3:
 				if rng.IntN(5) == 0 {
-					return FoldRefs(tx)
+					return FoldRefs(kv.Bolt(tx))
 				}
 			}
 			return nil
@@ -237,7 +238,7 @@ func TestRandomRecordsRoundTrip(t *testing.T) {
 		}
 		err = db.View(func(tx *bolt.Tx) error {
 			for id, want := range stored {
-				got, err := GetCheckpoint(tx, id)
+				got, err := GetCheckpoint(kv.Bolt(tx), id)
 				if err != nil {
 					return err
 				}
@@ -324,10 +325,10 @@ func TestInlineManifestThreshold(t *testing.T) {
 		if inline != (total <= inlineManifestMax) {
 			t.Errorf("%d-byte manifest: %d chunks (inline %v)", total, len(p.chunks), inline)
 		}
-		err := db.Update(func(tx *bolt.Tx) error { return putCheckpoint(tx, cp) })
+		err := db.Update(func(tx *bolt.Tx) error { return putCheckpoint(kv.Bolt(tx), cp) })
 		if err == nil {
 			err = db.View(func(tx *bolt.Tx) error {
-				got, err := GetCheckpoint(tx, cp.ID)
+				got, err := GetCheckpoint(kv.Bolt(tx), cp.ID)
 				if err == nil && fmt.Sprint(got) != fmt.Sprint(cp) {
 					err = fmt.Errorf("reads back as %v", got)
 				}
@@ -416,15 +417,15 @@ func TestInlineBoundaryKinds(t *testing.T) {
 					cp.Files = append(cp.Files, e)
 				}
 				err := db.Update(func(tx *bolt.Tx) error {
-					if err := putCheckpoint(tx, cp); err != nil {
+					if err := putCheckpoint(kv.Bolt(tx), cp); err != nil {
 						return err
 					}
 					if i%5 == 0 {
-						if err := FoldRefs(tx); err != nil {
+						if err := FoldRefs(kv.Bolt(tx)); err != nil {
 							return err
 						}
 					}
-					got, err := GetCheckpoint(tx, cp.ID)
+					got, err := GetCheckpoint(kv.Bolt(tx), cp.ID)
 					if err != nil {
 						return err
 					}
@@ -432,7 +433,7 @@ func TestInlineBoundaryKinds(t *testing.T) {
 						return fmt.Errorf("reads back as %v", got.Files)
 					}
 					if i%2 == 0 {
-						if err := DeleteCheckpoints(tx, []string{cp.ID}); err != nil {
+						if err := DeleteCheckpoints(kv.Bolt(tx), []string{cp.ID}); err != nil {
 							return err
 						}
 					}
@@ -469,7 +470,7 @@ func getAllocs(db *bolt.DB, id string) (uint64, error) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	err := db.View(func(tx *bolt.Tx) error {
-		_, err := GetCheckpoint(tx, id)
+		_, err := GetCheckpoint(kv.Bolt(tx), id)
 		return err
 	})
 	runtime.ReadMemStats(&after)

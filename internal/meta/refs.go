@@ -2,11 +2,11 @@ package meta
 
 import (
 	"encoding/binary"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Blob reference counts, folded lazily.
@@ -40,12 +40,12 @@ import (
 // transaction: it decodes the pending checkpoints at most once, and only
 // when a folded count cannot answer the question alone.
 type RefCounter struct {
-	tx      *bolt.Tx
+	tx      kv.Tx
 	pending map[string]int64 // nil until needed
 }
 
 // NewRefCounter returns a counter for tx.
-func NewRefCounter(tx *bolt.Tx) *RefCounter { return &RefCounter{tx: tx} }
+func NewRefCounter(tx kv.Tx) *RefCounter { return &RefCounter{tx: tx} }
 
 func (rc *RefCounter) loadPending() error {
 	if rc.pending != nil {
@@ -100,7 +100,13 @@ func (rc *RefCounter) All() ([]chain.BlobRef, error) {
 	// No checksum covers the sequence, so it is bounded by what the file
 	// can hold: a key and its count take at least 85 bytes (found by
 	// FuzzDatabasePage: a damaged sequence made this allocate gigabytes).
-	hint := min(b.Sequence(), 1<<26, uint64(rc.tx.Size())/85)
+	// Another backend has no file size to bound it by: a hint of a million
+	// keys at most.
+	limit := uint64(1 << 20)
+	if btx := kv.BoltTx(rc.tx); btx != nil {
+		limit = min(1<<26, uint64(btx.Size())/85)
+	}
+	hint := min(b.Sequence(), limit)
 	refs := make([]chain.BlobRef, 0, hint+uint64(len(pending)))
 	// The folded keys are copied into one arena string rather than one
 	// allocation each (a million of them is most of the scan's cost); a
@@ -142,17 +148,17 @@ func (rc *RefCounter) All() ([]chain.BlobRef, error) {
 
 // References returns every blob key with a count above 0, in UTF-8 byte
 // order.
-func References(tx *bolt.Tx) ([]chain.BlobRef, error) { return NewRefCounter(tx).All() }
+func References(tx kv.Tx) ([]chain.BlobRef, error) { return NewRefCounter(tx).All() }
 
 // RefCount returns the number of checkpoints using key. To read several
 // keys, use one RefCounter.
-func RefCount(tx *bolt.Tx, key string) (int64, error) { return NewRefCounter(tx).Count(key) }
+func RefCount(tx kv.Tx, key string) (int64, error) { return NewRefCounter(tx).Count(key) }
 
 // AddRef adds delta to the folded count of key, deleting the key when it
 // reaches 0. It does not look at pending checkpoints. The bucket's sequence
 // counts its keys, as a capacity hint for All (a hint only: stores written
 // before it was kept start at 0).
-func AddRef(tx *bolt.Tx, key string, delta int64) error {
+func AddRef(tx kv.Tx, key string, delta int64) error {
 	b := bucket(tx, BucketRefs)
 	old, err := decodeCountIn(BucketRefs, []byte(key), b.Get([]byte(key)))
 	if err != nil {

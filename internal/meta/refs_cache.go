@@ -5,10 +5,10 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/hex"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // PendingCache remembers what the pending checkpoints reference, across
@@ -44,7 +44,7 @@ type pendingRecord struct {
 
 // Counter returns a RefCounter for tx that takes the pending counts from
 // the cache, reading only checkpoints and chunks it has not seen.
-func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
+func (pc *PendingCache) Counter(tx kv.Tx) (*RefCounter, error) {
 	if err := pc.load(tx); err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (pc *PendingCache) Counter(tx *bolt.Tx) (*RefCounter, error) {
 }
 
 // load brings the cache up to date with tx's pending set.
-func (pc *PendingCache) load(tx *bolt.Tx) error {
+func (pc *PendingCache) load(tx kv.Tx) error {
 	if pc.pending == nil {
 		pc.pending, pc.digests = map[string]pendingRecord{}, map[chunkRef][][32]byte{}
 	}

@@ -1,14 +1,13 @@
 package meta
 
 import (
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // pendingCounts sums the distinct keys of the pending checkpoints (a
 // PendingCache used once).
-func pendingCounts(tx *bolt.Tx) (map[string]int64, error) {
+func pendingCounts(tx kv.Tx) (map[string]int64, error) {
 	var pc PendingCache
 	err := pc.load(tx)
 	return pc.counts, err
@@ -17,7 +16,7 @@ func pendingCounts(tx *bolt.Tx) (map[string]int64, error) {
 // FoldRefs adds the blob and chunk references of every pending checkpoint
 // to the folded counts, one write per distinct key or chunk in key order,
 // and empties the pending set. Counts read before and after are the same.
-func FoldRefs(tx *bolt.Tx) error {
+func FoldRefs(tx kv.Tx) error {
 	var pc PendingCache
 	if err := pc.load(tx); err != nil {
 		return err

@@ -2,8 +2,7 @@ package meta
 
 import (
 	"encoding/binary"
-
-	bolt "go.etcd.io/bbolt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // pendingEntriesPerWeight is how many manifest entries add 1 to the
@@ -39,7 +38,7 @@ func pendingID(k []byte) (string, error) {
 // addPending adds a checkpoint (its id, thread, createdAt and number of
 // manifest entries) to the pending set; the bucket's sequence is the set's
 // weight.
-func addPending(tx *bolt.Tx, id, thread string, createdAt int64, entries uint64) error {
+func addPending(tx kv.Tx, id, thread string, createdAt int64, entries uint64) error {
 	b := bucket(tx, BucketPendingRefs)
 	k := pendingKey(createdAt, id)
 	if err := b.Put(k, Seal(BucketPendingRefs, k, []byte(thread))); err != nil {
@@ -52,13 +51,13 @@ func addPending(tx *bolt.Tx, id, thread string, createdAt int64, entries uint64)
 // not folded yet: 1 for each, plus 1 for each 256 entries of its manifest.
 // (Formats 1 and 2 kept their number: a store they wrote weighs its
 // pending set once, when it is upgraded.)
-func PendingWeight(tx *bolt.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
+func PendingWeight(tx kv.Tx) uint64 { return bucket(tx, BucketPendingRefs).Sequence() }
 
 // PendingPerThread reports whether the pending checkpoints number at least
 // per for each thread they belong to. It stops reading once the threads
 // seen make that impossible: the checkpoints are no more than their
 // weight.
-func PendingPerThread(tx *bolt.Tx, per int) (bool, error) {
+func PendingPerThread(tx kv.Tx, per int) (bool, error) {
 	limit := PendingWeight(tx)
 	n := 0
 	seen := map[string]bool{}
@@ -81,7 +80,7 @@ func PendingPerThread(tx *bolt.Tx, per int) (bool, error) {
 
 // loadPending returns the record of the checkpoint that the pending entry
 // k, v names, checking the entry's seal; a missing record is ErrCorrupt.
-func loadPending(tx *bolt.Tx, k, v []byte) (*storedRecord, error) {
+func loadPending(tx kv.Tx, k, v []byte) (*storedRecord, error) {
 	if _, err := Unseal(BucketPendingRefs, k, v); err != nil {
 		return nil, err
 	}
@@ -103,13 +102,13 @@ func loadPending(tx *bolt.Tx, k, v []byte) (*storedRecord, error) {
 }
 
 // isPending reports whether stored checkpoint r is in the pending set.
-func isPending(tx *bolt.Tx, r *storedRecord) bool {
+func isPending(tx kv.Tx, r *storedRecord) bool {
 	return bucket(tx, BucketPendingRefs).Get(pendingKey(r.createdAt, r.id)) != nil
 }
 
 // dropPending removes stored checkpoint r from the pending set, reporting
 // whether it was there.
-func dropPending(tx *bolt.Tx, r *storedRecord) (bool, error) {
+func dropPending(tx kv.Tx, r *storedRecord) (bool, error) {
 	b := bucket(tx, BucketPendingRefs)
 	k := pendingKey(r.createdAt, r.id)
 	if b.Get(k) == nil {
@@ -124,7 +123,7 @@ func dropPending(tx *bolt.Tx, r *storedRecord) (bool, error) {
 // WeighPending sets the pending set's weight, and each entry's thread,
 // from the checkpoints' records. An entry whose record is missing or
 // damaged weighs 1 and is left as it is.
-func WeighPending(tx *bolt.Tx) error {
+func WeighPending(tx kv.Tx) error {
 	w, threads, err := weighPending(tx)
 	if err != nil {
 		return err
@@ -140,7 +139,7 @@ func WeighPending(tx *bolt.Tx) error {
 
 // weighPending returns the weight of the pending set as its records give
 // it, and the thread of each entry (by key) that has a record.
-func weighPending(tx *bolt.Tx) (uint64, map[string]string, error) {
+func weighPending(tx kv.Tx) (uint64, map[string]string, error) {
 	w := uint64(0)
 	threads := map[string]string{}
 	err := bucket(tx, BucketPendingRefs).ForEach(func(k, _ []byte) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -21,7 +22,7 @@ import (
 func recount(tx *bolt.Tx) []chain.BlobRef {
 	counts := map[string]int64{}
 	tx.Bucket(BucketCheckpoints).ForEach(func(k, _ []byte) error {
-		cp, _ := GetCheckpoint(tx, string(k))
+		cp, _ := GetCheckpoint(kv.Bolt(tx), string(k))
 		for _, key := range cp.BlobKeys() {
 			counts[key]++
 		}
@@ -84,7 +85,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			case cp != nil && rng.IntN(2) == 0:
 				delete(stored, id)
 				history = append(history, fmt.Sprintf("del %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
-				if err := DeleteCheckpoints(tx, []string{cp.ID}); err != nil {
+				if err := DeleteCheckpoints(kv.Bolt(tx), []string{cp.ID}); err != nil {
 					return err
 				}
 			case cp == nil:
@@ -102,12 +103,12 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				}
 				stored[id] = cp
 				history = append(history, fmt.Sprintf("put %s %v pendingSeq=%d", id, cp.BlobKeys(), tx.Bucket(BucketPendingRefs).Sequence()))
-				if err := putCheckpoint(tx, cp); err != nil {
+				if err := putCheckpoint(kv.Bolt(tx), cp); err != nil {
 					return err
 				}
-				if PendingWeight(tx) >= foldAfter {
+				if PendingWeight(kv.Bolt(tx)) >= foldAfter {
 					folds++
-					if err := FoldRefs(tx); err != nil {
+					if err := FoldRefs(kv.Bolt(tx)); err != nil {
 						return err
 					}
 				}
@@ -120,7 +121,7 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 			for _, r := range want {
 				wantN[r.Key] = r.References
 			}
-			cached, err := cache.Counter(tx)
+			cached, err := cache.Counter(kv.Bolt(tx))
 			if err != nil {
 				return err
 			}
@@ -133,20 +134,20 @@ func TestLazyRefsMatchRecount(t *testing.T) {
 				if n, err := cached.Count(key); err != nil || n != wantN[key] {
 					return fmt.Errorf("cached Count(%s) = %d, %v; recount %d", key, n, err, wantN[key])
 				}
-				n, err := NewRefCounter(tx).Count(key)
+				n, err := NewRefCounter(kv.Bolt(tx)).Count(key)
 				if err != nil || n != wantN[key] {
 					return fmt.Errorf("Count(%s) = %d, %v; recount %d", key, n, err, wantN[key])
 				}
-				ok, err := NewRefCounter(tx).Referenced(key)
+				ok, err := NewRefCounter(kv.Bolt(tx)).Referenced(key)
 				if err != nil || ok != (wantN[key] > 0) {
 					return fmt.Errorf("Referenced(%s) = %v, %v; recount %d", key, ok, err, wantN[key])
 				}
 			}
 			if rng.IntN(50) == 0 {
-				if err := FoldRefs(tx); err != nil {
+				if err := FoldRefs(kv.Bolt(tx)); err != nil {
 					return err
 				}
-				after, _ := References(tx)
+				after, _ := References(kv.Bolt(tx))
 				if diff := cmp.Diff(want, after); diff != "" {
 					return fmt.Errorf("an explicit fold changed counts:\n%s", diff)
 				}
@@ -175,27 +176,27 @@ func TestPendingWeight(t *testing.T) {
 			for j := range n {
 				cp.Files = append(cp.Files, chain.Entry{Path: fmt.Sprintf("f%05d", j), Kind: chain.KindFile, BlobKey: testkit.FileKey(j), Size: 1})
 			}
-			if err := putCheckpoint(tx, cp); err != nil {
+			if err := putCheckpoint(kv.Bolt(tx), cp); err != nil {
 				return err
 			}
 		}
-		if got := PendingWeight(tx); got != 1+1+2+6 {
+		if got := PendingWeight(kv.Bolt(tx)); got != 1+1+2+6 {
 			return fmt.Errorf("after the appends: weight %d, want 10", got)
 		}
 		// 4 checkpoints of one thread, weighing 10.
 		for per, want := range map[int]bool{4: true, 5: false, 11: false} {
-			if due, err := PendingPerThread(tx, per); due != want || err != nil {
+			if due, err := PendingPerThread(kv.Bolt(tx), per); due != want || err != nil {
 				return fmt.Errorf("PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
 			}
 		}
-		if err := DeleteCheckpoints(tx, []string{"big"}); err != nil {
+		if err := DeleteCheckpoints(kv.Bolt(tx), []string{"big"}); err != nil {
 			return err
 		}
-		if want = 1 + 1 + 2; PendingWeight(tx) != want {
-			return fmt.Errorf("after deleting big: weight %d, want %d", PendingWeight(tx), want)
+		if want = 1 + 1 + 2; PendingWeight(kv.Bolt(tx)) != want {
+			return fmt.Errorf("after deleting big: weight %d, want %d", PendingWeight(kv.Bolt(tx)), want)
 		}
 		// Format 2 keyed the set by id, with empty values, and counted it.
-		if err := PutRecord(tx, &chain.Checkpoint{ID: "other", ThreadID: "t2", Reason: chain.ReasonAutomatic}); err != nil {
+		if err := PutRecord(kv.Bolt(tx), &chain.Checkpoint{ID: "other", ThreadID: "t2", Reason: chain.ReasonAutomatic}); err != nil {
 			return err
 		}
 		if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
@@ -213,10 +214,10 @@ func TestPendingWeight(t *testing.T) {
 		if err := b.SetSequence(4); err != nil {
 			return err
 		}
-		if err := UpgradePending(tx); err != nil {
+		if err := UpgradePending(kv.Bolt(tx)); err != nil {
 			return err
 		}
-		if got := PendingWeight(tx); got != want+1 {
+		if got := PendingWeight(kv.Bolt(tx)); got != want+1 {
 			return fmt.Errorf("UpgradePending: weight %d, want %d", got, want+1)
 		}
 		if b.Get([]byte("k1")) != nil || b.Get(PendingKey(0, "k1")) == nil {
@@ -224,14 +225,14 @@ func TestPendingWeight(t *testing.T) {
 		}
 		// 4 checkpoints, now of 2 threads.
 		for per, want := range map[int]bool{2: true, 3: false} {
-			if due, err := PendingPerThread(tx, per); due != want || err != nil {
+			if due, err := PendingPerThread(kv.Bolt(tx), per); due != want || err != nil {
 				return fmt.Errorf("after UpgradePending, PendingPerThread(%d) = %v, %v; want %v", per, due, err, want)
 			}
 		}
-		if err := FoldRefs(tx); err != nil {
+		if err := FoldRefs(kv.Bolt(tx)); err != nil {
 			return err
 		}
-		if got := PendingWeight(tx); got != 0 {
+		if got := PendingWeight(kv.Bolt(tx)); got != 0 {
 			return fmt.Errorf("after a fold: weight %d, want 0", got)
 		}
 		return nil
@@ -283,17 +284,17 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 						cp.Conversation = append(cp.Conversation, json.RawMessage(fmt.Sprint(rng.IntN(3))))
 					}
 					stored[id] = cp
-					if err := putCheckpoint(tx, cp); err != nil {
+					if err := putCheckpoint(kv.Bolt(tx), cp); err != nil {
 						return err
 					}
-					if PendingWeight(tx) >= 7 || rng.IntN(20) == 0 {
-						if err := FoldRefs(tx); err != nil {
+					if PendingWeight(kv.Bolt(tx)) >= 7 || rng.IntN(20) == 0 {
+						if err := FoldRefs(kv.Bolt(tx)); err != nil {
 							return err
 						}
 					}
 				}
 				for id, cp := range stored {
-					got, err := GetCheckpoint(tx, id)
+					got, err := GetCheckpoint(kv.Bolt(tx), id)
 					if err != nil {
 						return err
 					}
@@ -320,8 +321,8 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if w != PendingWeight(tx) {
-					return fmt.Errorf("weight %d, want %d", PendingWeight(tx), w)
+				if w != PendingWeight(kv.Bolt(tx)) {
+					return fmt.Errorf("weight %d, want %d", PendingWeight(kv.Bolt(tx)), w)
 				}
 				return nil
 			})
@@ -336,18 +337,18 @@ func TestRefsModelThreadsAndWeights(t *testing.T) {
 // a recount from the records, and the chunks are stored exactly when used
 // and counted right.
 func checkCounts(tx *bolt.Tx) error {
-	got, err := References(tx)
+	got, err := References(kv.Bolt(tx))
 	if err != nil {
 		return err
 	}
 	if diff := cmp.Diff(recount(tx), got); diff != "" {
 		return fmt.Errorf("counts differ from the recount (-want +got):\n%s", diff)
 	}
-	uses, err := ChunkUses(tx, true)
+	uses, err := ChunkUses(kv.Bolt(tx), true)
 	if err != nil {
 		return err
 	}
-	if problems, err := CheckChunks(tx, uses); err != nil || len(problems) > 0 {
+	if problems, err := CheckChunks(kv.Bolt(tx), uses); err != nil || len(problems) > 0 {
 		return fmt.Errorf("chunks: %v %v", problems, err)
 	}
 	return nil
@@ -364,5 +365,5 @@ func deleteSome(tx *bolt.Tx, rng *rand.Rand, stored map[string]*chain.Checkpoint
 	for _, id := range ids {
 		delete(stored, id)
 	}
-	return DeleteCheckpoints(tx, ids)
+	return DeleteCheckpoints(kv.Bolt(tx), ids)
 }

@@ -2,7 +2,7 @@
 // the operations the engine runs inside its transactions.
 //
 // The engine owns the database and its transactions; every function here
-// that takes a *bolt.Tx runs inside the caller's. meta stores the model of
+// that takes a kv.Tx runs inside the caller's. meta stores the model of
 // package chain (checkpoints, heads, transcripts, blob reference counts),
 // the writer state of package lease, and the records that name blobs beside
 // checkpoints (plain objects, artifact records); it knows nothing of blob

@@ -3,10 +3,10 @@ package meta
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Every value sbxdb stores in bbolt is sealed: a format byte, the payload,
@@ -59,7 +59,7 @@ func corrupt(bucket, key []byte, why string) error {
 }
 
 // bucket returns the named bucket of tx, which Open created.
-func bucket(tx *bolt.Tx, name []byte) *bolt.Bucket {
+func bucket(tx kv.Tx, name []byte) kv.Bucket {
 	b := tx.Bucket(name)
 	if b == nil {
 		// Open creates every bucket; a missing one means a damaged file.
@@ -70,7 +70,7 @@ func bucket(tx *bolt.Tx, name []byte) *bolt.Bucket {
 
 // get returns the payload of name/key, nil when it is absent, checking
 // its seal.
-func get(tx *bolt.Tx, name, key []byte) ([]byte, error) {
+func get(tx kv.Tx, name, key []byte) ([]byte, error) {
 	v := bucket(tx, name).Get(key)
 	if v == nil {
 		return nil, nil
@@ -79,6 +79,6 @@ func get(tx *bolt.Tx, name, key []byte) ([]byte, error) {
 }
 
 // put stores payload sealed under name/key.
-func put(tx *bolt.Tx, name, key, payload []byte) error {
+func put(tx kv.Tx, name, key, payload []byte) error {
 	return bucket(tx, name).Put(key, Seal(name, key, payload))
 }

@@ -3,10 +3,10 @@ package meta
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // indexKey is the thread-index key of a checkpoint. Identifiers never
@@ -23,7 +23,7 @@ func threadPrefix(threadID string) []byte { return append([]byte(threadID), 0) }
 
 // ForEachInThread calls fn with the id of each checkpoint of the thread in
 // List order (createdAt, then id bytes), verifying each index key's seal.
-func ForEachInThread(tx *bolt.Tx, threadID string, fn func(id string) error) error {
+func ForEachInThread(tx kv.Tx, threadID string, fn func(id string) error) error {
 	prefix := threadPrefix(threadID)
 	c := bucket(tx, BucketThreadIndex).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
@@ -45,7 +45,7 @@ func ForEachInThread(tx *bolt.Tx, threadID string, fn func(id string) error) err
 // index alone, verifying each key's seal as ForEachInThread does: no
 // checkpoint record is read. The keys are in List order, so the last one
 // holds the newest createdAt.
-func ThreadSummary(tx *bolt.Tx, threadID string) (count int, latest int64, ok bool, err error) {
+func ThreadSummary(tx kv.Tx, threadID string) (count int, latest int64, ok bool, err error) {
 	prefix := threadPrefix(threadID)
 	var last []byte
 	c := bucket(tx, BucketThreadIndex).Cursor()
@@ -66,7 +66,7 @@ func ThreadSummary(tx *bolt.Tx, threadID string) (count int, latest int64, ok bo
 }
 
 // ListThread returns the thread's checkpoints in List order.
-func ListThread(tx *bolt.Tx, threadID string) ([]*chain.Checkpoint, error) {
+func ListThread(tx kv.Tx, threadID string) ([]*chain.Checkpoint, error) {
 	out := []*chain.Checkpoint{}
 	err := ForEachInThread(tx, threadID, func(id string) error {
 		cp, err := GetCheckpoint(tx, id)
@@ -86,7 +86,7 @@ func ListThread(tx *bolt.Tx, threadID string) ([]*chain.Checkpoint, error) {
 }
 
 // ThreadHasCheckpoints reports whether any checkpoint belongs to the thread.
-func ThreadHasCheckpoints(tx *bolt.Tx, threadID string) bool {
+func ThreadHasCheckpoints(tx kv.Tx, threadID string) bool {
 	prefix := threadPrefix(threadID)
 	k, _ := bucket(tx, BucketThreadIndex).Cursor().Seek(prefix)
 	return k != nil && bytes.HasPrefix(k, prefix)
@@ -94,7 +94,7 @@ func ThreadHasCheckpoints(tx *bolt.Tx, threadID string) bool {
 
 // Threads returns every thread id that has a head, a checkpoint or a
 // transcript, in UTF-8 byte order.
-func Threads(tx *bolt.Tx) ([]string, error) {
+func Threads(tx kv.Tx) ([]string, error) {
 	// Every key is checked by its value's seal: a damaged key must not
 	// show up as a thread that never existed.
 	set := map[string]struct{}{}
@@ -130,7 +130,7 @@ func Threads(tx *bolt.Tx) ([]string, error) {
 
 // ForEachIndexed calls fn with the thread, createdAt and id of every key of
 // the thread index, verifying each key's seal; a damaged key is an error.
-func ForEachIndexed(tx *bolt.Tx, fn func(threadID string, createdAt int64, id string) error) error {
+func ForEachIndexed(tx kv.Tx, fn func(threadID string, createdAt int64, id string) error) error {
 	c := bucket(tx, BucketThreadIndex).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if _, err := Unseal(BucketThreadIndex, k, v); err != nil {

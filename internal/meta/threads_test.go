@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"math/rand/v2"
 	"testing"
 
@@ -23,11 +24,11 @@ func TestThreadSummaryMatchesList(t *testing.T) {
 		t.Helper()
 		err := db.View(func(tx *bolt.Tx) error {
 			for _, th := range append(threads, "unknown", "") {
-				list, err := ListThread(tx, th)
+				list, err := ListThread(kv.Bolt(tx), th)
 				if err != nil {
 					return err
 				}
-				n, latest, ok, err := ThreadSummary(tx, th)
+				n, latest, ok, err := ThreadSummary(kv.Bolt(tx), th)
 				if err != nil {
 					return err
 				}
@@ -47,12 +48,12 @@ func TestThreadSummaryMatchesList(t *testing.T) {
 		err := db.Update(func(tx *bolt.Tx) error {
 			if stored[id] {
 				stored[id] = false
-				return DeleteCheckpoints(tx, []string{id})
+				return DeleteCheckpoints(kv.Bolt(tx), []string{id})
 			}
 			stored[id] = true
 			cp := &chain.Checkpoint{ID: id, ThreadID: threads[rng.IntN(len(threads))], CreatedAt: times[rng.IntN(len(times))],
 				Reason: chain.ReasonAutomatic}
-			return PutPrepared(tx, Prepare(cp))
+			return PutPrepared(kv.Bolt(tx), Prepare(cp))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +79,7 @@ func TestThreadSummaryDamagedIndex(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			db := openTestDB(t)
 			err := db.Update(func(tx *bolt.Tx) error {
-				if err := PutPrepared(tx, Prepare(&chain.Checkpoint{ID: "c1", ThreadID: "t", CreatedAt: 1, Reason: chain.ReasonAutomatic})); err != nil {
+				if err := PutPrepared(kv.Bolt(tx), Prepare(&chain.Checkpoint{ID: "c1", ThreadID: "t", CreatedAt: 1, Reason: chain.ReasonAutomatic})); err != nil {
 					return err
 				}
 				v := c.value
@@ -91,11 +92,11 @@ func TestThreadSummaryDamagedIndex(t *testing.T) {
 				t.Fatal(err)
 			}
 			db.View(func(tx *bolt.Tx) error {
-				n, latest, ok, err := ThreadSummary(tx, "t")
+				n, latest, ok, err := ThreadSummary(kv.Bolt(tx), "t")
 				if !errors.Is(err, chain.ErrCorrupt) || n != 0 || latest != 0 || ok {
 					t.Errorf("ThreadSummary = (%d, %d, %v, %v), want ErrCorrupt", n, latest, ok, err)
 				}
-				if _, _, _, err := ThreadSummary(tx, "u"); err != nil {
+				if _, _, _, err := ThreadSummary(kv.Bolt(tx), "u"); err != nil {
 					t.Errorf("another thread: %v", err)
 				}
 				return nil

@@ -2,14 +2,14 @@ package meta
 
 import (
 	"encoding/json"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
-	bolt "go.etcd.io/bbolt"
 )
 
 // LoadTranscript returns a thread's saved transcript; present is false when
 // none was ever saved.
-func LoadTranscript(tx *bolt.Tx, threadID string) (msgs []json.RawMessage, present bool, err error) {
+func LoadTranscript(tx kv.Tx, threadID string) (msgs []json.RawMessage, present bool, err error) {
 	p, err := get(tx, BucketTranscripts, []byte(threadID))
 	if err != nil {
 		return nil, false, err
@@ -25,13 +25,13 @@ func LoadTranscript(tx *bolt.Tx, threadID string) (msgs []json.RawMessage, prese
 }
 
 // SaveTranscript replaces a thread's transcript.
-func SaveTranscript(tx *bolt.Tx, threadID string, msgs []json.RawMessage) error {
+func SaveTranscript(tx kv.Tx, threadID string, msgs []json.RawMessage) error {
 	return SaveTranscriptPayload(tx, threadID, EncodeMessages(msgs))
 }
 
 // SaveTranscriptPayload replaces a thread's transcript with a payload made by
 // EncodeMessages (so callers can encode outside the write transaction).
-func SaveTranscriptPayload(tx *bolt.Tx, threadID string, payload []byte) error {
+func SaveTranscriptPayload(tx kv.Tx, threadID string, payload []byte) error {
 	return put(tx, BucketTranscripts, []byte(threadID), payload)
 }
 
@@ -63,7 +63,7 @@ func decodeMessages(d *Decoder) []json.RawMessage {
 
 // DeleteTranscript removes a thread's transcript and reports whether one
 // was saved.
-func DeleteTranscript(tx *bolt.Tx, threadID string) (bool, error) {
+func DeleteTranscript(tx kv.Tx, threadID string) (bool, error) {
 	b := bucket(tx, BucketTranscripts)
 	if b.Get([]byte(threadID)) == nil {
 		return false, nil

@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/engine/enginetest"
+	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// sharedSubject opens a store whose metadata is in a fresh PostgreSQL
+// database (the kit's hooks run there too) and whose blobs are in a
+// temporary directory.
+func sharedSubject(t *testing.T, opts engine.Options) *enginetest.Subject {
+	opts.Metadata = pgtest.URL(t)
+	dir := t.TempDir()
+	db, err := engine.Open(dir, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := db
+	t.Cleanup(func() { cur.Close() })
+	s := &enginetest.Subject{
+		Store:       db,
+		InsertRaw:   func(cp *chain.Checkpoint) error { return cur.InsertRaw(cp) },
+		SetRefCount: func(key string, n int64) error { return cur.SetRefCount(key, n) },
+		OnPoint:     func(name string, fn func() error) func() { return cur.OnPoint(name, fn) },
+	}
+	s.Reopen = func(t *testing.T) engine.Store {
+		if err := cur.Close(); err != nil {
+			t.Fatal(err)
+		}
+		next, err := engine.Open(dir, &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, s.Store = next, next
+		return next
+	}
+	s.OpenSecond = func() error {
+		o := opts
+		o.LockTimeout = 50 * time.Millisecond
+		second, err := engine.Open(dir, &o)
+		if err == nil {
+			second.Close()
+		}
+		return err
+	}
+	return s
+}
+
+func TestSharedConformance(t *testing.T)         { enginetest.RunConformance(t, sharedSubject) }
+func TestSharedForkConformance(t *testing.T)     { enginetest.RunForkConformance(t, sharedSubject) }
+func TestSharedInstanceConformance(t *testing.T) { enginetest.RunInstanceConformance(t, sharedSubject) }
+
+// A Metadata value that is not a PostgreSQL URL is refused before anything
+// is created, and compaction and migration, which only the file has, say
+// so.
+func TestSharedMetadataOptions(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{"mysql://x/y", "postgres", "/tmp/sbx.db"} {
+		if _, err := engine.Open(dir, &engine.Options{Metadata: bad}); !errors.Is(err, engine.ErrInvalidOptions) {
+			t.Errorf("Open with Metadata %q: %v, want ErrInvalidOptions", bad, err)
+		}
+	}
+	url := "postgres://u:secret@127.0.0.1:1/db"
+	if _, _, err := engine.Compact(t.Context(), dir, &engine.Options{Metadata: url}); !errors.Is(err, engine.ErrNotFileMetadata) {
+		t.Errorf("Compact: %v, want ErrNotFileMetadata", err)
+	}
+	if _, _, err := engine.Migrate(t.Context(), dir, &engine.Options{Metadata: url}); !errors.Is(err, engine.ErrNotFileMetadata) {
+		t.Errorf("Migrate: %v, want ErrNotFileMetadata", err)
+	}
+}
