@@ -253,9 +253,29 @@ func TestLostConnection(t *testing.T) {
 	if !errors.Is(err, ErrCommitUnknown) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("commit on a lost connection: %v, want ErrCommitUnknown and ErrUnavailable", err)
 	}
+	// A queued write whose sending fails, with the read after it, fails
+	// the transaction although fn returns nil; the outcome is known, as
+	// COMMIT was never sent.
+	err = update(func(tx kv.Tx) error {
+		terminate(t, url, backendPID(tx))
+		b := tx.Bucket([]byte("b"))
+		if err := b.Put([]byte("k"), []byte("x")); err != nil {
+			t.Errorf("queued Put: %v", err)
+		}
+		if v := b.Get([]byte("k")); v != nil {
+			t.Errorf("Get after a failed write = %q", v)
+		}
+		if err := b.Put([]byte("k2"), []byte("x")); err == nil {
+			t.Error("Put after the transaction failed returned nil")
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("update whose write failed: %v, want ErrUnavailable and not ErrCommitUnknown", err)
+	}
 	if err := view(func(tx kv.Tx) error {
 		if v := tx.Bucket([]byte("b")).Get([]byte("k")); string(v) != "v" {
-			return fmt.Errorf("Get = %q, want the value before the failed commit", v)
+			return fmt.Errorf("Get = %q, want the value before the failed commits", v)
 		}
 		return nil
 	}); err != nil {
