@@ -303,6 +303,7 @@ func (db *DB) run(ctx context.Context, writable bool, fn func(kv.Tx) error) erro
 		t.rollback(ctx)
 		return ferr
 	case ctx.Err() != nil:
+		t.rollback(ctx)
 		return fmt.Errorf("pgkv: %w", ctx.Err())
 	}
 	return t.commit(ctx)
