@@ -42,6 +42,7 @@ func Run(t *testing.T, open Open) {
 		{"Snapshot", testSnapshot},
 		{"OwnWrites", testOwnWrites},
 		{"KeyBufferReuse", testKeyBufferReuse},
+		{"LargeValue", testLargeValue},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -758,6 +759,28 @@ func testKeyBufferReuse(t *testing.T, view, update Func) {
 			if string(k) != want[i] {
 				t.Fatalf("keys = %q, want %q", got, want)
 			}
+		}
+		return nil
+	}))
+}
+
+func testLargeValue(t *testing.T, view, update Func) {
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	put(t, update, "b", []byte("big"), big, []byte("next"), []byte("n"))
+	must(t, view(func(tx kv.Tx) error {
+		c := tx.Bucket([]byte("b")).Cursor()
+		k, v := c.First()
+		if string(k) != "big" || !bytes.Equal(v, big) {
+			t.Errorf("cursor on the large value: %q, %d bytes", k, len(v))
+		}
+		if k, _ := c.Next(); string(k) != "next" {
+			t.Errorf("Next after the large value = %q", k)
+		}
+		if v := tx.Bucket([]byte("b")).Get([]byte("big")); !bytes.Equal(v, big) {
+			t.Errorf("Get of the large value: %d bytes", len(v))
 		}
 		return nil
 	}))
