@@ -41,6 +41,8 @@ func Run(t *testing.T, open Open) {
 		{"Rollback", testRollback},
 		{"Snapshot", testSnapshot},
 		{"OwnWrites", testOwnWrites},
+		{"KeyBufferReuse", testKeyBufferReuse},
+		{"LargeValue", testLargeValue},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -719,6 +721,66 @@ func testOwnWrites(t *testing.T, view, update Func) {
 		must(t, err)
 		if s := tx.Bucket([]byte("new")).Sequence(); s != 1 {
 			t.Errorf("own sequence = %d", s)
+		}
+		return nil
+	}))
+}
+
+// testKeyBufferReuse checks that Put and Delete do not keep the key's
+// buffer: callers build keys in one buffer. (Values need not be copied:
+// bbolt keeps them until the transaction ends.)
+func testKeyBufferReuse(t *testing.T, view, update Func) {
+	must(t, update(func(tx kv.Tx) error {
+		b, err := tx.CreateBucket([]byte("b"))
+		if err != nil {
+			return err
+		}
+		key := make([]byte, 0, 16)
+		for i := range 5 {
+			key = fmt.Appendf(key[:0], "k%d", i)
+			if err := b.Put(key, fmt.Appendf(nil, "v%d", i)); err != nil {
+				return err
+			}
+		}
+		key = fmt.Appendf(key[:0], "k%d", 2)
+		if err := b.Delete(key); err != nil {
+			return err
+		}
+		copy(key, "zz")
+		return nil
+	}))
+	must(t, view(func(tx kv.Tx) error {
+		got := keys(t, tx, "b")
+		want := []string{"k0", "k1", "k3", "k4"}
+		if len(got) != len(want) {
+			t.Fatalf("keys = %q, want %q", got, want)
+		}
+		for i, k := range got {
+			if string(k) != want[i] {
+				t.Fatalf("keys = %q, want %q", got, want)
+			}
+		}
+		return nil
+	}))
+}
+
+func testLargeValue(t *testing.T, view, update Func) {
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	put(t, update, "b", []byte("big"), big, []byte("next"), []byte("n"))
+	must(t, view(func(tx kv.Tx) error {
+		c := tx.Bucket([]byte("b")).Cursor()
+		k, v := c.First()
+		if string(k) != "big" || !bytes.Equal(v, big) {
+			t.Errorf("cursor on the large value: %q, %d bytes", k, len(v))
+		}
+		if k, _ := c.Next(); string(k) != "next" {
+			t.Errorf("Next after the large value = %q", k)
+		}
+		if v := tx.Bucket([]byte("b")).Get([]byte("big")); !bytes.Equal(v, big) {
+			t.Errorf("Get of the large value: %d bytes", len(v))
 		}
 		return nil
 	}))

@@ -28,20 +28,38 @@
 // order, since bytea compares bytewise and a key shorter than 1024 bytes
 // has an empty krest.
 //
+// # Round trips
+//
+// A transaction begins in one round trip (BEGIN, the write lock, the list
+// of buckets). Puts, Deletes, DeleteBucket and sequence changes are
+// queued and sent together with the next statement whose answer is needed
+// (a Get, a cursor's read, a CreateBucket, the COMMIT), so a transaction
+// sees its own writes and an Update of only writes takes two round trips.
+// A cursor reads ahead in batches of up to 256 keys. A View returns
+// without waiting for its transaction to end.
+//
+// A write transaction holds the write lock until it ends. If the machine
+// running one dies, PostgreSQL releases the lock only when it notices the
+// lost connection; a connection string may bound that with the
+// session settings idle_in_transaction_session_timeout and
+// tcp_keepalives_idle.
+//
 // # Errors
 //
 // Get and the cursor cannot return errors. A failed statement is recorded
 // as the transaction's error; from then on reads return nil and writes
 // return that error, and View or Update returns it in preference to what
-// the function returned. A failure of the connection or of the server
-// wraps ErrUnavailable; the pool replaces broken connections, so the next
-// call works without reopening. A transaction that fails before the
-// function runs (a dead pooled connection) is retried on another
+// the function returned. A queued write that fails fails the transaction
+// the same way, when it is sent. A failure of the connection or of the
+// server wraps ErrUnavailable; the pool replaces broken connections, so
+// the next call works without reopening. A transaction that fails before
+// the function runs (a dead pooled connection) is retried on another
 // connection. A COMMIT whose outcome is unknown, the connection lost while
 // it ran, wraps ErrCommitUnknown as well as ErrUnavailable.
 package pgkv
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -231,7 +249,8 @@ func (db *DB) initSchema(ctx context.Context, schema string) error {
 	return nil
 }
 
-// Close closes the pool's connections. Transactions still running fail.
+// Close waits for the transactions running to end and closes the pool's
+// connections.
 func (db *DB) Close() { db.pool.Close() }
 
 // View runs fn in a read transaction: one snapshot of the database.
@@ -258,22 +277,34 @@ func (db *DB) run(ctx context.Context, writable bool, fn func(kv.Tx) error) erro
 		return err
 	}
 	// Release destroys a connection still in a transaction (fn panicked,
-	// or ending it failed), which makes the server roll it back.
-	defer t.conn.Release()
+	// failed, or ending it failed), which makes the server roll it back.
+	release := true
+	defer func() {
+		if release {
+			t.conn.Release()
+		}
+	}()
 	ferr := fn(t)
-	t.done = true
 	switch {
 	case t.err != nil:
 		return t.err
+	case !writable:
+		// Every read has succeeded; ending the snapshot changes nothing,
+		// so the caller does not wait for it.
+		release = false
+		go func() {
+			t.rollback(ctx)
+			t.conn.Release()
+		}()
+		return ferr
 	case ferr != nil:
+		// Rolled back before returning, so that the write lock is free
+		// when Update returns.
 		t.rollback(ctx)
 		return ferr
 	case ctx.Err() != nil:
-		return fmt.Errorf("pgkv: %w", ctx.Err())
-	case !writable:
-		// Every read succeeded; how the snapshot ends changes nothing.
 		t.rollback(ctx)
-		return nil
+		return fmt.Errorf("pgkv: %w", ctx.Err())
 	}
 	return t.commit(ctx)
 }
@@ -355,14 +386,20 @@ func unavailable(conn *pgxpool.Conn, err error) bool {
 
 // tx is a transaction on one pooled connection. It is used by one
 // goroutine, fn's.
+//
+// Writes are not sent when made: they are queued, and sent in one round
+// trip with the next statement whose answer is needed (a read, a bucket's
+// creation, the COMMIT), before it, so the transaction sees its own writes.
+// A queued write that fails is the transaction's error.
 type tx struct {
 	db       *DB
 	ctx      context.Context
 	conn     *pgxpool.Conn
 	writable bool
-	done     bool               // fn has returned
 	err      error              // the first failure; sticky
 	buckets  map[string]*bucket // every bucket, read when the transaction began
+	pending  pgx.Batch          // queued writes
+	ops      []string           // what each queued write does, for errors
 }
 
 // start begins the transaction on conn and reads the bucket table, in one
@@ -412,6 +449,87 @@ func (t *tx) fail(op string, err error) error {
 	return t.err
 }
 
+// maxPending bounds the writes queued, and so the memory they hold: the
+// queue is sent when it reaches this many.
+const maxPending = 1024
+
+// queue queues a write, with what it does.
+func (t *tx) queue(op, sql string, args ...any) {
+	t.pending.Queue(sql, args...)
+	t.ops = append(t.ops, op)
+	if t.pending.Len() >= maxPending {
+		t.query("", "", nil, nil)
+	}
+}
+
+// query sends the queued writes and then sql, in one round trip, and calls
+// scan for each row of sql's result; with sql empty, it sends the writes
+// only. A failure is the transaction's.
+func (t *tx) query(op, sql string, args []any, scan func(pgx.Rows) error) error {
+	if t.err != nil {
+		return t.err
+	}
+	if sql == "" {
+		if t.pending.Len() == 0 {
+			return nil
+		}
+		b, ops := t.pending, t.ops
+		t.pending, t.ops = pgx.Batch{}, nil
+		br := t.conn.SendBatch(t.ctx, &b)
+		defer br.Close()
+		for _, op := range ops {
+			if _, err := br.Exec(); err != nil {
+				return t.fail(op, err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return t.fail("write", err)
+		}
+		return nil
+	}
+	if t.pending.Len() == 0 {
+		rows, err := t.conn.Query(t.ctx, sql, args...)
+		if err != nil {
+			return t.fail(op, err)
+		}
+		return t.scan(op, rows, scan)
+	}
+	b, ops := t.pending, t.ops
+	t.pending, t.ops = pgx.Batch{}, nil
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(t.ctx, &b)
+	defer br.Close()
+	for _, op := range ops {
+		if _, err := br.Exec(); err != nil {
+			return t.fail(op, err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return t.fail(op, err)
+	}
+	if err := t.scan(op, rows, scan); err != nil {
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return t.fail(op, err)
+	}
+	return nil
+}
+
+func (t *tx) scan(op string, rows pgx.Rows, scan func(pgx.Rows) error) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return t.fail(op, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return t.fail(op, err)
+	}
+	return nil
+}
+
 // endTimeout bounds a ROLLBACK, which may run after ctx has ended.
 const endTimeout = 5 * time.Second
 
@@ -426,24 +544,48 @@ func (t *tx) rollback(ctx context.Context) {
 	t.conn.Exec(ctx, "ROLLBACK")
 }
 
+// commit sends the queued writes, the changed sequences and COMMIT in one
+// round trip.
 func (t *tx) commit(ctx context.Context) error {
-	tag, err := t.conn.Exec(ctx, "COMMIT")
+	for _, bk := range t.buckets {
+		if bk.seqDirty {
+			t.pending.Queue(t.db.q.setSeq, bk.id, int64(bk.seq))
+			t.ops = append(t.ops, "set sequence")
+		}
+	}
+	b, ops := t.pending, t.ops
+	t.pending, t.ops = pgx.Batch{}, nil
+	b.Queue("COMMIT")
+	br := t.conn.SendBatch(ctx, &b)
+	defer br.Close()
+	for _, op := range ops {
+		if _, err := br.Exec(); err != nil {
+			return t.commitErr(ctx, op, err)
+		}
+	}
+	tag, err := br.Exec()
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if pgconn.SafeToRetry(err) || (errors.As(err, &pgErr) && !t.conn.Conn().IsClosed()) {
-			// COMMIT was not sent, or the server answered it: the
-			// transaction did not commit.
-			return wrapErr(ctx, t.conn, "commit", err)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: commit: %w: %w", ErrCommitUnknown, ctx.Err(), err)
-		}
-		return fmt.Errorf("%w (%w): commit: %w", ErrCommitUnknown, ErrUnavailable, err)
+		return t.commitErr(ctx, "commit", err)
 	}
 	if tag.String() != "COMMIT" {
 		return fmt.Errorf("pgkv: commit: the server rolled the transaction back (%s)", tag)
 	}
 	return nil
+}
+
+// commitErr says whether the transaction that failed with err while
+// committing may have committed.
+func (t *tx) commitErr(ctx context.Context, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if pgconn.SafeToRetry(err) || (errors.As(err, &pgErr) && !t.conn.Conn().IsClosed()) {
+		// Nothing was sent, or the server answered that a statement
+		// failed, which makes it skip the COMMIT after it.
+		return wrapErr(ctx, t.conn, op, err)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %s: %w: %w", ErrCommitUnknown, op, ctx.Err(), err)
+	}
+	return fmt.Errorf("%w (%w): %s: %w", ErrCommitUnknown, ErrUnavailable, op, err)
 }
 
 func (t *tx) Writable() bool { return t.writable }
@@ -467,9 +609,15 @@ func (t *tx) CreateBucket(name []byte) (kv.Bucket, error) {
 		return nil, kv.ErrBucketExists
 	}
 	nh := sha256.Sum256(name)
-	b := &bucket{tx: t, name: append([]byte{}, name...)}
-	if err := t.conn.QueryRow(t.ctx, t.db.q.createBucket, nh[:], b.name).Scan(&b.id); err != nil {
-		return nil, t.fail("create bucket", err)
+	b := &bucket{tx: t, id: -1, name: bytes.Clone(name)}
+	err := t.query("create bucket", t.db.q.createBucket, []any{nh[:], b.name}, func(r pgx.Rows) error {
+		return r.Scan(&b.id)
+	})
+	if err == nil && b.id < 0 {
+		err = t.fail("create bucket", errors.New("no id returned"))
+	}
+	if err != nil {
+		return nil, err
 	}
 	t.buckets[string(name)] = b
 	return b, nil
@@ -492,9 +640,7 @@ func (t *tx) DeleteBucket(name []byte) error {
 	case b == nil:
 		return kv.ErrBucketNotFound
 	}
-	if _, err := t.conn.Exec(t.ctx, t.db.q.deleteBucket, b.id); err != nil {
-		return t.fail("delete bucket", err)
-	}
+	t.queue("delete bucket", t.db.q.deleteBucket, b.id)
 	b.deleted = true
 	delete(t.buckets, string(name))
 	return nil
@@ -505,11 +651,12 @@ func (t *tx) DeleteBucket(name []byte) error {
 // transaction can change it (a read transaction's snapshot, or a write
 // transaction holding the write lock).
 type bucket struct {
-	tx      *tx
-	id      int64
-	name    []byte
-	seq     uint64
-	deleted bool // by DeleteBucket in this transaction; a dead handle
+	tx       *tx
+	id       int64
+	name     []byte
+	seq      uint64
+	seqDirty bool // seq was set; it is written at COMMIT
+	deleted  bool // by DeleteBucket in this transaction; a dead handle
 }
 
 var empty = []byte{}
@@ -544,12 +691,13 @@ func (b *bucket) Get(key []byte) []byte {
 	}
 	kp, kh, _ := split(key)
 	var v []byte
-	err := t.conn.QueryRow(t.ctx, t.db.q.get, b.id, kp, kh).Scan(&v)
+	found := false
+	err := t.query("get", t.db.q.get, []any{b.id, kp, kh}, func(r pgx.Rows) error {
+		found = true
+		return r.Scan(&v)
+	})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil
-	case err != nil:
-		t.fail("get", err)
+	case err != nil || !found:
 		return nil
 	case v == nil:
 		return empty
@@ -557,6 +705,8 @@ func (b *bucket) Get(key []byte) []byte {
 	return v
 }
 
+// Put queues the write; the key and value are copied, so the caller may
+// reuse them.
 func (b *bucket) Put(key, value []byte) error {
 	if err := b.checkWrite(); err != nil {
 		return err
@@ -567,13 +717,8 @@ func (b *bucket) Put(key, value []byte) error {
 	case len(key) > kv.MaxKeySize:
 		return kv.ErrKeyTooLarge
 	}
-	if value == nil {
-		value = empty
-	}
-	kp, kh, krest := split(key)
-	if _, err := b.tx.conn.Exec(b.tx.ctx, b.tx.db.q.put, b.id, kp, kh, krest, value); err != nil {
-		return b.tx.fail("put", err)
-	}
+	kp, kh, krest := split(bytes.Clone(key))
+	b.tx.queue("put", b.tx.db.q.put, b.id, kp, kh, krest, append(make([]byte, 0, len(value)), value...))
 	return nil
 }
 
@@ -584,15 +729,14 @@ func (b *bucket) Delete(key []byte) error {
 	if len(key) == 0 || len(key) > kv.MaxKeySize {
 		return nil
 	}
-	return b.del(key)
+	b.del(bytes.Clone(key))
+	return nil
 }
 
-func (b *bucket) del(key []byte) error {
+// del queues the deletion of key, which it keeps.
+func (b *bucket) del(key []byte) {
 	kp, kh, _ := split(key)
-	if _, err := b.tx.conn.Exec(b.tx.ctx, b.tx.db.q.del, b.id, kp, kh); err != nil {
-		return b.tx.fail("delete", err)
-	}
-	return nil
+	b.tx.queue("delete", b.tx.db.q.del, b.id, kp, kh)
 }
 
 func (b *bucket) Sequence() uint64 { return b.seq }
@@ -601,10 +745,7 @@ func (b *bucket) SetSequence(v uint64) error {
 	if err := b.checkWrite(); err != nil {
 		return err
 	}
-	if _, err := b.tx.conn.Exec(b.tx.ctx, b.tx.db.q.setSeq, b.id, int64(v)); err != nil {
-		return b.tx.fail("set sequence", err)
-	}
-	b.seq = v
+	b.seq, b.seqDirty = v, true
 	return nil
 }
 
@@ -687,7 +828,8 @@ func (c *cursor) Delete() error {
 	if c.i >= len(c.rows) {
 		return nil
 	}
-	return c.b.del(c.rows[c.i].key)
+	c.b.del(c.rows[c.i].key)
+	return nil
 }
 
 func (c *cursor) cur() ([]byte, []byte) {
@@ -703,18 +845,10 @@ func (c *cursor) fetch(query string, args ...any) ([]byte, []byte) {
 	if t.err != nil || c.b.deleted {
 		return nil, nil
 	}
-	rows, err := t.conn.Query(t.ctx, query, append(args, c.batch)...)
-	if err != nil {
-		t.fail("cursor", err)
-		return nil, nil
-	}
-	for rows.Next() {
+	err := t.query("cursor", query, append(args, c.batch), func(rows pgx.Rows) error {
 		var r row
 		if err := rows.Scan(&r.kp, &r.krest, &r.value); err != nil {
-			rows.Close()
-			t.fail("cursor", err)
-			c.rows = c.rows[:0]
-			return nil, nil
+			return err
 		}
 		r.key = r.kp
 		if len(r.krest) > 0 {
@@ -724,9 +858,9 @@ func (c *cursor) fetch(query string, args ...any) ([]byte, []byte) {
 			r.value = empty
 		}
 		c.rows = append(c.rows, r)
-	}
-	if err := rows.Err(); err != nil {
-		t.fail("cursor", err)
+		return nil
+	})
+	if err != nil {
 		c.rows = c.rows[:0]
 		return nil, nil
 	}

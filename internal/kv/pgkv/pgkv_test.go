@@ -142,15 +142,17 @@ func TestNewerSchemaRefused(t *testing.T) {
 	}
 }
 
-// TestRestart restarts the server between two Updates: the first Update
-// after it may fail, once, with ErrUnavailable; later ones succeed, on
-// the same DB.
+// TestRestart restarts the server between two Updates, by a fast
+// shutdown and by a crash: the first Update after it may fail, once, with
+// ErrUnavailable; later ones succeed, on the same DB. While the server is
+// down, calls fail with ErrUnavailable.
 func TestRestart(t *testing.T) {
 	url := pgtest.URL(t)
 	db := open(t, url, Options{MaxConns: 4})
 	ctx := context.Background()
+	done := uint64(0)
 	incr := func() error {
-		return db.Update(ctx, func(tx kv.Tx) error {
+		err := db.Update(ctx, func(tx kv.Tx) error {
 			b, err := tx.CreateBucketIfNotExists([]byte("b"))
 			if err != nil {
 				return err
@@ -161,32 +163,48 @@ func TestRestart(t *testing.T) {
 			}
 			return b.Put([]byte("n"), []byte(strconv.FormatUint(n, 10)))
 		})
-	}
-	// Fill the pool with idle connections that the restart will kill.
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() { db.View(ctx, func(kv.Tx) error { return nil }) })
-	}
-	wg.Wait()
-	if err := incr(); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Restart(t)
-	failures := 0
-	for i := range 5 {
-		err := incr()
 		if err == nil {
-			continue
+			done++
 		}
-		if i > 0 || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Update %d after the restart: %v", i, err)
+		return err
+	}
+	for _, restart := range []struct {
+		name string
+		fn   func(testing.TB)
+	}{
+		{"fast", pgtest.Restart},
+		{"crash", func(t testing.TB) { pgtest.Kill(t); pgtest.Start(t) }},
+	} {
+		// Fill the pool with idle connections that the restart will kill.
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { db.View(ctx, func(kv.Tx) error { return nil }) })
 		}
-		failures++
-		t.Logf("first Update after the restart: %v", err)
+		wg.Wait()
+		if err := incr(); err != nil {
+			t.Fatal(err)
+		}
+		restart.fn(t)
+		for i := range 5 {
+			err := incr()
+			if err == nil {
+				continue
+			}
+			if i > 0 || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%s restart: Update %d after it: %v", restart.name, i, err)
+			}
+			t.Logf("%s restart: first Update after it: %v", restart.name, err)
+		}
+	}
+	pgtest.Stop(t)
+	err := incr()
+	pgtest.Start(t)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Update while the server is down: %v, want ErrUnavailable", err)
 	}
 	if err := db.View(ctx, func(tx kv.Tx) error {
-		if s := tx.Bucket([]byte("b")).Sequence(); s != uint64(6-failures) {
-			return fmt.Errorf("sequence %d after %d successful Updates", s, 6-failures)
+		if s := tx.Bucket([]byte("b")).Sequence(); s != done {
+			return fmt.Errorf("sequence %d after %d successful Updates", s, done)
 		}
 		return nil
 	}); err != nil {
@@ -253,9 +271,29 @@ func TestLostConnection(t *testing.T) {
 	if !errors.Is(err, ErrCommitUnknown) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("commit on a lost connection: %v, want ErrCommitUnknown and ErrUnavailable", err)
 	}
+	// A queued write whose sending fails, with the read after it, fails
+	// the transaction although fn returns nil; the outcome is known, as
+	// COMMIT was never sent.
+	err = update(func(tx kv.Tx) error {
+		terminate(t, url, backendPID(tx))
+		b := tx.Bucket([]byte("b"))
+		if err := b.Put([]byte("k"), []byte("x")); err != nil {
+			t.Errorf("queued Put: %v", err)
+		}
+		if v := b.Get([]byte("k")); v != nil {
+			t.Errorf("Get after a failed write = %q", v)
+		}
+		if err := b.Put([]byte("k2"), []byte("x")); err == nil {
+			t.Error("Put after the transaction failed returned nil")
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("update whose write failed: %v, want ErrUnavailable and not ErrCommitUnknown", err)
+	}
 	if err := view(func(tx kv.Tx) error {
 		if v := tx.Bucket([]byte("b")).Get([]byte("k")); string(v) != "v" {
-			return fmt.Errorf("Get = %q, want the value before the failed commit", v)
+			return fmt.Errorf("Get = %q, want the value before the failed commits", v)
 		}
 		return nil
 	}); err != nil {

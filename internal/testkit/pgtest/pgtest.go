@@ -4,7 +4,8 @@
 //
 // A package's TestMain calls Main; each test asks URL for a connection
 // string to a database of its own. Stop, Start, Kill and Restart control the
-// server for tests of what clients do when it goes away.
+// server for tests of what clients do when it goes away; the server is the
+// package's, so tests that use them must not run in parallel with others.
 //
 // The binaries are PostgreSQL's (initdb, postgres) in $SBXDB_PG_BIN, else
 // /usr/lib/postgresql/15/bin. PostgreSQL refuses to run as root, so as root
