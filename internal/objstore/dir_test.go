@@ -11,6 +11,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/internal/objstore/objstoretest"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 func openDir(t *testing.T) objstore.Store {
@@ -24,9 +25,10 @@ func openDir(t *testing.T) objstore.Store {
 
 func TestDir(t *testing.T) {
 	objstoretest.Run(t, openDir, objstoretest.Options{
-		Many:           1100,
-		Big:            200 << 20,
-		MaxAlloc:       8 << 20,
+		Many: 1100,
+		// 1 GiB at SBXDB_LONG=1.
+		Big:            testkit.ScaleShort(t, int64(32<<20), 200<<20, 1<<30),
+		MaxHeap:        8 << 20,
 		AtomicIfAbsent: true,
 	})
 }
