@@ -5,7 +5,10 @@
 //
 // Names are slash-separated paths such as "packs/0123456789abcdef.pack".
 // Every implementation accepts exactly the names ValidName accepts, so a set
-// of objects can move between implementations unchanged.
+// of objects can move between implementations unchanged. One more rule holds
+// where objects are files: a name cannot be an object and also lead to
+// others ("a/b" and "a/b/c"); Dir and file-backed S3 servers such as
+// versitygw's posix backend refuse the second Put, AWS S3 takes both.
 package objstore
 
 import (

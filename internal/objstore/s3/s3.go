@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -469,8 +470,8 @@ func (s *Store) open(ctx context.Context, name string, off, length int64) (io.Re
 	if err := objstore.ValidName(name); err != nil {
 		return nil, err
 	}
-	if off < 0 {
-		return nil, fmt.Errorf("negative offset %d: %w", off, errInvalid)
+	if off < 0 || length > math.MaxInt64-off {
+		return nil, fmt.Errorf("range of %d bytes at %d: %w", length, off, errInvalid)
 	}
 	if length == 0 {
 		// No range names zero bytes; a HEAD still tells a missing object.

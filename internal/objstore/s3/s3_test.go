@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -363,3 +365,48 @@ func TestIfAbsentMultipartRace(t *testing.T) {
 type funcReader func()
 
 func (f funcReader) Read([]byte) (int, error) { f(); return 0, io.EOF }
+
+// TestServerHangs checks that a server that takes connections but never
+// answers fails requests with ErrUnavailable once ResponseHeaderTimeout has
+// passed on each try, rather than leaving them waiting.
+func TestServerHangs(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-accepted
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	_, err = Open(context.Background(), Config{
+		Endpoint:              "http://" + l.Addr().String(),
+		AccessKey:             "a",
+		SecretKey:             "s",
+		Bucket:                "bkt",
+		MaxRetries:            2,
+		ResponseHeaderTimeout: 100 * time.Millisecond,
+	})
+	if !errors.Is(err, objstore.ErrUnavailable) {
+		t.Errorf("Open against a server that never answers: %v, want ErrUnavailable", err)
+	}
+}
