@@ -17,7 +17,13 @@
 //
 // Errors wrap objstore.ErrNotExist, objstore.ErrExists and, for a refused
 // connection, a timeout or an HTTP 5xx after Config.MaxRetries attempts,
-// objstore.ErrUnavailable.
+// objstore.ErrUnavailable. A refusal the server states (wrong credentials,
+// access denied) is none of these: trying again will not help.
+//
+// Over http a request's body is signed chunk by chunk (SigV4 streaming), so
+// the server rejects altered bytes; over https, TLS protects it and the
+// payload goes unsigned. Store.Requests counts the requests sent, by S3
+// operation.
 package s3
 
 import (

@@ -410,3 +410,17 @@ func TestServerHangs(t *testing.T) {
 		t.Errorf("Open against a server that never answers: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestWrongCredentials checks that a refusal is reported as the server's
+// answer, not as an outage or a missing object.
+func TestWrongCredentials(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := testConfig(srv, s3test.Bucket())
+	cfg.SecretKey = "wrong" + cfg.SecretKey
+	before := time.Now()
+	_, err := Open(context.Background(), cfg)
+	if err == nil || errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrNotExist) {
+		t.Errorf("Open with a wrong secret key: %v, want the server's refusal", err)
+	}
+	t.Logf("Open with a wrong secret key: %v (%v)", err, time.Since(before).Round(time.Millisecond))
+}
