@@ -28,7 +28,19 @@ func TestSharedSweepDuringCapture(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	a, b := open(t.TempDir()), open(t.TempDir())
+	// Two servers sharing one blob store: b's directory carries a's blob
+	// id (as two servers on one bucket share its location). b only
+	// sweeps, which deletes the packed blobs' index entries.
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := open(dirA)
+	id, err := os.ReadFile(filepath.Join(dirA, "blobs-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dirB, "blobs-id"), id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := open(dirB)
 
 	ws, empty := t.TempDir(), t.TempDir()
 	old := time.Now().Add(-time.Hour) // stable: the stat cache vouches for them
