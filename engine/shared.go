@@ -30,6 +30,9 @@ import (
 //     no transaction builds on another's pages in memory, so the next one
 //     starts from what the database holds, whatever the outcome was. Blob
 //     files a batch wrote for it stay, as after a failed bbolt commit;
+//   - a sweep holds a lock in the database for its whole run (gc.go), as
+//     it holds gcMu within one process: its check that no checkpoint names
+//     a missing blob relies on no other sweep deleting meanwhile;
 //   - there is no page structure to walk at Open or in Check, no record of
 //     a clean close, no compaction and no migration from older formats (a
 //     database starts at FormatVersion).
@@ -43,6 +46,9 @@ var ErrNotFileMetadata = errors.New("sbxdb: the store's metadata is in a databas
 type sharedMeta interface {
 	View(ctx context.Context, fn func(kv.Tx) error) error
 	Update(ctx context.Context, fn func(kv.Tx) error) error
+	// Lock holds the named lock across every process sharing the
+	// database until release; a holder that dies releases it.
+	Lock(ctx context.Context, name string) (release func(), err error)
 	Close()
 }
 

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 )
 
@@ -101,5 +104,37 @@ func TestSharedSweepDuringCapture(t *testing.T) {
 		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 100+i)) {
 			t.Fatalf("%s restored as %d bytes, %v", name, len(got), err)
 		}
+	}
+}
+
+// A sweep takes the database's sweep lock: while another server holds it
+// (here, a pgkv handle of the test standing for one), a sweep waits, and
+// runs once it is released.
+func TestSharedSweepsOneAtATime(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	db, err := engine.Open(t.TempDir(), &engine.Options{Metadata: url, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	other, err := pgkv.Open(ctx, url, pgkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	release, err := other.Lock(ctx, "sweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = db.Sweep(short, engine.SweepOptions{Immediate: true})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a sweep while another server sweeps: %v, want it to wait (the context's deadline)", err)
+	}
+	release()
+	if _, err := db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+		t.Fatalf("a sweep once the other finished: %v", err)
 	}
 }
