@@ -1,0 +1,524 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/client"
+	"github.com/sbxdb/sbxdb/internal/testkit"
+	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
+)
+
+// These tests run several `sbxdb serve` processes, each with its own store
+// directory and socket, on one metadata database (--metadata): what one
+// acknowledges, every other must see, and no interleaving of their writes
+// may fork a thread, lose an append or miscount a blob reference. The
+// checkpoints name blob keys whose bytes are never stored: an append does
+// not need them, and each server's blob directory is its own.
+
+// peerServer is one `sbxdb serve` sharing the metadata database.
+type peerServer struct {
+	name string
+	dir  string // its store directory (blobs, lock)
+	sock string
+	args []string
+	proc *serveProc
+	c    *client.Client
+}
+
+// startPeer starts sbxdb serve on dir with metadata url, listening on
+// sock, and returns it with a client of the socket.
+func startPeer(t *testing.T, name, url, dir, sock string) *peerServer {
+	t.Helper()
+	p := &peerServer{name: name, dir: dir, sock: sock,
+		args: []string{"--db", dir, "--metadata", url, "--listen", "unix:" + sock}}
+	p.start(t)
+	return p
+}
+
+// start (re)starts the server process and connects a new client.
+func (p *peerServer) start(t *testing.T) {
+	t.Helper()
+	p.proc = startServe(t, 1, p.args...)
+	c, err := client.New("unix:"+p.sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p.c = c
+}
+
+// kill ends the server with SIGKILL and waits for it to exit.
+func (p *peerServer) kill(t *testing.T) {
+	t.Helper()
+	if err := p.proc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.proc.exited
+}
+
+// startPeers starts n servers on one fresh metadata database. Sockets go
+// in a short temporary directory (a socket path has at most 107 bytes).
+func startPeers(t *testing.T, n int) (string, []*peerServer) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	url := pgtest.URL(t)
+	sockDir, err := os.MkdirTemp("", "sbxpeers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	root := t.TempDir()
+	var peers []*peerServer
+	for i := range n {
+		name := string(rune('A' + i))
+		peers = append(peers, startPeer(t, name, url, filepath.Join(root, name), filepath.Join(sockDir, name+".sock")))
+	}
+	return url, peers
+}
+
+// ledger records what a run's appends did: the ids acknowledged, and the
+// ids of appends refused or whose outcome the client never learnt, with
+// the blob key each named alone.
+type ledger struct {
+	mu      sync.Mutex
+	acked   map[string]string // id -> its own blob key
+	refused map[string]string
+	unknown map[string]string // the request failed without an answer
+}
+
+func newLedger() *ledger {
+	return &ledger{acked: map[string]string{}, refused: map[string]string{}, unknown: map[string]string{}}
+}
+
+func (l *ledger) record(m map[string]string, id, key string) {
+	l.mu.Lock()
+	m[id] = key
+	l.mu.Unlock()
+}
+
+// sharedKey is named by every checkpoint of the tests, so its count is
+// the number of checkpoints stored; each checkpoint also names a key of
+// its own.
+var sharedKey = testkit.FileKey(0)
+
+// keySeq numbers the keys of their own and the createdAt of checkpoints.
+var keySeq atomic.Int64
+
+// peerCheckpoint returns a new checkpoint of thread on parent, naming
+// sharedKey and a key of its own.
+func peerCheckpoint(thread, id, parent string) (*chain.Checkpoint, string) {
+	n := keySeq.Add(1)
+	own := testkit.FileKey(1_000_000 + n)
+	return &chain.Checkpoint{
+		ID: id, ThreadID: thread, ParentID: parent,
+		CreatedAt: 1_700_000_000_000 + n, Reason: chain.ReasonAutomatic,
+		Files: []chain.Entry{
+			{Path: "shared.txt", Kind: chain.KindFile, BlobKey: sharedKey, Size: 1},
+			{Path: "own.txt", Kind: chain.KindFile, BlobKey: own, Size: 2},
+		},
+	}, own
+}
+
+// checkThread checks, through every server given, that thread is one
+// chain holding exactly the acknowledged ids of l (plus, at most, ids
+// whose outcome was unknown), that every server sees the same head and
+// list, and returns the ids stored.
+func checkThread(t *testing.T, thread string, l *ledger, peers ...*peerServer) map[string]bool {
+	t.Helper()
+	ctx := t.Context()
+	var head0 string
+	var ids0 []string
+	stored := map[string]bool{}
+	for i, p := range peers {
+		head, err := p.c.Head(ctx, thread)
+		if err != nil {
+			t.Fatalf("server %s: Head: %v", p.name, err)
+		}
+		list, err := p.c.List(ctx, thread)
+		if err != nil {
+			t.Fatalf("server %s: List: %v", p.name, err)
+		}
+		byID := map[string]*chain.Checkpoint{}
+		var ids []string
+		for _, cp := range list {
+			byID[cp.ID] = cp
+			ids = append(ids, cp.ID)
+		}
+		if i == 0 {
+			head0, ids0 = head, ids
+			for _, id := range ids {
+				stored[id] = true
+			}
+		} else if head != head0 || !slices.Equal(ids, ids0) {
+			t.Errorf("server %s sees head %q and %d checkpoints; server %s sees head %q and %d", p.name, head, len(ids), peers[0].name, head0, len(ids0))
+		}
+		// One chain: walking the parents from the head visits every
+		// checkpoint of the list once and ends at a root.
+		seen := 0
+		for id := head; id != ""; {
+			cp := byID[id]
+			if cp == nil {
+				t.Fatalf("server %s: the chain from head %q reaches %q, which List does not return", p.name, head, id)
+			}
+			if seen++; seen > len(list) {
+				t.Fatalf("server %s: the chain from head %q loops", p.name, head)
+			}
+			id = cp.ParentID
+		}
+		if seen != len(list) {
+			parents := map[string][]string{}
+			for _, cp := range list {
+				parents[cp.ParentID] = append(parents[cp.ParentID], cp.ID)
+			}
+			for parent, children := range parents {
+				if len(children) > 1 {
+					t.Errorf("server %s: fork: %q is the parent of %v", p.name, parent, children)
+				}
+			}
+			t.Fatalf("server %s: the chain from head %q holds %d of the thread's %d checkpoints", p.name, head, seen, len(list))
+		}
+	}
+	for id := range l.acked {
+		if !stored[id] {
+			t.Errorf("acknowledged append %s is not stored", id)
+		}
+		for _, p := range peers {
+			if cp, err := p.c.Get(ctx, id); err != nil || cp == nil || cp.ID != id {
+				t.Errorf("server %s: Get(%s) of an acknowledged append: %v, %v", p.name, id, cp, err)
+			}
+		}
+	}
+	for id := range l.refused {
+		if stored[id] {
+			t.Errorf("refused append %s is stored", id)
+		}
+	}
+	for id := range stored {
+		if _, ok := l.acked[id]; !ok {
+			if _, ok := l.unknown[id]; !ok {
+				t.Errorf("stored checkpoint %s was never acknowledged nor lost in flight", id)
+			}
+		}
+	}
+	return stored
+}
+
+// checkReferences checks, through every server given, that the blob
+// reference counts are exact for the stored checkpoints of l: sharedKey
+// once per checkpoint, each checkpoint's own key once, nothing else.
+func checkReferences(t *testing.T, l *ledger, stored map[string]bool, peers ...*peerServer) {
+	t.Helper()
+	want := map[string]int64{sharedKey: int64(len(stored))}
+	for _, m := range []map[string]string{l.acked, l.unknown} {
+		for id, key := range m {
+			if stored[id] {
+				want[key] = 1
+			}
+		}
+	}
+	for _, p := range peers {
+		refs, err := p.c.BlobReferences(t.Context())
+		if err != nil {
+			t.Fatalf("server %s: BlobReferences: %v", p.name, err)
+		}
+		got := map[string]int64{}
+		for _, r := range refs {
+			got[r.Key] = r.References
+		}
+		for k, n := range want {
+			if got[k] != n {
+				t.Errorf("server %s: %s has %d references, want %d", p.name, k, got[k], n)
+			}
+		}
+		for k, n := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("server %s: %s has %d references, want none", p.name, k, n)
+			}
+		}
+	}
+}
+
+// pick returns one of the servers at random.
+func pick(peers []*peerServer) *peerServer { return peers[rand.IntN(len(peers))] }
+
+// TestServersOneThread: 64 goroutines append to one thread through two
+// servers sharing the metadata database. First they share one lease and
+// race on the head (each reads the head through one server, appends on it
+// through either, and on STALE_HEAD reads the head again), then each in
+// turn takes the lease through one server, appends through either and
+// releases it through either. The thread stays one chain holding exactly
+// the acknowledged appends, both servers see the same head, and the
+// reference counts are exact.
+func TestServersOneThread(t *testing.T) {
+	_, peers := startPeers(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	const thread, workers = "one", 64
+	racing := testkit.Scale(t, 128, 1000) // appends won while racing
+	turns := testkit.Scale(t, 1, 4)       // lease turns per goroutine
+	l := newLedger()
+	var errs sync.Map
+
+	// Racing on the head with one shared lease.
+	lease, err := pick(peers).c.AcquireWriter(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var won, lost atomic.Int64
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			for attempt := 0; won.Load() < int64(racing); attempt++ {
+				head, err := pick(peers).c.Head(ctx, thread)
+				if err != nil {
+					errs.Store(fmt.Sprintf("race g%d head", g), err)
+					return
+				}
+				id := fmt.Sprintf("r%02d-%05d", g, attempt)
+				cp, own := peerCheckpoint(thread, id, head)
+				got, err := pick(peers).c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer})
+				switch {
+				case err == nil && got == id:
+					l.record(l.acked, id, own)
+					won.Add(1)
+				case err == nil:
+					errs.Store("race "+id, fmt.Errorf("Append returned head %q", got))
+					return
+				case errors.Is(err, chain.ErrStaleHead):
+					l.record(l.refused, id, own)
+					lost.Add(1)
+				default:
+					l.record(l.unknown, id, own)
+					errs.Store("race "+id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("racing: %d appends won, %d lost to STALE_HEAD, in %v", won.Load(), lost.Load(), time.Since(start).Round(time.Millisecond))
+	if err := pick(peers).c.ReleaseWriter(ctx, lease.Writer); err != nil {
+		t.Fatal(err)
+	}
+
+	// Taking turns: acquire through one server, append and release
+	// through either.
+	start = time.Now()
+	var conflicts atomic.Int64
+	for g := range workers {
+		wg.Go(func() {
+			for turn := range turns {
+				var w chain.Writer
+				for {
+					l, err := pick(peers).c.AcquireWriter(ctx, thread)
+					if err == nil {
+						w = l.Writer
+						break
+					}
+					if !errors.Is(err, chain.ErrWriterConflict) {
+						errs.Store(fmt.Sprintf("turn g%d acquire", g), err)
+						return
+					}
+					conflicts.Add(1)
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // back off, as a host would
+				}
+				head, err := pick(peers).c.Head(ctx, thread)
+				if err != nil {
+					errs.Store(fmt.Sprintf("turn g%d head", g), err)
+					return
+				}
+				id := fmt.Sprintf("t%02d-%02d", g, turn)
+				cp, own := peerCheckpoint(thread, id, head)
+				got, err := pick(peers).c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: w})
+				if err != nil || got != id {
+					// Holding the lease, the head cannot have moved.
+					l.record(l.unknown, id, own)
+					errs.Store("turn "+id, fmt.Errorf("append holding the lease: head %q, %w", got, err))
+					return
+				}
+				l.record(l.acked, id, own)
+				if err := pick(peers).c.ReleaseWriter(ctx, w); err != nil {
+					errs.Store("turn "+id+" release", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("taking turns: %d appends, %d WRITER_CONFLICT retries, in %v", workers*turns, conflicts.Load(), time.Since(start).Round(time.Millisecond))
+	errs.Range(func(k, v any) bool {
+		t.Errorf("%s: %v", k, v)
+		return true
+	})
+
+	stored := checkThread(t, thread, l, peers...)
+	if len(stored) != len(l.acked) {
+		t.Errorf("%d checkpoints stored, %d appends acknowledged", len(stored), len(l.acked))
+	}
+	checkReferences(t, l, stored, peers...)
+}
+
+// peerWriter appends to a thread of its own through the servers in turn,
+// keeping what it learnt in a ledger.
+type peerWriter struct {
+	thread string
+	w      chain.Writer
+	head   string
+	n      int
+}
+
+// step makes one append through p. On an error with no answer (the
+// server is gone) it asks another server for the head: an append whose
+// outcome was unknown is then known. It returns the error of an answer
+// that is not a success, which the caller treats as a failure.
+func (pw *peerWriter) step(ctx context.Context, l *ledger, p *peerServer, others []*peerServer) error {
+	pw.n++
+	id := fmt.Sprintf("%s-%04d", pw.thread, pw.n)
+	cp, own := peerCheckpoint(pw.thread, id, pw.head)
+	got, err := p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: pw.head, Writer: pw.w})
+	switch {
+	case err == nil && got == id:
+		l.record(l.acked, id, own)
+		pw.head = id
+		return nil
+	case err == nil:
+		return fmt.Errorf("append %s through %s returned head %q", id, p.name, got)
+	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrUnavailable):
+		l.record(l.unknown, id, own)
+		for _, o := range others {
+			if head, herr := o.c.Head(ctx, pw.thread); herr == nil {
+				pw.head = head
+				return nil
+			}
+		}
+		return fmt.Errorf("append %s through %s: %w, and no other server answers", id, p.name, err)
+	}
+	return fmt.Errorf("append %s through %s: %w", id, p.name, err)
+}
+
+// TestServersKill: while writers append through two servers in turn, one
+// server is killed with SIGKILL. Every append either acknowledged is
+// stored, the other server goes on appending, and the killed one,
+// restarted on its directory, reads everything.
+func TestServersKill(t *testing.T) {
+	_, peers := startPeers(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	a, b := peers[0], peers[1]
+	writers := testkit.Scale(t, 8, 32)
+	rounds := testkit.Scale(t, 40, 400) // appends per writer after the kill
+	l := newLedger()
+	ws := make([]*peerWriter, writers)
+	for i := range ws {
+		thread := fmt.Sprintf("k%02d", i)
+		lease, err := pick(peers).c.AcquireWriter(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i] = &peerWriter{thread: thread, w: lease.Writer}
+	}
+
+	// Every writer appends through A and B in turn. Once each has made
+	// some appends A is killed; from then on every append goes through B
+	// (a host would drop a server that does not answer) until the writer
+	// has made rounds of them.
+	var killed atomic.Bool
+	var before sync.WaitGroup
+	before.Add(writers)
+	var errs sync.Map
+	var wg sync.WaitGroup
+	for i, pw := range ws {
+		wg.Go(func() {
+			ready := false
+			markReady := func() {
+				if !ready {
+					ready = true
+					before.Done()
+				}
+			}
+			defer markReady()
+			afterKill := 0
+			for step := 0; afterKill < rounds; step++ {
+				p, others := a, []*peerServer{b}
+				if step%2 == 1 || killed.Load() {
+					p, others = b, []*peerServer{a}
+				}
+				if killed.Load() {
+					afterKill++
+				}
+				if err := pw.step(ctx, l, p, others); err != nil {
+					errs.Store(fmt.Sprintf("writer %d step %d", i, step), err)
+					return
+				}
+				if step == 3 {
+					markReady()
+				}
+			}
+		})
+	}
+	// Kill A while the writers are in full flight: once each has made a
+	// few appends through both servers.
+	before.Wait()
+	a.kill(t)
+	killed.Store(true)
+	wg.Wait()
+	errs.Range(func(k, v any) bool {
+		t.Errorf("%s: %v", k, v)
+		return true
+	})
+	if t.Failed() {
+		return
+	}
+	lostInFlight := 0
+	for id := range l.unknown {
+		if _, ok := l.acked[id]; !ok {
+			lostInFlight++
+		}
+	}
+	t.Logf("%d appends acknowledged, %d without an answer when A was killed", len(l.acked), lostInFlight)
+
+	// B has everything acknowledged; A restarted reads it all too.
+	a.start(t)
+	all := map[string]bool{}
+	for _, pw := range ws {
+		sub := &ledger{acked: map[string]string{}, refused: map[string]string{}, unknown: map[string]string{}}
+		for id, key := range l.acked {
+			if strings.HasPrefix(id, pw.thread+"-") {
+				sub.acked[id] = key
+			}
+		}
+		for id, key := range l.unknown {
+			if strings.HasPrefix(id, pw.thread+"-") {
+				sub.unknown[id] = key
+			}
+		}
+		for id := range checkThread(t, pw.thread, sub, b, a) {
+			all[id] = true
+		}
+	}
+	checkReferences(t, l, all, a, b)
+
+	// And A appends again, B seeing it.
+	pw := ws[0]
+	if err := pw.step(ctx, l, a, []*peerServer{b}); err != nil {
+		t.Fatal(err)
+	}
+	if head, err := b.c.Head(ctx, pw.thread); err != nil || head != pw.head {
+		t.Errorf("B sees head %q (%v) after the restarted A appended %s", head, err, pw.head)
+	}
+}
