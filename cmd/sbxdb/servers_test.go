@@ -252,6 +252,32 @@ func checkReferences(t *testing.T, l *ledger, stored map[string]bool, peers ...*
 	}
 }
 
+// sub returns the part of l about thread, whose ids are "thread-N".
+func (l *ledger) sub(thread string) *ledger {
+	out := newLedger()
+	for _, m := range [][2]map[string]string{{l.acked, out.acked}, {l.refused, out.refused}, {l.unknown, out.unknown}} {
+		for id, key := range m[0] {
+			if strings.HasPrefix(id, thread+"-") {
+				m[1][id] = key
+			}
+		}
+	}
+	return out
+}
+
+// checkWriters checks every writer's thread (checkThread) and the
+// reference counts of them all.
+func checkWriters(t *testing.T, l *ledger, ws []*peerWriter, peers ...*peerServer) {
+	t.Helper()
+	all := map[string]bool{}
+	for _, pw := range ws {
+		for id := range checkThread(t, pw.thread, l.sub(pw.thread), peers...) {
+			all[id] = true
+		}
+	}
+	checkReferences(t, l, all, peers...)
+}
+
 // pick returns one of the servers at random.
 func pick(peers []*peerServer) *peerServer { return peers[rand.IntN(len(peers))] }
 
@@ -494,24 +520,7 @@ func TestServersKill(t *testing.T) {
 
 	// B has everything acknowledged; A restarted reads it all too.
 	a.start(t)
-	all := map[string]bool{}
-	for _, pw := range ws {
-		sub := &ledger{acked: map[string]string{}, refused: map[string]string{}, unknown: map[string]string{}}
-		for id, key := range l.acked {
-			if strings.HasPrefix(id, pw.thread+"-") {
-				sub.acked[id] = key
-			}
-		}
-		for id, key := range l.unknown {
-			if strings.HasPrefix(id, pw.thread+"-") {
-				sub.unknown[id] = key
-			}
-		}
-		for id := range checkThread(t, pw.thread, sub, b, a) {
-			all[id] = true
-		}
-	}
-	checkReferences(t, l, all, a, b)
+	checkWriters(t, l, ws, b, a)
 
 	// And A appends again, B seeing it.
 	pw := ws[0]
@@ -521,4 +530,134 @@ func TestServersKill(t *testing.T) {
 	if head, err := b.c.Head(ctx, pw.thread); err != nil || head != pw.head {
 		t.Errorf("B sees head %q (%v) after the restarted A appended %s", head, err, pw.head)
 	}
+}
+
+// TestServersMetadataRestart: PostgreSQL is restarted while writers
+// append through two servers. A request that fails meanwhile fails with
+// 503 SBXDB_UNAVAILABLE, saying the metadata database is unavailable; once
+// PostgreSQL is back, every request succeeds without restarting sbxdb, and
+// every acknowledged append is stored.
+func TestServersMetadataRestart(t *testing.T) {
+	_, peers := startPeers(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	writers := 8
+	after := testkit.Scale(t, 10, 100) // appends per writer once PostgreSQL is back
+	l := newLedger()
+	ws := make([]*peerWriter, writers)
+	for i := range ws {
+		thread := fmt.Sprintf("m%02d", i)
+		lease, err := pick(peers).c.AcquireWriter(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i] = &peerWriter{thread: thread, w: lease.Writer}
+	}
+
+	const (
+		running = iota
+		restarting
+		restarted
+	)
+	var phase atomic.Int32
+	var mu sync.Mutex
+	outage := map[string]int{} // "status code" of the failures while restarting
+	var examples []string
+	nBad := 0
+	bad := func(what string, err error) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if nBad++; nBad <= 5 { // the rest are counted: one cause fails every request alike
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	// failed sorts a request's failure: one that began after the restart,
+	// or is not the clear unavailable error, fails the test.
+	failed := func(began int32, what string, err error) {
+		var ce *client.Error
+		if !errors.As(err, &ce) {
+			bad(what+" (no answer from the server)", err)
+			return
+		}
+		if began == restarted {
+			bad(what+" after PostgreSQL came back", err)
+			return
+		}
+		if !errors.Is(err, client.ErrUnavailable) || ce.Status != 503 || !strings.Contains(ce.Message, "metadata database unavailable") {
+			bad(fmt.Sprintf("%s while PostgreSQL restarted: status %d, code %s", what, ce.Status, ce.Code), err)
+		}
+		mu.Lock()
+		outage[fmt.Sprintf("%d %s", ce.Status, ce.Code)]++
+		if len(examples) < 3 {
+			examples = append(examples, ce.Message)
+		}
+		mu.Unlock()
+	}
+
+	var ready, wg sync.WaitGroup
+	ready.Add(writers)
+	for i, pw := range ws {
+		wg.Go(func() {
+			isReady := false
+			defer func() {
+				if !isReady {
+					ready.Done()
+				}
+			}()
+			needHead := false
+			for step, ok := 0, 0; ok < after; step++ {
+				if ctx.Err() != nil {
+					bad(fmt.Sprintf("writer %d", i), ctx.Err())
+					return
+				}
+				p := peers[step%2]
+				began := phase.Load()
+				if needHead {
+					head, err := p.c.Head(ctx, pw.thread)
+					if err != nil {
+						failed(began, fmt.Sprintf("writer %d: Head through %s", i, p.name), err)
+						time.Sleep(10 * time.Millisecond) // back off, as a host would
+						continue
+					}
+					pw.head, needHead = head, false
+				}
+				pw.n++
+				id := fmt.Sprintf("%s-%04d", pw.thread, pw.n)
+				cp, own := peerCheckpoint(pw.thread, id, pw.head)
+				got, err := p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: pw.head, Writer: pw.w})
+				if err != nil || got != id {
+					l.record(l.unknown, id, own)
+					failed(began, fmt.Sprintf("writer %d: Append %s through %s", i, id, p.name), fmt.Errorf("head %q: %w", got, err))
+					needHead = true
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				l.record(l.acked, id, own)
+				pw.head = id
+				if began == restarted {
+					ok++
+				}
+				if step == 3 && !isReady {
+					isReady = true
+					ready.Done()
+				}
+			}
+		})
+	}
+	ready.Wait()
+	phase.Store(restarting)
+	start := time.Now()
+	pgtest.Restart(t)
+	t.Logf("PostgreSQL restarted in %v", time.Since(start).Round(time.Millisecond))
+	phase.Store(restarted)
+	wg.Wait()
+	t.Logf("failures while PostgreSQL restarted: %v; for example %q", outage, examples)
+	if nBad > 5 {
+		t.Errorf("and %d more failures like those", nBad-5)
+	}
+	if t.Failed() {
+		return
+	}
+	checkWriters(t, l, ws, peers...)
 }
