@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,12 +224,13 @@ func checkThread(t *testing.T, thread string, l *ledger, peers ...*peerServer) m
 }
 
 // checkReferences checks, through every server given, that the blob
-// reference counts are exact for the stored checkpoints of l: sharedKey
-// once per checkpoint, each checkpoint's own key once, nothing else.
+// reference counts are exact for the checkpoints stored: sharedKey once
+// per checkpoint, each checkpoint's own key once, nothing else. (Whether
+// each should be stored is checkThread's question.)
 func checkReferences(t *testing.T, l *ledger, stored map[string]bool, peers ...*peerServer) {
 	t.Helper()
 	want := map[string]int64{sharedKey: int64(len(stored))}
-	for _, m := range []map[string]string{l.acked, l.unknown} {
+	for _, m := range []map[string]string{l.acked, l.unknown, l.refused} {
 		for id, key := range m {
 			if stored[id] {
 				want[key] = 1
@@ -660,4 +667,267 @@ func TestServersMetadataRestart(t *testing.T) {
 		return
 	}
 	checkWriters(t, l, ws, peers...)
+}
+
+// pgProxy forwards TCP connections to a PostgreSQL server and loses
+// COMMITs the way a network can: when armed, the next COMMIT a client
+// sends reaches the server and is carried out, but the server's answer is
+// dropped and both connections are closed, so the client cannot know
+// whether its transaction committed. It reads the protocol's messages
+// (startup, then type, length, body) from client to server, to find the
+// COMMIT: a simple query, or a prepared statement whose text is COMMIT.
+type pgProxy struct {
+	ln     net.Listener
+	target string
+	armed  atomic.Int64 // COMMITs still to lose
+	lost   atomic.Int64 // COMMITs lost
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+// startProxy listens on a free local port and forwards to target
+// (host:port) until the test ends.
+func startProxy(t *testing.T, target string) *pgProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pgProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *pgProxy) track(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+}
+
+func (p *pgProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.track(c, s)
+		var frozen atomic.Bool // the server's answers are dropped
+		p.wg.Go(func() {
+			p.forward(c, s, &frozen)
+			c.Close()
+			s.Close()
+		})
+		p.wg.Go(func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 && !frozen.Load() {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					c.Close()
+					return
+				}
+			}
+		})
+	}
+}
+
+// forward copies the client's messages to the server, losing a COMMIT
+// when armed.
+func (p *pgProxy) forward(c, s net.Conn, frozen *atomic.Bool) {
+	r := bufio.NewReader(c)
+	var hdr [5]byte
+	// The startup message has no type byte.
+	if _, err := io.ReadFull(r, hdr[1:]); err != nil {
+		return
+	}
+	body := make([]byte, int(binary.BigEndian.Uint32(hdr[1:]))-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return
+	}
+	if _, err := s.Write(append(hdr[1:5:5], body...)); err != nil {
+		return
+	}
+	commits := map[string]bool{} // prepared statements whose text is COMMIT
+	isCommit := func(q []byte) bool {
+		return strings.EqualFold(strings.TrimRight(strings.TrimSpace(string(q)), ";\x00"), "COMMIT")
+	}
+	losing := false
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(hdr[1:]))-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		fields := bytes.Split(body, []byte{0})
+		commit := false
+		switch hdr[0] {
+		case 'Q': // simple query
+			commit = isCommit(fields[0])
+		case 'P': // Parse: name, query
+			if len(fields) > 1 && isCommit(fields[1]) {
+				commits[string(fields[0])] = true
+			}
+		case 'B': // Bind: portal, statement
+			commit = len(fields) > 1 && commits[string(fields[1])]
+		}
+		if commit && !losing && p.armed.Add(-1) >= 0 {
+			// From here on the client hears nothing: the COMMIT and what
+			// follows it reach the server, which carries them out.
+			losing = true
+			frozen.Store(true)
+		}
+		if _, err := s.Write(append(hdr[:], body...)); err != nil {
+			return
+		}
+		if losing && (hdr[0] == 'S' || hdr[0] == 'Q') { // Sync ends the batch
+			time.Sleep(50 * time.Millisecond) // let the server run it
+			p.lost.Add(1)
+			return
+		}
+	}
+}
+
+// TestServersCommitLost: the connections of two servers to the metadata
+// database are lost, again and again, while many writers append through
+// both, so that COMMITs are carried out without the servers learning it.
+// An append answered with success is stored; one answered with a
+// contract error (DUPLICATE_ID, STALE_HEAD…) is not: the contract's "a
+// throwing write leaves everything as before" holds even when the
+// database connection, not the write, failed. The answer to an append
+// whose commit was lost is the unavailable error that says it may have
+// been committed.
+func TestServersCommitLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	url := pgtest.URL(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	sockDir, err := os.MkdirTemp("", "sbxpeers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	root := t.TempDir()
+	peers := []*peerServer{
+		startPeer(t, "A", u.String(), filepath.Join(root, "A"), filepath.Join(sockDir, "A.sock")),
+		startPeer(t, "B", u.String(), filepath.Join(root, "B"), filepath.Join(sockDir, "B.sock")),
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	writers := 32
+	cuts := testkit.Scale(t, 6, 40)
+	l := newLedger()
+	ws := make([]*peerWriter, writers)
+	for i := range ws {
+		thread := fmt.Sprintf("c%02d", i)
+		lease, err := pick(peers).c.AcquireWriter(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i] = &peerWriter{thread: thread, w: lease.Writer}
+	}
+
+	var mu sync.Mutex
+	answers := map[string]int{}
+	count := func(what string) { mu.Lock(); answers[what]++; mu.Unlock() }
+	var progress atomic.Int64 // appends acknowledged
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for i, pw := range ws {
+		wg.Go(func() {
+			needHead := false
+			for step := 0; !stop.Load() && ctx.Err() == nil; step++ {
+				p := peers[(step+i)%2]
+				if needHead {
+					head, err := p.c.Head(ctx, pw.thread)
+					if err != nil {
+						count("Head: " + errCode(err))
+						time.Sleep(5 * time.Millisecond) // back off, as a host would
+						continue
+					}
+					pw.head, needHead = head, false
+				}
+				pw.n++
+				id := fmt.Sprintf("%s-%04d", pw.thread, pw.n)
+				cp, own := peerCheckpoint(pw.thread, id, pw.head)
+				got, err := p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: pw.head, Writer: pw.w})
+				switch {
+				case err == nil && got == id:
+					l.record(l.acked, id, own)
+					pw.head = id
+					progress.Add(1)
+					count("Append: ok")
+					continue
+				case err == nil:
+					t.Errorf("Append %s returned head %q", id, got)
+					return
+				case chain.Code(err) != "":
+					l.record(l.refused, id, own)
+				default:
+					l.record(l.unknown, id, own)
+				}
+				count("Append: " + errCode(err))
+				needHead = true
+			}
+		})
+	}
+	for range cuts {
+		// Let the writers get going again after the last loss.
+		for target := progress.Load() + int64(writers); progress.Load() < target && ctx.Err() == nil; {
+			time.Sleep(time.Millisecond)
+		}
+		proxy.armed.Store(1)
+		for proxy.lost.Load() < int64(cuts) && proxy.armed.Load() > 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for target := progress.Load() + int64(writers); progress.Load() < target && ctx.Err() == nil; {
+		time.Sleep(time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d COMMITs lost; answers: %v", proxy.lost.Load(), answers)
+	checkWriters(t, l, ws, peers...)
+}
+
+// errCode names err for counting: its wire status and code, or that the
+// server did not answer.
+func errCode(err error) string {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		msg := ""
+		if strings.Contains(ce.Message, "may have been committed") {
+			msg = " (may have been committed)"
+		}
+		return fmt.Sprintf("%d %s%s", ce.Status, ce.Code, msg)
+	}
+	return err.Error()
 }
