@@ -539,12 +539,19 @@ func TestServersKill(t *testing.T) {
 	}
 }
 
-// TestServersMetadataRestart: PostgreSQL is restarted while writers
-// append through two servers. A request that fails meanwhile fails with
-// 503 SBXDB_UNAVAILABLE, saying the metadata database is unavailable; once
-// PostgreSQL is back, every request succeeds without restarting sbxdb, and
-// every acknowledged append is stored.
+// TestServersMetadataRestart: PostgreSQL is restarted (a fast shutdown,
+// or a crash: immediate shutdown and recovery) while writers append
+// through two servers. A request that fails meanwhile fails with 503
+// SBXDB_UNAVAILABLE, saying the metadata database is unavailable; once
+// PostgreSQL is back, every request succeeds without restarting sbxdb,
+// every acknowledged append is stored, and no append refused (a contract
+// error, or unavailable without "may have been committed") is.
 func TestServersMetadataRestart(t *testing.T) {
+	t.Run("fast", func(t *testing.T) { testMetadataRestart(t, pgtest.Stop) })
+	t.Run("crash", func(t *testing.T) { testMetadataRestart(t, pgtest.Kill) })
+}
+
+func testMetadataRestart(t *testing.T, stop func(testing.TB)) {
 	_, peers := startPeers(t, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -634,7 +641,7 @@ func TestServersMetadataRestart(t *testing.T) {
 				cp, own := peerCheckpoint(pw.thread, id, pw.head)
 				got, err := p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: pw.head, Writer: pw.w})
 				if err != nil || got != id {
-					l.record(l.unknown, id, own)
+					l.record(outcome(l, err), id, own)
 					failed(began, fmt.Sprintf("writer %d: Append %s through %s", i, id, p.name), fmt.Errorf("head %q: %w", got, err))
 					needHead = true
 					time.Sleep(10 * time.Millisecond)
@@ -655,7 +662,8 @@ func TestServersMetadataRestart(t *testing.T) {
 	ready.Wait()
 	phase.Store(restarting)
 	start := time.Now()
-	pgtest.Restart(t)
+	stop(t)
+	pgtest.Start(t)
 	t.Logf("PostgreSQL restarted in %v", time.Since(start).Round(time.Millisecond))
 	phase.Store(restarted)
 	wg.Wait()
@@ -889,10 +897,8 @@ func TestServersCommitLost(t *testing.T) {
 				case err == nil:
 					t.Errorf("Append %s returned head %q", id, got)
 					return
-				case chain.Code(err) != "":
-					l.record(l.refused, id, own)
 				default:
-					l.record(l.unknown, id, own)
+					l.record(outcome(l, err), id, own)
 				}
 				count("Append: " + errCode(err))
 				needHead = true
@@ -916,6 +922,22 @@ func TestServersCommitLost(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d COMMITs lost; answers: %v", proxy.lost.Load(), answers)
 	checkWriters(t, l, ws, peers...)
+}
+
+// outcome returns the map of l where an append that failed with err
+// belongs: refused when the server answered that it was not stored (a
+// contract error; the metadata database unavailable, the write not
+// committed), unknown when it may have been (no answer; the database lost
+// while the write committed).
+func outcome(l *ledger, err error) map[string]string {
+	var ce *client.Error
+	switch {
+	case chain.Code(err) != "":
+		return l.refused
+	case errors.As(err, &ce) && ce.Code == "SBXDB_UNAVAILABLE" && !strings.Contains(ce.Message, "may have been committed"):
+		return l.refused
+	}
+	return l.unknown
 }
 
 // errCode names err for counting: its wire status and code, or that the
