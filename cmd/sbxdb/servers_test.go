@@ -953,3 +953,195 @@ func errCode(err error) string {
 	}
 	return err.Error()
 }
+
+// checkRefsFromStore checks, through every server given, that the blob
+// reference counts are those of the checkpoints stored: each key once per
+// checkpoint naming it, whatever wrote, forked or deleted them.
+func checkRefsFromStore(t *testing.T, peers ...*peerServer) {
+	t.Helper()
+	ctx := t.Context()
+	want := map[string]int64{}
+	threads, err := peers[0].c.Threads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range threads {
+		list, err := peers[0].c.List(ctx, th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cp := range list {
+			seen := map[string]bool{}
+			for _, f := range cp.Files {
+				if f.BlobKey != "" && !seen[f.BlobKey] {
+					seen[f.BlobKey] = true
+					want[f.BlobKey]++
+				}
+			}
+		}
+	}
+	for _, p := range peers {
+		refs, err := p.c.BlobReferences(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, r := range refs {
+			got[r.Key] = r.References
+		}
+		for k, n := range want {
+			if got[k] != n {
+				t.Errorf("server %s: %s has %d references; the stored checkpoints name it %d times", p.name, k, got[k], n)
+			}
+		}
+		for k, n := range got {
+			if want[k] == 0 {
+				t.Errorf("server %s: %s has %d references; no stored checkpoint names it", p.name, k, n)
+			}
+		}
+	}
+}
+
+// TestServersMixedWrites: one writer appends to a thread through two
+// servers in turn, deleting its head and pruning it (DeleteHead,
+// DeleteCheckpoints) through the other, while forkers fork its head into
+// threads of their own through either. The thread stays one chain that
+// both servers see alike, a fork either made its thread or left it empty,
+// and the reference counts are those of what is stored.
+func TestServersMixedWrites(t *testing.T) {
+	_, peers := startPeers(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	const thread = "main"
+	steps := testkit.Scale(t, 120, 1200)
+	forkers, forks := 8, testkit.Scale(t, 8, 60)
+	lease, err := peers[0].c.AcquireWriter(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := lease.Writer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		head := ""
+		for step := range steps {
+			p, other := peers[step%2], peers[1-step%2]
+			switch {
+			case step%7 == 5 && head != "":
+				if err := other.c.DeleteHead(ctx, thread, head, w); err != nil {
+					t.Errorf("step %d: DeleteHead(%s) through %s: %v", step, head, other.name, err)
+					return
+				}
+				h, err := p.c.Head(ctx, thread)
+				if err != nil {
+					t.Errorf("step %d: Head through %s: %v", step, p.name, err)
+					return
+				}
+				head = h
+			case step%7 == 6:
+				if _, err := other.c.DeleteCheckpoints(ctx, thread, 3, w); err != nil {
+					t.Errorf("step %d: DeleteCheckpoints through %s: %v", step, other.name, err)
+					return
+				}
+			default:
+				id := fmt.Sprintf("main-%04d", step)
+				cp, _ := peerCheckpoint(thread, id, head)
+				got, err := p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: w})
+				if err != nil || got != id {
+					t.Errorf("step %d: Append %s on %q through %s: head %q, %v", step, id, head, p.name, got, err)
+					return
+				}
+				head = id
+			}
+		}
+	})
+	var mu sync.Mutex
+	made := map[string]string{} // fork thread -> source checkpoint
+	var refused []string
+	for g := range forkers {
+		wg.Go(func() {
+			for k := range forks {
+				src, err := pick(peers).c.Head(ctx, thread)
+				if err != nil {
+					t.Errorf("forker %d: Head: %v", g, err)
+					return
+				}
+				if src == "" {
+					continue
+				}
+				dest := fmt.Sprintf("f%d-%d", g, k)
+				dl, err := pick(peers).c.AcquireWriter(ctx, dest)
+				if err != nil {
+					t.Errorf("forker %d: AcquireWriter(%s): %v", g, dest, err)
+					return
+				}
+				_, err = pick(peers).c.Fork(ctx, chain.ForkInput{SourceThreadID: thread, SourceCheckpointID: src,
+					DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 1_800_000_000_000, Writer: dl.Writer})
+				mu.Lock()
+				switch {
+				case err == nil:
+					made[dest] = src
+				case errors.Is(err, chain.ErrForkSourceNotFound): // deleted since read
+					refused = append(refused, dest)
+				default:
+					t.Errorf("forker %d: Fork %s into %s: %v", g, src, dest, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d forks made, %d refused as their source was deleted meanwhile", len(made), len(refused))
+	if t.Failed() {
+		return
+	}
+
+	// The thread: the same head and list on both servers, one chain from
+	// the head back to the oldest kept checkpoint.
+	var list0 []string
+	for i, p := range peers {
+		head, err := p.c.Head(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := p.c.List(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]*chain.Checkpoint{}
+		var ids []string
+		for _, cp := range list {
+			byID[cp.ID] = cp
+			ids = append(ids, cp.ID)
+		}
+		if i == 0 {
+			list0 = ids
+		} else if !slices.Equal(ids, list0) {
+			t.Errorf("server %s lists %v, server %s %v", p.name, ids, peers[0].name, list0)
+		}
+		n := 0
+		for id := head; byID[id] != nil && n <= len(list); id = byID[id].ParentID {
+			n++
+		}
+		if n != len(list) {
+			t.Errorf("server %s: the chain from head %q holds %d of the thread's %d checkpoints %v", p.name, head, n, len(list), ids)
+		}
+	}
+	// Every fork made its thread, with a root holding its source's files;
+	// every refused fork left its thread empty.
+	for dest, src := range made {
+		for _, p := range peers {
+			list, err := p.c.List(ctx, dest)
+			if err != nil || len(list) != 1 || list[0].ID != dest+"-root" || len(list[0].Files) != 2 {
+				t.Errorf("server %s: fork of %s into %s: %d checkpoints, %v", p.name, src, dest, len(list), err)
+			}
+		}
+	}
+	for _, dest := range refused {
+		for _, p := range peers {
+			if list, err := p.c.List(ctx, dest); err != nil || len(list) != 0 {
+				t.Errorf("server %s: refused fork into %s left %d checkpoints, %v", p.name, dest, len(list), err)
+			}
+		}
+	}
+	checkRefsFromStore(t, peers...)
+}
