@@ -22,6 +22,7 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
+	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 )
@@ -1144,4 +1145,60 @@ func TestServersMixedWrites(t *testing.T) {
 		}
 	}
 	checkRefsFromStore(t, peers...)
+}
+
+// TestServersStartTogether: servers opening an empty metadata database at
+// the same moment all open it (one creates the tables and the layout, the
+// others find them), and each sees what every other writes.
+func TestServersStartTogether(t *testing.T) {
+	const n = 8
+	for round := range testkit.Scale(t, 3, 20) {
+		url := pgtest.URL(t)
+		root := t.TempDir()
+		dbs := make([]*engine.DB, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range dbs {
+			wg.Go(func() {
+				dbs[i], errs[i] = engine.Open(filepath.Join(root, fmt.Sprint(i)), &engine.Options{Metadata: url, NoSync: true})
+			})
+		}
+		wg.Wait()
+		closeAll := func() {
+			for _, db := range dbs {
+				if db != nil {
+					db.Close()
+				}
+			}
+		}
+		for i, err := range errs {
+			if err != nil {
+				closeAll()
+				t.Fatalf("round %d: server %d: Open: %v", round, i, err)
+			}
+		}
+		ctx := t.Context()
+		for i, db := range dbs {
+			wg.Go(func() {
+				th := fmt.Sprintf("s%d", i)
+				l, err := db.AcquireWriter(ctx, th)
+				if err == nil {
+					cp, _ := peerCheckpoint(th, th+"-1", "")
+					_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, Writer: l.Writer})
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, db := range dbs {
+			if errs[i] != nil {
+				closeAll()
+				t.Fatalf("round %d: server %d: %v", round, i, errs[i])
+			}
+			if th, err := db.Threads(ctx); err != nil || len(th) != n {
+				t.Errorf("round %d: server %d sees threads %v, %v", round, i, th, err)
+			}
+		}
+		closeAll()
+	}
 }
