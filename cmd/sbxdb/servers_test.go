@@ -416,10 +416,10 @@ type peerWriter struct {
 	n      int
 }
 
-// step makes one append through p. On an error with no answer (the
-// server is gone) it asks another server for the head: an append whose
-// outcome was unknown is then known. It returns the error of an answer
-// that is not a success, which the caller treats as a failure.
+// step makes one append through p. When p does not answer (it is gone)
+// or cannot reach the database, the outcome is unknown: it asks another
+// server for the head, on which the next append goes, whichever it is. It
+// returns any other failure.
 func (pw *peerWriter) step(ctx context.Context, l *ledger, p *peerServer, others []*peerServer) error {
 	pw.n++
 	id := fmt.Sprintf("%s-%04d", pw.thread, pw.n)
@@ -446,8 +446,8 @@ func (pw *peerWriter) step(ctx context.Context, l *ledger, p *peerServer, others
 }
 
 // TestServersKill: while writers append through two servers in turn, one
-// server is killed with SIGKILL. Every append either acknowledged is
-// stored, the other server goes on appending, and the killed one,
+// server is killed with SIGKILL. Every append either server acknowledged
+// is stored, the other server goes on appending, and the killed one,
 // restarted on its directory, reads everything.
 func TestServersKill(t *testing.T) {
 	_, peers := startPeers(t, 2)
