@@ -458,7 +458,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, op func(ctx cont
 	send(false)
 	if err != nil {
 		err = s.stopped(err)
-		line(map[string]ErrorBody{"error": {Code: Code(err), Message: err.Error()}})
+		line(map[string]ErrorBody{"error": {Code: Code(err), Message: Message(err)}})
 		return
 	}
 	line(map[string]any{"result": res})

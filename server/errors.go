@@ -10,6 +10,7 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 )
 
 // sbxdb's own error codes, for failures the contract has no code for
@@ -72,6 +73,10 @@ var sentinels = []struct {
 	{engine.ErrEmptyCapture, CodeEmptyCapture},
 	{cas.ErrReadOnly, CodeReadOnly},
 	{engine.ErrClosed, CodeUnavailable},
+	// The metadata database (engine.Options.Metadata) is down or was
+	// lost mid-request: the server is up and a retry may succeed once the
+	// database is back, as for any other outage.
+	{pgkv.ErrUnavailable, CodeUnavailable},
 	{context.Canceled, CodeUnavailable},
 	{context.DeadlineExceeded, CodeUnavailable},
 }
@@ -92,6 +97,21 @@ func Code(err error) string {
 		}
 	}
 	return CodeInternal
+}
+
+// Message returns the message of err on the wire: its text, led by what
+// a host must know to act on it when the store's own text does not say.
+func Message(err error) string {
+	switch {
+	case errors.Is(err, pgkv.ErrCommitUnknown):
+		// The database went away while the write committed: the host
+		// must read the state back (the head, the checkpoint) before
+		// retrying, as the write may be stored.
+		return "metadata database unavailable; the write may have been committed: " + err.Error()
+	case errors.Is(err, pgkv.ErrUnavailable):
+		return "metadata database unavailable: " + err.Error()
+	}
+	return err.Error()
 }
 
 // Status returns the HTTP status of a wire code (docs/API.md, Errors).
@@ -137,8 +157,9 @@ func writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set(HeaderCode, code)
-	w.Header().Set(HeaderMessage, headerSafe(err.Error()))
-	writeJSON(w, Status(code), ErrorBody{Code: code, Message: err.Error()})
+	msg := Message(err)
+	w.Header().Set(HeaderMessage, headerSafe(msg))
+	writeJSON(w, Status(code), ErrorBody{Code: code, Message: msg})
 }
 
 // writeJSON writes v as the JSON body of a response with status.

@@ -15,6 +15,7 @@ import (
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/proc"
+	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 	"github.com/sbxdb/sbxdb/server"
 )
 
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		main()
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m)
 }
 
 // sbxdbCmd returns the command sbxdb args, run by the test binary.

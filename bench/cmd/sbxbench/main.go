@@ -18,6 +18,10 @@
 //  3. Garbage collection (bench/gcbench): mark throughput, sweep keys/s
 //     and write-lock time per million references, capture latency alone
 //     and during a sweep.
+//  4. Shared metadata: durable appends at 1, 8 and 64 writers with the
+//     metadata in PostgreSQL, through one engine handle and through two
+//     sharing the database, against bbolt (--pg URL, else a throw-away
+//     cluster when PostgreSQL's binaries are installed).
 //
 // The table ends with one row per performance target, met or not.
 //
@@ -26,7 +30,7 @@
 //
 // Usage:
 //
-//	go run ./bench/cmd/sbxbench [--quick] [--runs N] [--work DIR] [--json FILE] [--chart FILE.svg]
+//	go run ./bench/cmd/sbxbench [--quick] [--runs N] [--work DIR] [--json FILE] [--chart FILE.svg] [--pg URL]
 //
 // Every figure is the median of --runs runs with min–max, and every ratio
 // is computed run by run within this invocation. Everything is prepared
@@ -63,6 +67,7 @@ type config struct {
 	largeMiB  int
 	benchtime string
 	gcRefs    int
+	pg        string
 	only      map[string]bool
 }
 
@@ -73,7 +78,8 @@ goes to stderr): capture and restore of a generated workspace against git,
 tar | zstd -1 -T0, restic and kopia (when on PATH), Open of stores up to
 1 GB, the engine core (Append serial
 and at 8/64 writers against raw bbolt, Get, List) and garbage collection
-(mark, sweep, capture during a sweep). Each figure is the median of --runs
+(mark, sweep, capture during a sweep), and appends with the metadata in
+PostgreSQL against bbolt (--pg, else a throw-away cluster). Each figure is the median of --runs
 runs with min–max; each ratio is computed run by run within this run.
 
 Duration on 2 cores: --quick a few minutes (2,250-file tree of ~31 MB,
@@ -98,7 +104,8 @@ func main() {
 	fs.IntVar(&cfg.largeMiB, "large-mib", 0, "size of the large-file capture in MiB, 0 for the default (2048, --quick 256); -1 skips it")
 	fs.StringVar(&cfg.benchtime, "benchtime", "", "time per engine-core benchmark and run (default 2s, --quick 300ms)")
 	fs.IntVar(&cfg.gcRefs, "gc-refs", 0, "blob references of the GC stores, a multiple of 100 (default 1000000, --quick 100000)")
-	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc (default all)")
+	fs.StringVar(&cfg.pg, "pg", "", "PostgreSQL server `URL` whose user may create databases, for the shared-metadata section (default: a throw-away cluster)")
+	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc, shared (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -120,7 +127,7 @@ func main() {
 	for _, s := range strings.Split(*only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "capture", "core", "serve", "gc":
+		case "capture", "core", "serve", "gc", "shared":
 			cfg.only[s] = true
 		default:
 			fmt.Fprintf(os.Stderr, "sbxbench: unknown section %q in --only\n", s)
@@ -244,6 +251,11 @@ func run(cfg *config) error {
 	}
 	if gc != nil {
 		if err := gcBench(rep, cfg, gc); err != nil {
+			return err
+		}
+	}
+	if cfg.wants("shared") {
+		if err := sharedBench(rep, cfg); err != nil {
 			return err
 		}
 	}
