@@ -135,8 +135,14 @@ func (c *committer) run(batch []*writeReq) {
 		}
 		return
 	}
-	if len(batch) == 1 {
-		batch[0].done <- err
+	if len(batch) == 1 || errors.Is(err, ErrCommitUnknown) {
+		// A commit whose outcome is unknown may have stored every write
+		// of the batch: retried alone, each would be refused by its own
+		// effects (an append by its stored id). Each gets the error that
+		// says so. (A failed bbolt commit poisons the store instead.)
+		for _, req := range batch {
+			req.done <- err
+		}
 		return
 	}
 	for _, req := range batch {

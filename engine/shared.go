@@ -37,6 +37,19 @@ import (
 //     a clean close, no compaction and no migration from older formats (a
 //     database starts at FormatVersion).
 
+// Errors of a metadata database, as the engine's calls return them.
+var (
+	// ErrMetadataUnavailable: the database could not be reached or the
+	// connection was lost; nothing was written, unless the error is also
+	// ErrCommitUnknown. The next call may succeed once the database is
+	// back: the store needs no reopening.
+	ErrMetadataUnavailable = pgkv.ErrUnavailable
+	// ErrCommitUnknown: the connection was lost while the write committed,
+	// so it may be stored. Read the state back (the head, the checkpoint
+	// by id) before retrying.
+	ErrCommitUnknown = pgkv.ErrCommitUnknown
+)
+
 // ErrNotFileMetadata is the error of what only the bbolt file has
 // (compaction, migration from an older format) asked of a store whose
 // metadata is in a database.

@@ -10,7 +10,6 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 )
 
 // sbxdb's own error codes, for failures the contract has no code for
@@ -76,7 +75,7 @@ var sentinels = []struct {
 	// The metadata database (engine.Options.Metadata) is down or was
 	// lost mid-request: the server is up and a retry may succeed once the
 	// database is back, as for any other outage.
-	{pgkv.ErrUnavailable, CodeUnavailable},
+	{engine.ErrMetadataUnavailable, CodeUnavailable},
 	{context.Canceled, CodeUnavailable},
 	{context.DeadlineExceeded, CodeUnavailable},
 }
@@ -103,12 +102,12 @@ func Code(err error) string {
 // a host must know to act on it when the store's own text does not say.
 func Message(err error) string {
 	switch {
-	case errors.Is(err, pgkv.ErrCommitUnknown):
+	case errors.Is(err, engine.ErrCommitUnknown):
 		// The database went away while the write committed: the host
 		// must read the state back (the head, the checkpoint) before
 		// retrying, as the write may be stored.
 		return "metadata database unavailable; the write may have been committed: " + err.Error()
-	case errors.Is(err, pgkv.ErrUnavailable):
+	case errors.Is(err, engine.ErrMetadataUnavailable):
 		return "metadata database unavailable: " + err.Error()
 	}
 	return err.Error()

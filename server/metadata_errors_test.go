@@ -3,20 +3,19 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/sbxdb/sbxdb/engine"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 )
 
 // TestMetadataUnavailable: a metadata database that is down, or lost while
 // a write committed, is 503 SBXDB_UNAVAILABLE with Retry-After, and the
 // message says so before the database's own words.
 func TestMetadataUnavailable(t *testing.T) {
-	down := fmt.Errorf("sbxdb: metadata at postgres://x: %w: begin: connection refused", pgkv.ErrUnavailable)
-	lost := fmt.Errorf("%w (%w): commit: unexpected EOF", pgkv.ErrCommitUnknown, pgkv.ErrUnavailable)
+	down := fmt.Errorf("sbxdb: metadata at postgres://x: %w: begin: connection refused", engine.ErrMetadataUnavailable)
+	lost := fmt.Errorf("%w (%w): commit: unexpected EOF", engine.ErrCommitUnknown, engine.ErrMetadataUnavailable)
 	for _, c := range []struct {
 		err    error
 		prefix string

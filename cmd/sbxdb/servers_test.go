@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ type peerServer struct {
 // sock, and returns it with a client of the socket.
 func startPeer(t *testing.T, name, url, dir, sock string) *peerServer {
 	t.Helper()
+	shareBlobsID(t, url, dir)
 	p := &peerServer{name: name, dir: dir, sock: sock,
 		args: []string{"--db", dir, "--metadata", url, "--listen", "unix:" + sock}}
 	p.start(t)
@@ -73,6 +75,21 @@ func (p *peerServer) kill(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.proc.exited
+}
+
+// shareBlobsID gives the store directory dir the blob-store id of every
+// server of metadata url: the servers stand for servers sharing one blob
+// store (their appends name blob keys without storing bytes), which shared
+// metadata requires of its servers (engine.ErrBlobsElsewhere).
+func shareBlobsID(t *testing.T, url, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("peers-%x\n", sha256.Sum256([]byte(url)))
+	if err := os.WriteFile(filepath.Join(dir, "blobs-id"), []byte(id), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startPeers starts n servers on one fresh metadata database. Sockets go
@@ -1159,8 +1176,10 @@ func TestServersStartTogether(t *testing.T) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range dbs {
+			dir := filepath.Join(root, fmt.Sprint(i))
+			shareBlobsID(t, url, dir)
 			wg.Go(func() {
-				dbs[i], errs[i] = engine.Open(filepath.Join(root, fmt.Sprint(i)), &engine.Options{Metadata: url, NoSync: true})
+				dbs[i], errs[i] = engine.Open(dir, &engine.Options{Metadata: url, NoSync: true})
 			})
 		}
 		wg.Wait()
