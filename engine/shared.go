@@ -11,6 +11,8 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
+	"github.com/sbxdb/sbxdb/internal/objstore"
+	"github.com/sbxdb/sbxdb/internal/objstore/s3"
 )
 
 // Shared metadata. With Options.Metadata naming a PostgreSQL database, the
@@ -27,6 +29,10 @@ import (
 //     no transaction builds on another's pages in memory, so the next one
 //     starts from what the database holds, whatever the outcome was. Blob
 //     files a batch wrote for it stay, as after a failed bbolt commit;
+//   - the blobs may be in an S3 bucket (Options.Blobs) rather than the
+//     blob directory, so that servers on different machines share them:
+//     the bucket then holds every server's blobs and this database their
+//     index (cas/remote.go);
 //   - there is no page structure to walk at Open or in Check, no record of
 //     a clean close, no compaction and no migration from older formats (a
 //     database starts at FormatVersion).
@@ -55,6 +61,48 @@ func checkMetadata(s string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: Metadata %q: want a postgres:// or postgresql:// URL, or empty for the file beside the blobs", ErrInvalidOptions, redactURL(s))
+}
+
+// checkBlobs validates Options.Blobs against Options.Metadata. Blobs in a
+// bucket with the index in sbx.db would let two servers index one bucket
+// separately, each taking the other's objects for orphans: refused.
+func checkBlobs(blobs, metadata string) error {
+	if blobs == "" {
+		return nil
+	}
+	if _, _, err := s3.ParseURL(blobs); err != nil {
+		return fmt.Errorf("%w: Blobs: %v", ErrInvalidOptions, err)
+	}
+	if !IsSharedMetadata(metadata) {
+		return fmt.Errorf("%w: Blobs %q needs shared metadata (Metadata postgres://…): servers sharing a bucket must share its index", ErrInvalidOptions, blobs)
+	}
+	return nil
+}
+
+// openBlobs opens the bucket of Options.Blobs.
+func openBlobs(ctx context.Context, blobs string) (*s3.Store, error) {
+	cfg, err := s3.ConfigFromEnv(blobs)
+	if err != nil {
+		return nil, fmt.Errorf("sbxdb: blobs at %s: %w", blobs, err)
+	}
+	st, err := s3.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sbxdb: blobs at %s: %w", blobs, err)
+	}
+	return st, nil
+}
+
+// withBlobs is the shared metadata of a store whose blobs are in a
+// bucket: closing it closes the bucket's client too, after the blob
+// store (DB.Close closes db.blobs first).
+type withBlobs struct {
+	sharedMeta
+	blobs objstore.Store
+}
+
+func (w withBlobs) Close() {
+	w.sharedMeta.Close()
+	w.blobs.Close()
 }
 
 // redactURL hides a password in a connection URL, for messages.
@@ -93,7 +141,17 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	if err != nil {
 		return nil, sharedError(o.Metadata, err)
 	}
-	db = &DB{dir: dir, path: redactURL(o.Metadata), opts: o, shared: pg, lock: lock, verified: true}
+	var shared sharedMeta = pg
+	var remote objstore.Store
+	if o.Blobs != "" {
+		st, err := openBlobs(ctx, o.Blobs)
+		if err != nil {
+			pg.Close()
+			return nil, err
+		}
+		remote, shared = st, withBlobs{pg, st}
+	}
+	db = &DB{dir: dir, path: redactURL(o.Metadata), opts: o, shared: shared, lock: lock, verified: true}
 	err = db.view(func(tx kv.Tx) error { return initLayout(tx, nil) })
 	switch {
 	case errors.Is(err, errNoLayout) && o.ReadOnly:
@@ -105,13 +163,13 @@ func openShared(dir string, o Options) (db *DB, err error) {
 		err = db.tx(true, func(tx kv.Tx) error { return initLayout(tx, func() error { return nil }) })
 	}
 	if err != nil {
-		pg.Close()
+		shared.Close()
 		return nil, sharedError(o.Metadata, err)
 	}
 	if !o.ReadOnly {
 		db.c = newCommitter(db)
 	}
-	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS})
+	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, Remote: remote})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening the blob store: %w", err)
