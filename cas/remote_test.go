@@ -437,3 +437,70 @@ func TestRemoteCheckAndDamage(t *testing.T) {
 		t.Errorf("Open of a missing object = %v; want ErrCorrupt, missing", err)
 	}
 }
+
+// The requests a batch of small files costs, and a cold read of them all:
+// packs make both a small fraction of a request per file.
+func TestRemoteRequestsPerFile(t *testing.T) {
+	f := openRemote(t, s3test.Start(t))
+	ctx := context.Background()
+	const files = 2000
+	var keys []string
+	b := f.s.NewBatch()
+	var bytes int
+	for i := range files {
+		d := noise(1000+(i*7)%8000, uint64(i)) // incompressible: 10 MB, two packs
+		bytes += len(d)
+		res, err := b.Add(ctx, Files, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, res.Key)
+	}
+	before := f.remote.Requests()
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	put := f.remote.Requests().Sub(before)
+	other := f.server(t)
+	before = f.remote.Requests()
+	if err := other.ReadEach(ctx, keys, 4, func(_ string, r *Reader) error {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	get := f.remote.Requests().Sub(before)
+	t.Logf("batch of %d small files (%d bytes): %d requests (%+v), %.4f per file; a cold read of them all: %d requests (%+v), %.4f per file",
+		files, bytes, put.Total(), put, float64(put.Total())/files, get.Total(), get, float64(get.Total())/files)
+	if put.Total() > files/100 || get.Total() > files/100 {
+		t.Errorf("more than one request per 100 small files")
+	}
+}
+
+// A read-only store with remote blobs creates no cache: it reads packs by
+// ranged requests.
+func TestRemoteReadOnly(t *testing.T) {
+	f := openRemote(t, s3test.Start(t))
+	ctx := context.Background()
+	small, large := text(5000, 1), text(MaxPacked+1, 2)
+	for _, d := range [][]byte{small, large} {
+		if err := f.s.Put(ctx, keyOf(Files, d), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "blobs")
+	ro, err := Open(dir, kv.BoltDB{DB: f.db}, Options{ReadOnly: true, Remote: f.remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	for _, d := range [][]byte{small, large} {
+		if got, err := ro.Get(ctx, keyOf(Files, d)); err != nil || !bytes.Equal(got, d) {
+			t.Fatalf("read-only Get: %v", err)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a read-only store created %s: %v", dir, err)
+	}
+}
