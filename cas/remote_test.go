@@ -504,3 +504,46 @@ func TestRemoteReadOnly(t *testing.T) {
 		t.Fatalf("a read-only store created %s: %v", dir, err)
 	}
 }
+
+// Concurrent readers of one pack on a cold cache download it once.
+func TestRemoteConcurrentReadersDownloadOnce(t *testing.T) {
+	f := openRemote(t, s3test.Start(t))
+	ctx := context.Background()
+	var keys []string
+	var datas [][]byte
+	b := f.s.NewBatch()
+	for i := range 64 {
+		d := noise(2000, uint64(i))
+		if _, err := b.Add(ctx, Files, d); err != nil {
+			t.Fatal(err)
+		}
+		keys, datas = append(keys, keyOf(Files, d)), append(datas, d)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if n := f.objects(t, "packs/"); n != 1 {
+		t.Fatalf("%d packs, want 1", n)
+	}
+	other := f.server(t)
+	before := f.remote.Requests()
+	errs := make(chan error, len(keys))
+	for i := range keys {
+		go func() {
+			got, err := other.Get(ctx, keys[i])
+			if err == nil && !bytes.Equal(got, datas[i]) {
+				err = errors.New("wrong bytes")
+			}
+			errs <- err
+		}()
+	}
+	for range keys {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := f.remote.Requests().Sub(before); r.Gets != 1 {
+		t.Fatalf("%d concurrent readers of one pack made %d GETs, want 1", len(keys), r.Gets)
+	}
+}
