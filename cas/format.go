@@ -64,7 +64,8 @@ import (
 //
 // The index lives in the bbolt file the caller passes to Open:
 //
-//	cas_meta   "format" → FormatVersion, one byte
+//	cas_meta   "format" → FormatVersion, one byte; "blobs" → "remote"
+//	           when the blobs are in object storage (see below)
 //	cas_index  key → entry (below), one per stored blob
 //	cas_packs  be64(pack id) → pack stats: uvarint total bytes, uvarint dead
 //	           bytes, then (format 3) the uvarint zstd level of its frames
@@ -84,11 +85,15 @@ import (
 // keeps the same frames in objects instead, and its blob directory is only
 // a staging area and a cache of packs:
 //
-//	packs/<16 hex>.pack                  a pack, as above
-//	large/<ns>/<hh>/<64 hex>.<16 hex>   a large blob's frame; the suffix is
-//	                                     random, drawn for each upload
+//	packs/<16 hex>.pack                 a pack, as above
+//	large/<ns>/<hh>/<64 hex>.<16 hex>   a large blob's frame; the suffix
+//	                                    is random, drawn for each upload
 //
-// and indexes its large blobs with where 3 (large blob in an object): the
+// Its index says so in cas_meta ("blobs" → "remote", set by the first
+// writable open with Remote of an empty index): a store opened without
+// Remote refuses such an index (ErrFormat), and one opened with Remote
+// refuses an index of local blobs, which the bucket does not hold. It
+// indexes its large blobs with where 3 (large blob in an object): the
 // where byte, then the object's suffix (uvarint), then the fields common
 // to every entry as above. A store without Remote never writes where 3,
 // and refuses to read such an entry (ErrFormat: the blobs are in object
@@ -138,6 +143,7 @@ var (
 	bucketIndex = []byte("cas_index")
 	bucketPacks = []byte("cas_packs")
 	keyFormat   = []byte("format")
+	keyBlobs    = []byte("blobs") // "remote" when they are in object storage
 )
 
 // Namespace is one of the two key spaces (SPEC §6.1): equal bytes stored as

@@ -501,3 +501,50 @@ func (s *Store) stillIndexed(key string, e *entry) bool {
 	cur, err := s.entry(key)
 	return err == nil && cur == *e
 }
+
+// remoteMark is cas_meta's keyBlobs value for an index of remote blobs.
+var remoteMark = []byte("remote")
+
+// checkPlace checks that the index and the store agree on where the blobs
+// are (format.go), marking an empty index as remote on the first writable
+// open with Remote: a server started without the bucket would otherwise
+// index local packs no other server can read, and one started with it on
+// an index of local blobs would find none of them in the bucket.
+func (s *Store) checkPlace() error {
+	var remote, empty bool
+	place := func(tx kv.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		remote = meta != nil && string(meta.Get(keyBlobs)) == string(remoteMark)
+		empty = true
+		for _, name := range [][]byte{bucketIndex, bucketPacks} {
+			if b := tx.Bucket(name); b != nil {
+				if k, _ := b.Cursor().First(); k != nil {
+					empty = false
+				}
+			}
+		}
+		return nil
+	}
+	if err := s.db.View(place); err != nil {
+		return err
+	}
+	switch {
+	case remote && s.opts.Remote == nil:
+		return fmt.Errorf("%w: this store's blobs are in object storage; open it with its bucket", ErrFormat)
+	case remote || s.opts.Remote == nil:
+		return nil
+	case !empty:
+		return fmt.Errorf("%w: the blob index holds blobs of the local blob directory, which the bucket does not hold", ErrFormat)
+	case s.opts.ReadOnly:
+		return nil
+	}
+	return s.db.Update(func(tx kv.Tx) error {
+		if err := place(tx); err != nil || remote {
+			return err
+		}
+		if !empty {
+			return fmt.Errorf("%w: the blob index holds blobs of the local blob directory, which the bucket does not hold", ErrFormat)
+		}
+		return tx.Bucket(bucketMeta).Put(keyBlobs, remoteMark)
+	})
+}

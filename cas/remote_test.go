@@ -141,6 +141,41 @@ func TestLocalStoreRefusesRemoteEntries(t *testing.T) {
 	}
 }
 
+// The index says where the blobs are: an open without the bucket of an
+// index of remote blobs is refused, and so is an open with a bucket of an
+// index of local ones; an empty index takes either.
+func TestRemoteIndexMark(t *testing.T) {
+	f := openRemote(t, s3test.Start(t))
+	ctx := context.Background()
+	if err := f.s.Put(ctx, keyOf(Files, []byte("x")), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		_, err := Open(filepath.Join(t.TempDir(), "blobs"), kv.BoltDB{DB: f.db}, Options{ReadOnly: ro})
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "object storage") {
+			t.Errorf("Open (read-only %v) without Remote of a remote index = %v; want ErrFormat", ro, err)
+		}
+	}
+
+	local := open(t)
+	dir, err := objstore.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	blobs := filepath.Join(t.TempDir(), "blobs")
+	if _, err := Open(blobs, kv.BoltDB{DB: local.db}, Options{Remote: dir}); err != nil {
+		t.Fatalf("Open with Remote of an empty index: %v", err)
+	}
+	other := open(t)
+	if err := other.s.Put(ctx, keyOf(Files, []byte("x")), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(blobs, kv.BoltDB{DB: other.db}, Options{Remote: dir}); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "local") {
+		t.Errorf("Open with Remote of an index of local blobs = %v; want ErrFormat", err)
+	}
+}
+
 func TestRemoteLayout(t *testing.T) {
 	f := openRemote(t, s3test.Start(t))
 	ctx := context.Background()

@@ -193,10 +193,15 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 				return nil, err
 			}
 		}
+		if err := s.checkPlace(); err != nil {
+			return nil, err
+		}
 		if err := s.removeOrphanPacks(); err != nil {
 			return nil, err
 		}
 	} else if err := db.View(checkFormat); err != nil {
+		return nil, err
+	} else if err := s.checkPlace(); err != nil {
 		return nil, err
 	}
 	var err error

@@ -124,6 +124,16 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	if _, err := two.Repack(ctx, cas.RepackOptions{}); !errors.Is(err, cas.ErrRemoteUnsupported) {
 		t.Errorf("Repack = %v; want ErrRemoteUnsupported", err)
 	}
+	// A server started without the bucket would index blobs no other
+	// server can read: refused.
+	noBlobs := opts
+	noBlobs.Blobs = ""
+	if db, err := engine.Open(filepath.Join(root, "three"), &noBlobs); !errors.Is(err, cas.ErrFormat) {
+		if err == nil {
+			db.Close()
+		}
+		t.Errorf("Open without Blobs of a store whose blobs are in a bucket = %v; want cas.ErrFormat", err)
+	}
 }
 
 // openTestBucket opens its own client of the bucket at url (the AWS_*
