@@ -138,6 +138,12 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 	fb := getBuf(headerSize + int(e.stored))
 	if n, err := f.ReadAt(*fb, int64(e.offset)); n != len(*fb) {
 		putBuf(fb)
+		switch _, ranged := f.(objectReaderAt); {
+		case ranged && errors.Is(err, fs.ErrNotExist):
+			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
+		case ranged && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
+			return nil, header{}, &Error{Key: key, Err: err} // could not read, not damage
+		}
 		return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
 	}
 	h, err := checkFrame(key, ns, sum, e, (*fb)[:headerSize])

@@ -516,7 +516,8 @@ func TestRemoteRequestsPerFile(t *testing.T) {
 // A read-only store with remote blobs creates no cache: it reads packs by
 // ranged requests.
 func TestRemoteReadOnly(t *testing.T) {
-	f := openRemote(t, s3test.Start(t))
+	srv := s3test.Start(t)
+	f := openRemote(t, srv)
 	ctx := context.Background()
 	small, large := text(5000, 1), text(MaxPacked+1, 2)
 	for _, d := range [][]byte{small, large} {
@@ -537,6 +538,16 @@ func TestRemoteReadOnly(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("a read-only store created %s: %v", dir, err)
+	}
+	// A server that does not answer is not damage; a missing pack is.
+	srv.Stop()
+	if _, err := ro.Get(ctx, keyOf(Files, small)); err == nil || errors.Is(err, ErrCorrupt) {
+		t.Errorf("Get with the server stopped = %v; want an error that is not ErrCorrupt", err)
+	}
+	srv.Start()
+	f.remote.List(ctx, "packs/", func(i objstore.Info) error { return f.remote.Delete(ctx, i.Name) })
+	if _, err := ro.Get(ctx, keyOf(Files, small)); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Get from a deleted pack = %v; want ErrCorrupt, missing", err)
 	}
 }
 
