@@ -58,8 +58,10 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 	}
 	// With Remote, the bucket is the truth: one listing, taken after the
 	// index was read, so that every object an entry read names was
-	// uploaded before it; only a delete committed meanwhile can make one
-	// look missing, and such findings are read again below.
+	// uploaded before it. Only a delete committed meanwhile can make a
+	// large blob's object look missing (a registered pack's object is
+	// never deleted: Repack is refused), so such a finding is checked
+	// against the index again before it is reported.
 	var remote *remoteListing
 	if s.opts.Remote != nil {
 		if remote, err = s.listRemote(ctx); err != nil {
