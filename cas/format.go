@@ -64,8 +64,11 @@ import (
 //
 // The index lives in the bbolt file the caller passes to Open:
 //
-//	cas_meta   "format" → FormatVersion, one byte; "blobs" → "remote"
-//	           when the blobs are in object storage (see below)
+//	cas_meta   "format" → FormatVersion, one byte
+//	           "deletions" → uvarint, the transactions that deleted index
+//	           entries (absent: none)
+//	           "blobs" → "remote" when the blobs are in object storage
+//	           (see below)
 //	cas_index  key → entry (below), one per stored blob
 //	cas_packs  be64(pack id) → pack stats: uvarint total bytes, uvarint dead
 //	           bytes, then (format 3) the uvarint zstd level of its frames
@@ -144,6 +147,9 @@ var (
 	bucketPacks = []byte("cas_packs")
 	keyFormat   = []byte("format")
 	keyBlobs    = []byte("blobs") // "remote" when they are in object storage
+	// keyDeletions counts the transactions that deleted index entries
+	// (deletions.go).
+	keyDeletions = []byte("deletions")
 )
 
 // Namespace is one of the two key spaces (SPEC §6.1): equal bytes stored as

@@ -199,7 +199,10 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 				return err
 			}
 		}
-		return nil
+		if len(deleted) == 0 {
+			return nil
+		}
+		return noteDeletions(tx)
 	})
 	// The marks outlive the files: a batch that stores one of these keys
 	// again must not have its new file removed here (pins.go).

@@ -465,6 +465,11 @@ func (s *Store) dropEntries(ds []damagedEntry) ([]string, error) {
 				return err
 			}
 		}
+		for i := range ds {
+			if ds[i].dropped {
+				return noteDeletions(tx)
+			}
+		}
 		return nil
 	})
 	if err != nil {

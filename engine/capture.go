@@ -241,6 +241,26 @@ const smallFile = 1 << 20
 // own directory is never captured, even when it lies inside in.Dir; when
 // it is in.Dir, the store's own entries are left out.
 func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, error) {
+	// A blob a capture found stored can be swept by another process
+	// sharing the metadata before the capture commits (commitCapture
+	// re-checks): the capture then runs again, and stores it anew.
+	for attempt := 1; ; attempt++ {
+		res, err := db.capture(ctx, in)
+		if !errors.Is(err, errBlobSwept) || attempt == captureAttempts {
+			return res, err
+		}
+	}
+}
+
+// captureAttempts bounds the runs of a capture whose found blobs were swept
+// meanwhile: each run stores what the previous one lost.
+const captureAttempts = 3
+
+// errBlobSwept is commitCapture's error when a blob the checkpoint names
+// was deleted after the capture found it stored.
+var errBlobSwept = errors.New("a blob the capture found stored was deleted by a sweep meanwhile; capture again")
+
+func (db *DB) capture(ctx context.Context, in CaptureInput) (*CaptureResult, error) {
 	if db.c == nil {
 		return nil, ErrReadOnly
 	}
@@ -264,6 +284,11 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	redactor := workspace.NewRedactor(in.Secrets)
 	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
 
+	// Before the batch's first lookup (cas/deletions.go).
+	deletions, err := db.blobs.Deletions()
+	if err != nil {
+		return nil, err
+	}
 	c := &capture{db: db, root: root, dir: rootDir, redactor: redactor, batch: db.blobs.NewBatch(),
 		changes: &changeLog{strict: in.FailOnChange}, skipUnsupported: in.SkipUnsupported}
 	defer c.batch.Close() // after the append: the batch pins its keys until then
@@ -331,7 +356,7 @@ func (db *DB) Capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 			cacheTemp <- writeStatCacheTemp(cachePath, encodeStatCache(started.UnixNano(), redactor.Fingerprint(), tree))
 		}()
 	}
-	cp, err := db.commitCapture(ctx, c.batch, &in, manifest(tree))
+	cp, err := db.commitCapture(ctx, c.batch, &in, manifest(tree), deletions)
 	if cacheTemp != nil {
 		if tmp := <-cacheTemp; tmp != "" && err == nil {
 			os.Rename(tmp, cachePath)
@@ -796,7 +821,12 @@ func manifest(tree []*walked) []chain.Entry {
 // head in the transaction that indexes the batch's blobs, once their bytes
 // are durable: the checkpoint and the blobs it names commit together, or
 // nothing does.
-func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureInput, files []chain.Entry) (*chain.Checkpoint, error) {
+//
+// deletions is the blob index's deletion count read before the batch's
+// first lookup: when the committing transaction sees another, a blob the
+// batch found may be gone (a sweep of another process, which pins do not
+// hold back), and every blob the checkpoint names is looked up again.
+func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureInput, files []chain.Entry, deletions uint64) (*chain.Checkpoint, error) {
 	head, err := db.Head(ctx, in.Writer.ThreadID)
 	if err != nil {
 		return nil, err
@@ -820,9 +850,15 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 		cp.CreatedAt = db.opts.nowMs()
 	}
 	app := chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: in.Writer}
-	fn, err := db.appendTx(&app)
+	appendFn, err := db.appendTx(&app)
 	if err != nil {
 		return nil, err
+	}
+	fn := func(tx kv.Tx) error {
+		if err := requireBlobs(tx, batch, deletions, cp); err != nil {
+			return err
+		}
+		return appendFn(tx)
 	}
 	if err := batch.CommitWith(ctx, fn); err != nil {
 		if chain.Code(err) == "" {
@@ -831,6 +867,29 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 		return nil, err
 	}
 	return cp, nil
+}
+
+// requireBlobs fails with errBlobSwept when the blob index's deletion
+// count moved past deletions and a blob cp names is neither stored nor
+// added by batch.
+func requireBlobs(tx kv.Tx, batch *cas.Batch, deletions uint64, cp *chain.Checkpoint) error {
+	now, err := cas.DeletionsIn(tx)
+	if err != nil || now == deletions {
+		return err
+	}
+	keys := make([]string, 0, len(cp.Files)+len(cp.Artifacts))
+	for i := range cp.Files {
+		if cp.Files[i].Kind == chain.KindFile {
+			keys = append(keys, cp.Files[i].BlobKey)
+		}
+	}
+	for i := range cp.Artifacts {
+		keys = append(keys, cp.Artifacts[i].BlobKey)
+	}
+	if missing := batch.MissingIn(tx, keys); missing != "" {
+		return fmt.Errorf("%w: %s", errBlobSwept, missing)
+	}
+	return nil
 }
 
 // errTooBig reports a file that grew past the in-memory limit.

@@ -58,6 +58,15 @@ func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]i
 	}
 	db.gcMu.Lock()
 	defer db.gcMu.Unlock()
+	if db.shared != nil {
+		// One sweep at a time across the servers sharing the metadata
+		// too (shared.go).
+		release, err := db.shared.Lock(ctx, "sweep")
+		if err != nil {
+			return gc.SweepResult{}, err
+		}
+		defer release()
+	}
 	// One clock reading for the listing's window and the re-check at
 	// deletion, which keeps a blob uploaded at or after now−OlderThan.
 	now := db.opts.Now()

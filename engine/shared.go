@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +12,10 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
+	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/internal/objstore/s3"
+	"github.com/sbxdb/sbxdb/lease"
 )
 
 // Shared metadata. With Options.Metadata naming a PostgreSQL database, the
@@ -33,6 +36,9 @@ import (
 //     blob directory, so that servers on different machines share them:
 //     the bucket then holds every server's blobs and this database their
 //     index (cas/remote.go);
+//   - a sweep holds a lock in the database for its whole run (gc.go), as
+//     it holds gcMu within one process: its check that no checkpoint names
+//     a missing blob relies on no other sweep deleting meanwhile;
 //   - there is no page structure to walk at Open or in Check, no record of
 //     a clean close, no compaction and no migration from older formats (a
 //     database starts at FormatVersion).
@@ -46,6 +52,9 @@ var ErrNotFileMetadata = errors.New("sbxdb: the store's metadata is in a databas
 type sharedMeta interface {
 	View(ctx context.Context, fn func(kv.Tx) error) error
 	Update(ctx context.Context, fn func(kv.Tx) error) error
+	// Lock holds the named lock across every process sharing the
+	// database until release; a holder that dies releases it.
+	Lock(ctx context.Context, name string) (release func(), err error)
 	Close()
 }
 
@@ -77,6 +86,17 @@ func checkBlobs(blobs, metadata string) error {
 		return fmt.Errorf("%w: Blobs %q needs shared metadata (Metadata postgres://…): servers sharing a bucket must share its index", ErrInvalidOptions, blobs)
 	}
 	return nil
+}
+
+// blobsLocation is where the metadata records blobs in the bucket of
+// Options.Blobs to be (meta/blobs, see claimBlobs): every server naming the
+// same bucket and prefix shares them. "" for none.
+func blobsLocation(blobs string) string {
+	bucket, prefix, err := s3.ParseURL(blobs)
+	if blobs == "" || err != nil {
+		return ""
+	}
+	return "s3://" + bucket + "/" + prefix
 }
 
 // openBlobs opens the bucket of Options.Blobs.
@@ -162,6 +182,13 @@ func openShared(dir string, o Options) (db *DB, err error) {
 		// once, one creates it and the other finds it.
 		err = db.tx(true, func(tx kv.Tx) error { return initLayout(tx, func() error { return nil }) })
 	}
+	if err == nil {
+		location := blobsLocation(o.Blobs)
+		if location == "" {
+			location = localBlobsID(dir, o.ReadOnly)
+		}
+		err = db.claimBlobs(location)
+	}
 	if err != nil {
 		shared.Close()
 		return nil, sharedError(o.Metadata, err)
@@ -175,6 +202,83 @@ func openShared(dir string, o Options) (db *DB, err error) {
 		return nil, fmt.Errorf("opening the blob store: %w", err)
 	}
 	return db, nil
+}
+
+// ErrBlobsElsewhere reports a server opening shared metadata whose blobs
+// are not where the server keeps its own: the index would name bytes the
+// server cannot read, and the server's sweep would judge blobs by an index
+// of others.
+var ErrBlobsElsewhere = errors.New("sbxdb: the metadata indexes blobs stored elsewhere")
+
+// blobsIDFile holds a blob directory's random id, which the shared
+// metadata records (meta/blobs) as "dir:<id>".
+const blobsIDFile = "blobs-id"
+
+// localBlobsID returns the location of the blob directory in dir as the
+// metadata records it, creating its id unless readOnly ("" when there is
+// none to read).
+func localBlobsID(dir string, readOnly bool) string {
+	path := filepath.Join(dir, blobsIDFile)
+	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		return "dir:" + strings.TrimSpace(string(b))
+	}
+	if readOnly {
+		return ""
+	}
+	id := lease.NewToken()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return ""
+	}
+	if f, err := os.Open(tmp); err == nil {
+		f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return ""
+	}
+	return "dir:" + id
+}
+
+// claimBlobs records location as where the metadata's blobs are, when no
+// location is recorded and the handle writes, and otherwise refuses a
+// location other than the recorded one with ErrBlobsElsewhere.
+func (db *DB) claimBlobs(location string) error {
+	var recorded string
+	err := db.view(func(tx kv.Tx) error {
+		v := tx.Bucket(meta.BucketMeta).Get(meta.KeyBlobs)
+		if v == nil {
+			return nil
+		}
+		p, err := meta.Unseal(meta.BucketMeta, meta.KeyBlobs, v)
+		recorded = string(p)
+		return err
+	})
+	switch {
+	case err != nil:
+		return err
+	case recorded == location && location != "":
+		return nil
+	case recorded != "":
+		return fmt.Errorf("%w: its blobs are at %s, this server's at %s (another server's blob directory, or one made anew)",
+			ErrBlobsElsewhere, recorded, cmp.Or(location, "none"))
+	case db.opts.ReadOnly || location == "":
+		return nil // nothing recorded yet, and nothing to record
+	}
+	return db.tx(true, func(tx kv.Tx) error {
+		mb := tx.Bucket(meta.BucketMeta)
+		if v := mb.Get(meta.KeyBlobs); v != nil { // another server recorded its own meanwhile
+			p, err := meta.Unseal(meta.BucketMeta, meta.KeyBlobs, v)
+			if err != nil {
+				return err
+			}
+			if string(p) != location {
+				return fmt.Errorf("%w: its blobs are at %s, this server's at %s", ErrBlobsElsewhere, p, location)
+			}
+			return nil
+		}
+		return mb.Put(meta.KeyBlobs, meta.Seal(meta.BucketMeta, meta.KeyBlobs, []byte(location)))
+	})
 }
 
 // sharedError names the database (without its password) in err.

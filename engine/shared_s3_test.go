@@ -128,11 +128,20 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	// server can read: refused.
 	noBlobs := opts
 	noBlobs.Blobs = ""
-	if db, err := engine.Open(filepath.Join(root, "three"), &noBlobs); !errors.Is(err, cas.ErrFormat) {
+	if db, err := engine.Open(filepath.Join(root, "three"), &noBlobs); !errors.Is(err, engine.ErrBlobsElsewhere) {
 		if err == nil {
 			db.Close()
 		}
-		t.Errorf("Open without Blobs of a store whose blobs are in a bucket = %v; want cas.ErrFormat", err)
+		t.Errorf("Open without Blobs of a store whose blobs are in a bucket = %v; want ErrBlobsElsewhere", err)
+	}
+	// Nor may a server name another bucket or prefix.
+	other := opts
+	other.Blobs += "-other"
+	if db, err := engine.Open(filepath.Join(root, "four"), &other); !errors.Is(err, engine.ErrBlobsElsewhere) {
+		if err == nil {
+			db.Close()
+		}
+		t.Errorf("Open with another prefix = %v; want ErrBlobsElsewhere", err)
 	}
 }
 

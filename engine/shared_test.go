@@ -76,3 +76,26 @@ func TestSharedMetadataOptions(t *testing.T) {
 		t.Errorf("Migrate: %v, want ErrNotFileMetadata", err)
 	}
 }
+
+// Shared metadata indexes one blob store: a server whose blob directory is
+// another (or new) is refused, writable or read-only, and the first keeps
+// working.
+func TestSharedBlobsElsewhere(t *testing.T) {
+	url := pgtest.URL(t)
+	first, err := engine.Open(t.TempDir(), &engine.Options{Metadata: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	for _, ro := range []bool{false, true} {
+		if db, err := engine.Open(t.TempDir(), &engine.Options{Metadata: url, ReadOnly: ro}); !errors.Is(err, engine.ErrBlobsElsewhere) {
+			if err == nil {
+				db.Close()
+			}
+			t.Errorf("a second blob directory (read-only %v): %v, want ErrBlobsElsewhere", ro, err)
+		}
+	}
+	if _, err := first.Head(t.Context(), "t"); err != nil {
+		t.Fatalf("the first server after the refusals: %v", err)
+	}
+}

@@ -33,6 +33,9 @@ type StoreStats struct {
 	DBFileBytes int64 `json:"dbFileBytes"`
 	PageSize    int   `json:"pageSize"`
 	FreePages   int   `json:"freePages"`
+	// Metadata is the database holding the metadata (its URL without a
+	// password) instead of the bbolt file, whose three fields are then 0.
+	Metadata string `json:"metadata,omitempty"`
 }
 
 // Stats reads the store's sizes in one read transaction (the blob sums in
@@ -61,7 +64,8 @@ func (db *DB) Stats(ctx context.Context) (*StoreStats, error) {
 	}
 	s.Blobs, s.BlobLogicalBytes, s.BlobPhysicalBytes = u.Blobs, u.RawBytes, u.PackBytes+u.LargeBytes
 	if db.bolt == nil {
-		return s, nil // no file: the database server keeps the metadata
+		s.Metadata = db.path // no file: the database server keeps the metadata
+		return s, nil
 	}
 	st, err := os.Stat(filepath.Join(db.dir, DBFile))
 	if err != nil {

@@ -50,8 +50,12 @@ func runStats(inv *invocation, _ []string) error {
 	fmt.Fprintf(tw, "metadata sharing\t%s\n", ratio(s.LogicalMetadataBytes, s.PhysicalMetadataBytes))
 	fmt.Fprintf(tw, "blobs, logical\t%s\t(%s, uncompressed)\n", size(s.BlobLogicalBytes), count(s.Blobs, "blob"))
 	fmt.Fprintf(tw, "blobs, physical\t%s\t(%s of logical)\n", size(s.BlobPhysicalBytes), ratio(s.BlobPhysicalBytes, s.BlobLogicalBytes))
-	free := int64(s.FreePages) * int64(s.PageSize)
-	fmt.Fprintf(tw, "database file\t%s\t(%s free in %s)\n", size(s.DBFileBytes), size(free), count(s.FreePages, "page"))
+	if s.Metadata != "" {
+		fmt.Fprintf(tw, "metadata database\t%s\n", s.Metadata)
+	} else {
+		free := int64(s.FreePages) * int64(s.PageSize)
+		fmt.Fprintf(tw, "database file\t%s\t(%s free in %s)\n", size(s.DBFileBytes), size(free), count(s.FreePages, "page"))
+	}
 	return tw.Flush()
 }
 

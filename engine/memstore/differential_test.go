@@ -37,12 +37,15 @@ import (
 // TestDifferentialServed runs the same sequences with the engine behind
 // sbxdb serve's handler, reached through the Go client over a unix socket:
 // a served store must be indistinguishable from an embedded one.
+// TestDifferentialShared runs them with the engine's metadata in
+// PostgreSQL (a throw-away cluster, internal/testkit/pgtest).
 //
 // Sequence i uses seed i. Knobs (the environment variables also work under
 // "go test ./...", where the flags would reach packages that lack them):
 //
 //	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 600, 200 with -short, 2000 with SBXDB_LONG=1;
-//	                                   served: 40, 10 with -short, 2000 with SBXDB_LONG=1)
+//	                                   served: 40, 10 with -short, 2000 with SBXDB_LONG=1;
+//	                                   shared: 20, 5 with -short, 100 with SBXDB_LONG=1)
 //	-diff.seed S / SBXDB_DIFF_SEED=S   run only sequence S, e.g. to replay a failure
 //	-diff.steps N / SBXDB_DIFF_STEPS=N steps per sequence (default 60)
 //
@@ -88,7 +91,7 @@ func TestDifferentialServed(t *testing.T) { differential(t, true, testkit.ScaleS
 // TestDifferentialShared runs the sequences with the engine's metadata in
 // PostgreSQL (engine.Options.Metadata), a fresh database each.
 func TestDifferentialShared(t *testing.T) {
-	differentialOn(t, false, true, testkit.ScaleShort(t, 10, 40, 400))
+	differentialOn(t, false, true, testkit.ScaleShort(t, 5, 20, 100))
 }
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -22,9 +22,14 @@ package meta
 //	sbx.db
 //	├── meta                          the store's own state
 //	│   ├── format → uvarint          the layout's version (engine.FormatVersion)
-//	│   └── recovered → text          when and why the file last opened on its
-//	│                                 older bbolt meta page; check warns of it
-//	│                                 until a repair clears it
+//	│   ├── recovered → text          when and why the file last opened on its
+//	│   │                             older bbolt meta page; check warns of it
+//	│   │                             until a repair clears it
+//	│   └── blobs → text              metadata in a shared database only: where
+//	│                                 the blobs it indexes are ("dir:" and the
+//	│                                 blob directory's id); a server whose
+//	│                                 blobs are elsewhere is refused
+//	│                                 (engine/shared.go)
 //	├── checkpoints
 //	│   └── <checkpoint id> → record  header, artifacts and the ids of its
 //	│                                 chunks, or a small manifest inline
@@ -103,6 +108,7 @@ var (
 	BucketMeta   = []byte("meta")
 	KeyFormat    = []byte("format")
 	KeyRecovered = []byte("recovered")
+	KeyBlobs     = []byte("blobs")
 
 	BucketCheckpoints = []byte("checkpoints")
 	BucketChunks      = []byte("chunks")

@@ -118,6 +118,7 @@ type Options struct {
 // use.
 type DB struct {
 	pool    *pgxpool.Pool
+	schema  string        // the schema holding the tables
 	lockKey int64         // the advisory lock every Update takes
 	wsem    chan struct{} // one Update at a time in this process
 	retries int           // attempts to begin a transaction
@@ -190,6 +191,7 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 	io.WriteString(h, "sbxdb/pgkv write lock\x00"+schema)
 	db := &DB{
 		pool:    pool,
+		schema:  schema,
 		lockKey: int64(h.Sum64()),
 		wsem:    make(chan struct{}, 1),
 		retries: int(cfg.MaxConns) + 1,
