@@ -53,6 +53,8 @@ type Batch struct {
 	closed  bool
 	done    bool
 	err     error // first write error; the batch can only be aborted
+
+	uploaded []string // objects sync put (or tried to) in Options.Remote
 }
 
 // AddResult says what Add did with one blob.
@@ -513,7 +515,9 @@ func (b *Batch) CommitWith(ctx context.Context, fn func(tx kv.Tx) error) error {
 
 // sync makes the batch's bytes durable: packs flushed and fsynced, large
 // files (synced when written) renamed into place, and every directory that
-// gained a name synced.
+// gained a name synced. With Options.Remote, durable means uploaded: the
+// packs and large files are put in the object store (remote.go), the packs
+// staying as the cache.
 func (b *Batch) sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -523,6 +527,9 @@ func (b *Batch) sync(ctx context.Context) error {
 		if err := p.finish(s); err != nil {
 			return err
 		}
+	}
+	if s.opts.Remote != nil {
+		return b.upload(ctx)
 	}
 	dirs := map[string]bool{}
 	if len(b.packs) > 0 {
@@ -670,6 +677,10 @@ func (b *Batch) removeFiles() {
 	}
 	for _, tmp := range b.larges {
 		b.s.removeUnindexed(tmp)
+	}
+	if len(b.uploaded) > 0 {
+		b.s.deleteUploads(b.uploaded) // unique names: no other batch's
+		b.uploaded = nil
 	}
 }
 

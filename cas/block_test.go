@@ -303,7 +303,7 @@ func flip(t *testing.T, f *fixture, pack uint64, at int64) {
 	var b [1]byte
 	p.ReadAt(b[:], at)
 	b[0] ^= 0xff
-	w, err := os.OpenFile(p.Name(), os.O_WRONLY, 0)
+	w, err := os.OpenFile(p.(*os.File).Name(), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

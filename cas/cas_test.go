@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/objstore/s3"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -26,6 +27,9 @@ type fixture struct {
 	db    *bolt.DB
 	s     *Store
 	clock time.Time
+	// remote, when set, holds the blobs (remote_test.go); the store is
+	// opened with it as Options.Remote.
+	remote *s3.Store
 }
 
 func open(t *testing.T) *fixture {
@@ -45,7 +49,11 @@ func (f *fixture) reopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(filepath.Join(f.dir, "blobs"), kv.BoltDB{DB: db}, Options{Now: func() time.Time { return f.clock }, NoSync: true})
+	opts := Options{Now: func() time.Time { return f.clock }, NoSync: true}
+	if f.remote != nil {
+		opts.Remote = f.remote
+	}
+	s, err := Open(filepath.Join(f.dir, "blobs"), kv.BoltDB{DB: db}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +89,9 @@ func TestKnownKey(t *testing.T) {
 	}
 }
 
-func TestPutGetRoundTrip(t *testing.T) {
-	f := open(t)
+func TestPutGetRoundTrip(t *testing.T) { bothModes(t, testPutGetRoundTrip) }
+
+func testPutGetRoundTrip(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	cases := map[string][]byte{
 		"empty":        {},
@@ -183,8 +192,9 @@ func TestPutExistingRefreshesUploadTimeOnly(t *testing.T) {
 	}
 }
 
-func TestListAndDelete(t *testing.T) {
-	f := open(t)
+func TestListAndDelete(t *testing.T) { bothModes(t, testListAndDelete) }
+
+func testListAndDelete(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	var fileKeys []string
 	for i := range 20 {
@@ -224,9 +234,7 @@ func TestListAndDelete(t *testing.T) {
 	if err := f.s.Delete(ctx, fileKeys[0]); err != nil {
 		t.Fatalf("Delete of a missing key: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(f.dir, "blobs", largePath(Files, sha256.Sum256(big)))); !os.IsNotExist(err) {
-		t.Fatalf("large file left after Delete: %v", err)
-	}
+	f.largeGone(t, Files, sha256.Sum256(big))
 	if rest, _ := f.s.List(ctx, ""); len(rest) != 20 {
 		t.Fatalf("%d left, want the 20 artifacts", len(rest))
 	}
@@ -322,7 +330,10 @@ func TestCorruptionIsDetected(t *testing.T) {
 }
 
 func TestBatchDeduplicatesAndCommitsOnce(t *testing.T) {
-	f := open(t)
+	bothModes(t, testBatchDeduplicatesAndCommitsOnce)
+}
+
+func testBatchDeduplicatesAndCommitsOnce(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	b := f.s.NewBatch()
 	var wg sync.WaitGroup
@@ -363,7 +374,10 @@ func TestBatchDeduplicatesAndCommitsOnce(t *testing.T) {
 }
 
 func TestCloseWithoutCommitLeavesNothing(t *testing.T) {
-	f := open(t)
+	bothModes(t, testCloseWithoutCommitLeavesNothing)
+}
+
+func testCloseWithoutCommitLeavesNothing(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	b := f.s.NewBatch()
 	b.Add(ctx, Files, text(5000, 1))
@@ -377,10 +391,14 @@ func TestCloseWithoutCommitLeavesNothing(t *testing.T) {
 	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
 		t.Fatal("aborted blobs listed")
 	}
+	if n := f.objects(t, ""); n != 0 {
+		t.Fatalf("%d objects after Close", n)
+	}
 }
 
-func TestBatchPinsKeysUntilClose(t *testing.T) {
-	f := open(t)
+func TestBatchPinsKeysUntilClose(t *testing.T) { bothModes(t, testBatchPinsKeysUntilClose) }
+
+func testBatchPinsKeysUntilClose(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	old, cached, gone := []byte("old content"), []byte("a cached file"), []byte("deleted before the pin")
 	for _, d := range [][]byte{old, cached, gone} {
@@ -419,8 +437,9 @@ func TestBatchPinsKeysUntilClose(t *testing.T) {
 	}
 }
 
-func TestDeleteUnusedAsksInUse(t *testing.T) {
-	f := open(t)
+func TestDeleteUnusedAsksInUse(t *testing.T) { bothModes(t, testDeleteUnusedAsksInUse) }
+
+func testDeleteUnusedAsksInUse(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	small, large := []byte("small"), bytes.Repeat([]byte("large blob "), 200_000)
 	f.s.Put(ctx, keyOf(Files, small), small)
@@ -454,9 +473,7 @@ func TestDeleteUnusedAsksInUse(t *testing.T) {
 		t.Fatalf("inUse was asked %v; want the stored keys with their upload times %v", asked, want)
 	}
 	ns, sum, _ := ParseKey(keyOf(Files, large))
-	if _, err := os.Stat(filepath.Join(f.dir, "blobs", largePath(ns, sum))); !os.IsNotExist(err) {
-		t.Fatalf("large file of a deleted blob: %v", err)
-	}
+	f.largeGone(t, ns, sum)
 	if _, err := f.s.Get(ctx, keep); err != nil {
 		t.Fatal(err)
 	}
@@ -473,8 +490,9 @@ func TestDeleteUnusedAsksInUse(t *testing.T) {
 
 // A large blob streams: reading it back through Open gives the bytes and
 // verifies at EOF.
-func TestOpenStreamsLargeBlob(t *testing.T) {
-	f := open(t)
+func TestOpenStreamsLargeBlob(t *testing.T) { bothModes(t, testOpenStreamsLargeBlob) }
+
+func testOpenStreamsLargeBlob(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	data := text(9<<20, 3)
 	b := f.s.NewBatch()
@@ -510,8 +528,9 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 
 // Missing walks the index with one cursor, stepping or seeking; it must
 // agree with a Head per key whatever the gaps between the keys asked.
-func TestMissingAgreesWithHead(t *testing.T) {
-	f := open(t)
+func TestMissingAgreesWithHead(t *testing.T) { bothModes(t, testMissingAgreesWithHead) }
+
+func testMissingAgreesWithHead(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 6))
 	var all []string

@@ -56,20 +56,44 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 		s.packsMu.RUnlock()
 		return err
 	}
+	// With Remote, the bucket is the truth: one listing, taken after the
+	// index was read, so that every object an entry read names was
+	// uploaded before it. Only a delete committed meanwhile can make a
+	// large blob's object look missing (a registered pack's object is
+	// never deleted: Repack is refused), so such a finding is checked
+	// against the index again before it is reported.
+	var remote *remoteListing
+	if s.opts.Remote != nil {
+		if remote, err = s.listRemote(ctx); err != nil {
+			s.packsMu.RUnlock()
+			return err
+		}
+	}
 	packSize := map[uint64]int64{}
 	packGone := map[uint64]bool{}
 	for id, st := range packs {
-		fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
-		packGone[id] = os.IsNotExist(err)
-		switch {
-		case err != nil:
-			report("", fmt.Errorf("%w: pack %016x: %v", ErrCorrupt, id, err))
-		case fi.Size() < int64(st.total):
-			report("", fmt.Errorf("%w: pack %016x holds %d bytes, the index says %d", ErrCorrupt, id, fi.Size(), st.total))
+		var size int64
+		if remote != nil {
+			info, ok := remote.packs[id]
+			if !ok {
+				packGone[id] = true
+				report("", fmt.Errorf("%w: pack %016x: its object is missing", ErrCorrupt, id))
+				continue
+			}
+			size = info.Size
+		} else {
+			fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
+			packGone[id] = os.IsNotExist(err)
+			if err != nil {
+				report("", fmt.Errorf("%w: pack %016x: %v", ErrCorrupt, id, err))
+				continue
+			}
+			size = fi.Size()
 		}
-		if err == nil {
-			packSize[id] = fi.Size()
+		if size < int64(st.total) {
+			report("", fmt.Errorf("%w: pack %016x holds %d bytes, the index says %d", ErrCorrupt, id, size, st.total))
 		}
+		packSize[id] = size
 	}
 	reported := map[string]bool{} // no deep read repeats these
 	bad := func(key, detail string) {
@@ -100,6 +124,19 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 				// A recompressed file may be shorter than the index
 				// says until the index learns its size: its header says.
 				bad(it.key, "its file is truncated")
+			}
+		case whereObject:
+			if remote == nil {
+				reported[it.key] = true
+				report(it.key, errInObjectStorage(it.key))
+				break
+			}
+			info, ok := remote.objects[largeObject(ns, sum, it.e.object)]
+			switch {
+			case !ok && s.stillIndexed(it.key, &it.e):
+				bad(it.key, "its object is missing")
+			case ok && info.Size != headerSize+int64(it.e.stored):
+				bad(it.key, fmt.Sprintf("its object holds %d bytes, the index says %d", info.Size, headerSize+it.e.stored))
 			}
 		}
 	}

@@ -22,7 +22,8 @@ import (
 //	large/<ns>/<hh>/<64 hex>    one frame per file for blobs written as a
 //	                            stream (ns is "files" or "artifacts", hh the
 //	                            digest's first two hex digits)
-//	tmp/                        large blobs being written; emptied by Open
+//	tmp/                        large blobs being written, packs being
+//	                            downloaded; emptied by Open
 //	quarantine/<name>           pack (<16 hex>.pack) and large files
 //	                            (<64 hex>.<ns>) the index did not name when
 //	                            it may have been older than the files; kept
@@ -66,6 +67,8 @@ import (
 //	cas_meta   "format" → FormatVersion, one byte
 //	           "deletions" → uvarint, the transactions that deleted index
 //	           entries (absent: none)
+//	           "blobs" → "remote" when the blobs are in object storage
+//	           (see below)
 //	cas_index  key → entry (below), one per stored blob
 //	cas_packs  be64(pack id) → pack stats: uvarint total bytes, uvarint dead
 //	           bytes, then (format 3) the uvarint zstd level of its frames
@@ -80,6 +83,26 @@ import (
 // time (varint, Unix ms), and an xxhash64 of key and entry. A blob exists
 // if and only if it has an index entry: bytes on disk that no entry names
 // (a crash between writing and committing) are dead and never read.
+//
+// A store opened with a remote object store (Options.Remote, remote.go)
+// keeps the same frames in objects instead, and its blob directory is only
+// a staging area and a cache of packs:
+//
+//	packs/<16 hex>.pack                 a pack, as above
+//	large/<ns>/<hh>/<64 hex>.<16 hex>   a large blob's frame; the suffix
+//	                                    is random, drawn for each upload
+//
+// Its index says so in cas_meta ("blobs" → "remote", set by the first
+// writable open with Remote of an empty index): a store opened without
+// Remote refuses such an index (ErrFormat), and one opened with Remote
+// refuses an index of local blobs, which the bucket does not hold. It
+// indexes its large blobs with where 3 (large blob in an object): the
+// where byte, then the object's suffix (uvarint), then the fields common
+// to every entry as above. A store without Remote never writes where 3,
+// and refuses to read such an entry (ErrFormat: the blobs are in object
+// storage). The suffix makes every upload of a key a new object, so a
+// delete of the object one entry named can never remove an object that
+// another server uploaded, and a newer entry names, for the same key.
 //
 // Format 1 had no block frames and no where 2; format 2 recorded no level
 // in the pack stats (its packs were written at zstd.SpeedDefault). A
@@ -103,6 +126,8 @@ const (
 	wherePack  = 0
 	whereLarge = 1
 	whereBlock = 2
+	// whereObject: a large blob in a remote object of its own (remote.go).
+	whereObject = 3
 )
 
 // Blobs of at most blockMemberMax bytes are gathered into block frames; a
@@ -121,6 +146,7 @@ var (
 	bucketIndex = []byte("cas_index")
 	bucketPacks = []byte("cas_packs")
 	keyFormat   = []byte("format")
+	keyBlobs    = []byte("blobs") // "remote" when they are in object storage
 	// keyDeletions counts the transactions that deleted index entries
 	// (deletions.go).
 	keyDeletions = []byte("deletions")
@@ -262,6 +288,7 @@ type entry struct {
 	blockRaw uint64 // whereBlock: the block's decoded length
 	at       uint64 // whereBlock: the member's offset in it
 	share    uint64 // whereBlock: the frame bytes the member accounts for
+	object   uint64 // whereObject: the object name's random suffix
 	codec    byte   // the frame's
 	raw      uint64 // the blob's size
 	stored   uint64 // the frame's, header excluded
@@ -304,6 +331,9 @@ func blockShares(frameSize uint64, weights []uint64) []uint64 {
 func (e *entry) encode(key string) []byte {
 	b := make([]byte, 0, 56)
 	b = append(b, e.where)
+	if e.where == whereObject {
+		b = binary.AppendUvarint(b, e.object)
+	}
 	if e.packed() {
 		b = binary.AppendUvarint(b, e.pack)
 		b = binary.AppendUvarint(b, e.offset)
@@ -350,6 +380,9 @@ func decodeEntry(key string, b []byte) (entry, error) {
 		return v
 	}
 	e.where, r = r[0], r[1:]
+	if e.where == whereObject {
+		e.object = uv()
+	}
 	if e.packed() {
 		e.pack = uv()
 		e.offset = uv()
@@ -366,7 +399,7 @@ func decodeEntry(key string, b []byte) (entry, error) {
 	e.raw = uv()
 	e.stored = uv()
 	v, n := binary.Varint(r)
-	if n <= 0 || n != len(r) || e.where > whereBlock || e.codec > codecZstd {
+	if n <= 0 || n != len(r) || e.where > whereObject || e.codec > codecZstd {
 		return e, errEntry
 	}
 	// A packed blob or block is at most MaxPacked: readers size buffers

@@ -3,22 +3,45 @@ package cas
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
 )
 
-// packFile returns an open pack file for reading.
-func (s *Store) packFile(id uint64) (*os.File, error) {
+// packFile returns an open pack file for reading. With Remote, a pack
+// missing from the blob directory is downloaded into it first (by one
+// reader, the others waiting), or, on a read-only store, which creates no
+// files, read by ranged requests. A pack's bytes never change, so a cached
+// copy is never stale.
+func (s *Store) packFile(id uint64) (io.ReaderAt, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if f := s.packs[id]; f != nil {
+		s.mu.Unlock()
 		return f, nil
 	}
-	f, err := os.Open(filepath.Join(s.dir, packPath(id)))
+	s.mu.Unlock()
+	path := filepath.Join(s.dir, packPath(id))
+	f, err := os.Open(path)
+	if err != nil && errors.Is(err, fs.ErrNotExist) && s.opts.Remote != nil {
+		if s.opts.ReadOnly {
+			return objectReaderAt{s.opts.Remote, packObject(id)}, nil
+		}
+		if err = s.fetchPack(id); err == nil {
+			f, err = os.Open(path)
+		}
+	}
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.packs[id]; g != nil { // opened meanwhile by another reader
+		f.Close()
+		return g, nil
 	}
 	s.packs[id] = f
 	return f, nil
@@ -107,7 +130,7 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 	}
 	f, err := s.packFile(e.pack)
 	if err != nil {
-		if os.IsNotExist(err) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
 		}
 		return nil, header{}, &Error{Key: key, Err: err}
@@ -115,6 +138,12 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 	fb := getBuf(headerSize + int(e.stored))
 	if n, err := f.ReadAt(*fb, int64(e.offset)); n != len(*fb) {
 		putBuf(fb)
+		switch _, ranged := f.(objectReaderAt); {
+		case ranged && errors.Is(err, fs.ErrNotExist):
+			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
+		case ranged && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
+			return nil, header{}, &Error{Key: key, Err: err} // could not read, not damage
+		}
 		return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
 	}
 	h, err := checkFrame(key, ns, sum, e, (*fb)[:headerSize])

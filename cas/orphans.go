@@ -75,8 +75,14 @@ func (s *Store) orphans(ctx context.Context) ([]orphan, error) {
 	return out, nil
 }
 
-// Orphans returns how many large blob files no index entry names.
+// Orphans returns how many large blob files no index entry names; with
+// Options.Remote, how many objects (packs and large blobs) none names,
+// whatever their age.
 func (s *Store) Orphans(ctx context.Context) (int, error) {
+	if s.opts.Remote != nil {
+		o, err := s.remoteOrphans(ctx)
+		return len(o), err
+	}
 	o, err := s.orphans(ctx)
 	return len(o), err
 }
@@ -88,9 +94,17 @@ func (s *Store) Orphans(ctx context.Context) (int, error) {
 // as a sweep does (pins.go), then looked up again. When the index may be
 // older than the blob directory (see removeOrphanPacks), the files are
 // moved into quarantine instead, and counted all the same.
+//
+// With Options.Remote it removes the objects no index entry names (packs
+// as well as large blobs) whose modification time, by Options.Now, is
+// more than olderThan ago, and at least RemoteOrphanMinAge: another
+// server's batch may have uploaded a younger one and not committed yet.
 func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int, error) {
 	if s.opts.ReadOnly {
 		return 0, ErrReadOnly
+	}
+	if s.opts.Remote != nil {
+		return s.removeRemoteOrphans(ctx, olderThan)
 	}
 	found, err := s.orphans(ctx)
 	if err != nil {

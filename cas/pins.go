@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"github.com/sbxdb/sbxdb/internal/kv"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -144,7 +142,10 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	type largeFile struct{ key, path string }
+	type largeFile struct {
+		key string
+		e   entry
+	}
 	var deleted []string // each marked dying
 	var files []largeFile
 	err := s.db.Update(func(tx kv.Tx) error {
@@ -163,8 +164,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 		// keys are sorted: one cursor walks the index forward.
 		c := tx.Bucket(bucketIndex).Cursor()
 		for _, key := range keys {
-			ns, sum, err := ParseKey(key)
-			if err != nil {
+			if _, _, err := ParseKey(key); err != nil {
 				continue
 			}
 			k, v := c.Seek([]byte(key))
@@ -188,8 +188,8 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 			if err := c.Delete(); err != nil {
 				return err
 			}
-			if e.where == whereLarge {
-				files = append(files, largeFile{key, largePath(ns, sum)})
+			if !e.packed() {
+				files = append(files, largeFile{key, e})
 			} else {
 				dead[e.pack] += e.footprint()
 			}
@@ -211,7 +211,8 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 		return nil, err
 	}
 	for _, f := range files {
-		if err := s.fs.Remove(filepath.Join(s.dir, f.path)); err != nil && !os.IsNotExist(err) {
+		ns, sum, _ := ParseKey(f.key)
+		if err := s.removeLarge(ctx, ns, sum, &f.e); err != nil {
 			return deleted, &Error{Key: f.key, Err: err, Detail: "index entry removed, file left behind"}
 		}
 	}

@@ -327,6 +327,11 @@ func (s *Store) DropDamaged(ctx context.Context, keys []string) (DropStats, erro
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
 	}
+	if s.opts.Remote != nil {
+		// Its settling of pack records reads the blob directory, which
+		// only caches packs here.
+		return st, remoteUnsupported("dropping damaged blobs")
+	}
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)

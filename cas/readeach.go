@@ -86,7 +86,7 @@ func (s *Store) ReadEach(ctx context.Context, keys []string, workers int, fn fun
 	// the unit is located and read again. buf is the worker's buffer,
 	// returned grown.
 	read := func(unit []item, buf []byte) ([]byte, error) {
-		if unit[0].e.where == whereLarge { // a file of its own: no pack, no lock
+		if !unit[0].e.packed() { // a file or object of its own: no pack, no lock
 			return buf, s.readLarge(ctx, &unit[0], fn)
 		}
 		s.packsMu.RLock()
@@ -208,7 +208,7 @@ type item struct {
 // between chunks once ctx ends: one large file must not hold a cancelled
 // ReadEach up until its last byte.
 func (s *Store) readLarge(ctx context.Context, it *item, fn func(string, *Reader) error) error {
-	r, err := s.openLarge(it.key, it.ns, it.sum, &it.e)
+	r, err := s.openLarge(ctx, it.key, it.ns, it.sum, &it.e)
 	if err != nil {
 		return err
 	}

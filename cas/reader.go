@@ -45,21 +45,40 @@ func (s *Store) openCached(ctx context.Context, key string, c *blockCache) (*Rea
 	if err != nil {
 		return nil, err
 	}
-	return s.openLarge(key, ns, sum, &e)
+	return s.openLarge(ctx, key, ns, sum, &e)
 }
 
-// openLarge returns a streaming, verifying reader of the large blob e names.
-func (s *Store) openLarge(key string, ns Namespace, sum [32]byte, e *entry) (*Reader, error) {
-	f, err := os.Open(filepath.Join(s.dir, largePath(ns, sum)))
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, corrupt(key, "indexed file is missing")
+// openLarge returns a streaming, verifying reader of the large blob e names:
+// a file of its own, or a remote object, streamed as it is read.
+func (s *Store) openLarge(ctx context.Context, key string, ns Namespace, sum [32]byte, e *entry) (*Reader, error) {
+	var f io.ReadCloser
+	var src *sourceReader
+	if e.where == whereObject {
+		rc, err := s.openObject(ctx, key, ns, sum, e)
+		if err != nil {
+			return nil, err
 		}
-		return nil, &Error{Key: key, Err: err}
+		src = &sourceReader{r: rc}
+		f = struct {
+			io.Reader
+			io.Closer
+		}{src, rc}
+	} else {
+		file, err := os.Open(filepath.Join(s.dir, largePath(ns, sum)))
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil, corrupt(key, "indexed file is missing")
+			}
+			return nil, &Error{Key: key, Err: err}
+		}
+		f = file
 	}
 	var hb [headerSize]byte
 	if _, err := io.ReadFull(f, hb[:]); err != nil {
 		f.Close()
+		if src != nil && src.err != nil {
+			return nil, &Error{Key: key, Err: src.err}
+		}
 		return nil, corrupt(key, "truncated frame header")
 	}
 	h, err := checkFrame(key, ns, sum, e, hb[:])
@@ -73,6 +92,7 @@ func (s *Store) openLarge(key string, ns Namespace, sum [32]byte, e *entry) (*Re
 		return nil, err
 	}
 	r.closers = append(r.closers, f)
+	r.src = src
 	return r, nil
 }
 
@@ -106,12 +126,15 @@ func (s *Store) streamingReader(key string, sum [32]byte, raw uint64, codec byte
 
 // Reader reads one blob's bytes, verifying them (see Store.Open).
 type Reader struct {
-	key     string
-	size    int64
-	r       io.Reader
-	want    [32]byte
-	verify  hash.Hash
-	zstd    bool // a read error is a decoding error: the bytes are damaged
+	key    string
+	size   int64
+	r      io.Reader
+	want   [32]byte
+	verify hash.Hash
+	zstd   bool // a read error is a decoding error: the bytes are damaged
+	// src, if set, records the error of fetching the stored bytes (a
+	// remote object's stream): such an error is not damage.
+	src     *sourceReader
 	n       int64
 	err     error
 	closers []io.Closer
@@ -157,7 +180,9 @@ func (r *Reader) Read(p []byte) (int, error) {
 		}
 		return n, r.err
 	case err != nil && err != io.EOF:
-		if r.zstd {
+		if r.src != nil && r.src.err != nil {
+			err = &Error{Key: r.key, Err: r.src.err}
+		} else if r.zstd {
 			err = corrupt(r.key, "zstd: "+err.Error())
 		} else {
 			err = &Error{Key: r.key, Err: err}

@@ -116,7 +116,7 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 			}
 			u.Blobs++
 			u.RawBytes += int64(e.raw)
-			if e.where == whereLarge {
+			if !e.packed() {
 				u.LargeBytes += headerSize + int64(e.stored)
 			}
 			return nil
@@ -178,6 +178,9 @@ func checkRepackOptions(opts RepackOptions) error {
 // Before, Recompressed, RecompressedBytes), changing nothing.
 func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (RepackStats, error) {
 	var st RepackStats
+	if s.opts.Remote != nil {
+		return st, remoteUnsupported("repack")
+	}
 	if err := checkRepackOptions(opts); err != nil {
 		return st, err
 	}
@@ -357,7 +360,7 @@ func (s *Store) recompressLarge(ctx context.Context, enc *zstd.Encoder, l largeI
 	} else if err != nil {
 		return 0, err
 	}
-	r, err := s.openLarge(l.key, ns, sum, &cur)
+	r, err := s.openLarge(ctx, l.key, ns, sum, &cur)
 	if err != nil {
 		return 0, err
 	}
@@ -432,6 +435,9 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, er
 	var st RepackStats
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
+	}
+	if s.opts.Remote != nil {
+		return st, remoteUnsupported("repack")
 	}
 	if err := checkRepackOptions(opts); err != nil {
 		return st, err
@@ -674,7 +680,9 @@ func (s *Store) removeOrphanPacks() error {
 			}
 		}
 		forEachPack(tx, func(id uint64, _ packStats, err error) error {
-			if _, ok := files[id]; err == nil && !ok {
+			// A remote store's directory only caches packs: a missing
+			// one says nothing of the index.
+			if _, ok := files[id]; err == nil && !ok && s.opts.Remote == nil {
 				s.indexMayBeOlder = true
 			}
 			return nil
@@ -686,7 +694,7 @@ func (s *Store) removeOrphanPacks() error {
 		return forEachEntry(context.Background(), tx, func(_ string, e *entry, err error) error {
 			if err == nil && e.packed() {
 				delete(unlisted, e.pack)
-				if _, ok := files[e.pack]; !ok {
+				if _, ok := files[e.pack]; !ok && s.opts.Remote == nil {
 					s.indexMayBeOlder = true
 				}
 			}

@@ -1,8 +1,8 @@
 // Package cas is sbxdb's content-addressed blob store: file and artifact
 // bytes under keys sandbox-files/sha256/<hex> and sandbox-artifacts/sha256/<hex>
 // of their uncompressed bytes, stored zstd-compressed (or raw where that does
-// not pay) in the blob directory beside the database, written once, and
-// verified against their key on every read.
+// not pay) in the blob directory beside the database or in an object store
+// (remote.go), written once, and verified against their key on every read.
 //
 // Small blobs are compressed together in blocks appended to pack files,
 // and large ones get a file each (format.go); an index in the caller's bbolt file says where each blob is
@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
@@ -50,7 +51,7 @@ type Options struct {
 	// NoSync skips fsync. Unsafe: for tests and benchmarks only.
 	NoSync bool
 	// PackSize is the size at which a batch starts a new pack file.
-	// Default 64 MiB.
+	// Default DefaultPackSize, or DefaultRemotePackSize with Remote.
 	PackSize int64
 	// FS performs every change to the store's files. Default vfs.OS.
 	FS vfs.FS
@@ -58,7 +59,14 @@ type Options struct {
 	// blob directory has seen (the database opened on its older meta
 	// page): pack and large files the index does not name are then moved
 	// into quarantine, never removed (quarantine.go).
+	// A store with Remote has no quarantine (remote.go): it is ignored.
 	IndexMayBeOlder bool
+	// Remote, when set, is the object store holding the blobs (remote.go):
+	// the blob directory is then a staging area and a cache of packs,
+	// and the index may be shared with other servers using the same
+	// objects. Nil: the blobs are the blob directory's files. The caller
+	// closes it after the Store.
+	Remote objstore.Store
 }
 
 // MaxPacked is the largest blob Put and Batch.Add store in a pack; larger
@@ -121,6 +129,11 @@ type Store struct {
 
 	pins pinSet
 
+	// fetchMu guards fetching, the downloads of packs into the cache in
+	// progress (remote.go).
+	fetchMu  sync.Mutex
+	fetching map[uint64]*fetchCall
+
 	// indexMayBeOlder is Options.IndexMayBeOlder, or set by Open when the
 	// blob directory lacks a pack the index relies on: unindexed files are
 	// quarantined instead of removed. Set before the store is shared.
@@ -144,6 +157,9 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 	}
 	if opts.PackSize <= 0 {
 		opts.PackSize = DefaultPackSize
+		if opts.Remote != nil {
+			opts.PackSize = DefaultRemotePackSize
+		}
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.OS
@@ -153,7 +169,7 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 		gate = &ownGate{}
 	}
 	s := &Store{dir: dir, db: gatedDB{db, gate}, opts: opts, fs: gatedFS{opts.FS, gate}, packs: map[uint64]*os.File{}, gate: gate,
-		indexMayBeOlder: opts.IndexMayBeOlder}
+		indexMayBeOlder: opts.IndexMayBeOlder && opts.Remote == nil}
 	s.pins.cond.L = &s.pins.mu
 	if !opts.ReadOnly {
 		for _, d := range []string{"packs", "large", "tmp"} {
@@ -177,10 +193,15 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 				return nil, err
 			}
 		}
+		if err := s.checkPlace(); err != nil {
+			return nil, err
+		}
 		if err := s.removeOrphanPacks(); err != nil {
 			return nil, err
 		}
 	} else if err := db.View(checkFormat); err != nil {
+		return nil, err
+	} else if err := s.checkPlace(); err != nil {
 		return nil, err
 	}
 	var err error

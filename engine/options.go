@@ -49,6 +49,13 @@ type Options struct {
 	// with every other server opening it, rather than in sbx.db (shared.go).
 	// The blob directory stays in the store directory. Default: sbx.db.
 	Metadata string
+	// Blobs, when set, is an S3 bucket, s3://BUCKET/PREFIX, holding the
+	// blob bytes (cas's Options.Remote): the blob directory is then only
+	// a staging area and a cache. The server and credentials come from
+	// AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY. It requires Metadata: servers sharing a bucket
+	// must share its index. Default: the blob directory holds the blobs.
+	Blobs string
 	// FS performs every change to the blob store's files and to restore
 	// targets, and is asked before each database commit (see package vfs).
 	// Default vfs.OS; tests pass a vfs/faultfs.FS to fail chosen steps.
@@ -108,6 +115,9 @@ func CheckOptions(opts *Options) (Options, error) {
 		return o, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidOptions, o.LockTimeout)
 	}
 	if err := checkMetadata(o.Metadata); err != nil {
+		return o, err
+	}
+	if err := checkBlobs(o.Blobs, o.Metadata); err != nil {
 		return o, err
 	}
 	return o, nil

@@ -13,6 +13,8 @@ import (
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/objstore"
+	"github.com/sbxdb/sbxdb/internal/objstore/s3"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -30,6 +32,10 @@ import (
 //     no transaction builds on another's pages in memory, so the next one
 //     starts from what the database holds, whatever the outcome was. Blob
 //     files a batch wrote for it stay, as after a failed bbolt commit;
+//   - the blobs may be in an S3 bucket (Options.Blobs) rather than the
+//     blob directory, so that servers on different machines share them:
+//     the bucket then holds every server's blobs and this database their
+//     index (cas/remote.go);
 //   - a sweep holds a lock in the database for its whole run (gc.go), as
 //     it holds gcMu within one process: its check that no checkpoint names
 //     a missing blob relies on no other sweep deleting meanwhile;
@@ -79,6 +85,59 @@ func checkMetadata(s string) error {
 	return fmt.Errorf("%w: Metadata %q: want a postgres:// or postgresql:// URL, or empty for the file beside the blobs", ErrInvalidOptions, redactURL(s))
 }
 
+// checkBlobs validates Options.Blobs against Options.Metadata. Blobs in a
+// bucket with the index in sbx.db would let two servers index one bucket
+// separately, each taking the other's objects for orphans: refused.
+func checkBlobs(blobs, metadata string) error {
+	if blobs == "" {
+		return nil
+	}
+	if _, _, err := s3.ParseURL(blobs); err != nil {
+		return fmt.Errorf("%w: Blobs: %v", ErrInvalidOptions, err)
+	}
+	if !IsSharedMetadata(metadata) {
+		return fmt.Errorf("%w: Blobs %q needs shared metadata (Metadata postgres://…): servers sharing a bucket must share its index", ErrInvalidOptions, blobs)
+	}
+	return nil
+}
+
+// blobsLocation is where the metadata records blobs in the bucket of
+// Options.Blobs to be (meta/blobs, see claimBlobs): every server naming the
+// same bucket and prefix shares them. "" for none.
+func blobsLocation(blobs string) string {
+	bucket, prefix, err := s3.ParseURL(blobs)
+	if blobs == "" || err != nil {
+		return ""
+	}
+	return "s3://" + bucket + "/" + prefix
+}
+
+// openBlobs opens the bucket of Options.Blobs.
+func openBlobs(ctx context.Context, blobs string) (*s3.Store, error) {
+	cfg, err := s3.ConfigFromEnv(blobs)
+	if err != nil {
+		return nil, fmt.Errorf("sbxdb: blobs at %s: %w", blobs, err)
+	}
+	st, err := s3.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sbxdb: blobs at %s: %w", blobs, err)
+	}
+	return st, nil
+}
+
+// withBlobs is the shared metadata of a store whose blobs are in a
+// bucket: closing it closes the bucket's client too, after the blob
+// store (DB.Close closes db.blobs first).
+type withBlobs struct {
+	sharedMeta
+	blobs objstore.Store
+}
+
+func (w withBlobs) Close() {
+	w.sharedMeta.Close()
+	w.blobs.Close()
+}
+
 // redactURL hides a password in a connection URL, for messages.
 func redactURL(s string) string {
 	if at := strings.LastIndexByte(s, '@'); at >= 0 {
@@ -115,7 +174,17 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	if err != nil {
 		return nil, sharedError(o.Metadata, err)
 	}
-	db = &DB{dir: dir, path: redactURL(o.Metadata), opts: o, shared: pg, lock: lock, verified: true}
+	var shared sharedMeta = pg
+	var remote objstore.Store
+	if o.Blobs != "" {
+		st, err := openBlobs(ctx, o.Blobs)
+		if err != nil {
+			pg.Close()
+			return nil, err
+		}
+		remote, shared = st, withBlobs{pg, st}
+	}
+	db = &DB{dir: dir, path: redactURL(o.Metadata), opts: o, shared: shared, lock: lock, verified: true}
 	err = db.view(func(tx kv.Tx) error { return initLayout(tx, nil) })
 	switch {
 	case errors.Is(err, errNoLayout) && o.ReadOnly:
@@ -127,16 +196,20 @@ func openShared(dir string, o Options) (db *DB, err error) {
 		err = db.tx(true, func(tx kv.Tx) error { return initLayout(tx, func() error { return nil }) })
 	}
 	if err == nil {
-		err = db.claimBlobs(localBlobsID(dir, o.ReadOnly))
+		location := blobsLocation(o.Blobs)
+		if location == "" {
+			location = localBlobsID(dir, o.ReadOnly)
+		}
+		err = db.claimBlobs(location)
 	}
 	if err != nil {
-		pg.Close()
+		shared.Close()
 		return nil, sharedError(o.Metadata, err)
 	}
 	if !o.ReadOnly {
 		db.c = newCommitter(db)
 	}
-	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS})
+	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, Remote: remote})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening the blob store: %w", err)

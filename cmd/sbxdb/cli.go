@@ -191,6 +191,7 @@ func newTree(inv *invocation, args []string) *cmdTree {
 	pf.StringVar(&inv.dir, "db", "", "the store directory `DIR` (default $"+dirEnv+", else "+fallbackDir+")")
 	pf.StringVar(&inv.server, "server", "", "work through the sbxdb serve at `ADDR`, unix:PATH or tcp:HOST:PORT (default $"+serverEnv+", else DIR/"+socketName+" when it answers)")
 	pf.StringVar(&inv.metadata, "metadata", "", "keep the store's metadata in the PostgreSQL database at `URL`, postgres://USER@HOST:PORT/DB, shared with other servers (default $"+metadataEnv+", else sbx.db in DIR)")
+	pf.StringVar(&inv.blobs, "blobs", "", "keep the store's blob bytes in the S3 bucket at `URL`, s3://BUCKET/PREFIX, shared with other servers; needs --metadata; endpoint and keys from $AWS_* (default $"+blobsEnv+", else DIR)")
 	pf.BoolVar(&inv.json, "json", false, `print JSON: the report, or a failure as {"error":{"code","message"}}`)
 	root.Flags().BoolVar(&inv.version, "version", false, "print the version, as sbxdb version does")
 	root.RegisterFlagCompletionFunc("db", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -271,6 +272,9 @@ func (inv *invocation) runCommand(c *command, args []string) (err error) {
 	}
 	if inv.metadata == "" {
 		inv.metadata = os.Getenv(metadataEnv)
+	}
+	if inv.blobs == "" {
+		inv.blobs = os.Getenv(blobsEnv)
 	}
 	if inv.json {
 		var notes strings.Builder

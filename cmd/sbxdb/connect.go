@@ -174,7 +174,7 @@ func (inv *invocation) openStore() (*engine.DB, error) {
 			return nil, err
 		}
 	}
-	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout, Metadata: inv.metadata})
+	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout, Metadata: inv.metadata, Blobs: inv.blobs})
 	if err != nil {
 		return nil, openError(inv, err)
 	}

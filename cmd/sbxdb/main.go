@@ -92,6 +92,9 @@ const (
 	// metadataEnv names the environment variable that sets the default
 	// metadata database (--metadata).
 	metadataEnv = "SBXDB_METADATA"
+	// blobsEnv names the environment variable that sets the default
+	// bucket of the blob bytes (--blobs).
+	blobsEnv = "SBXDB_BLOBS"
 	// fallbackDir is the default store, relative to the current directory,
 	// when $SBXDB_DIR is unset or empty.
 	fallbackDir = ".sbxdb"
@@ -123,6 +126,7 @@ type invocation struct {
 	dirGiven bool   // --db or $SBXDB_DIR named the store
 	server   string // --server
 	metadata string // --metadata, else $SBXDB_METADATA: a PostgreSQL URL, or empty for sbx.db
+	blobs    string // --blobs, else $SBXDB_BLOBS: an s3:// URL, or empty for the blob directory
 	served   string // the address of the server the command went through
 	json     bool   // --json: print JSON, and a failure as JSON
 	out      io.Writer
