@@ -26,7 +26,7 @@ func noteDeletions(tx kv.Tx) error {
 	meta := tx.Bucket(bucketMeta)
 	n, err := deletionsOf(meta)
 	if err != nil {
-		return err
+		n = 0 // damaged: rewritten; a writer that read it re-checks anyway
 	}
 	return meta.Put(keyDeletions, binary.AppendUvarint(nil, n+1))
 }

@@ -284,10 +284,11 @@ func (db *DB) capture(ctx context.Context, in CaptureInput) (*CaptureResult, err
 	redactor := workspace.NewRedactor(in.Secrets)
 	cachePath := statCachePath(db.dir, in.Writer.ThreadID, root)
 
-	// Before the batch's first lookup (cas/deletions.go).
+	// Before the batch's first lookup (cas/deletions.go). An unreadable
+	// count makes the commit look up every blob it names.
 	deletions, err := db.blobs.Deletions()
 	if err != nil {
-		return nil, err
+		deletions = unknownDeletions
 	}
 	c := &capture{db: db, root: root, dir: rootDir, redactor: redactor, batch: db.blobs.NewBatch(),
 		changes: &changeLog{strict: in.FailOnChange}, skipUnsupported: in.SkipUnsupported}
@@ -869,13 +870,16 @@ func (db *DB) commitCapture(ctx context.Context, batch *cas.Batch, in *CaptureIn
 	return cp, nil
 }
 
+// unknownDeletions stands for a deletion count that could not be read: no
+// transaction sees it, so the commit looks every blob up again.
+const unknownDeletions = ^uint64(0)
+
 // requireBlobs fails with errBlobSwept when the blob index's deletion
 // count moved past deletions and a blob cp names is neither stored nor
 // added by batch.
 func requireBlobs(tx kv.Tx, batch *cas.Batch, deletions uint64, cp *chain.Checkpoint) error {
-	now, err := cas.DeletionsIn(tx)
-	if err != nil || now == deletions {
-		return err
+	if now, err := cas.DeletionsIn(tx); err == nil && now == deletions {
+		return nil
 	}
 	keys := make([]string, 0, len(cp.Files)+len(cp.Artifacts))
 	for i := range cp.Files {

@@ -355,6 +355,10 @@ func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 // the file.
 func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
 	if db.shared != nil {
+		// internal/meta panics on a missing bucket: damage, as on the
+		// file; the next transaction reads the database afresh, so the
+		// handle is not marked damaged.
+		defer recoverCorrupt(&err, db.path)
 		if !writable {
 			return db.shared.View(context.Background(), fn)
 		}

@@ -56,17 +56,11 @@ func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]i
 	if db.c == nil && !opts.DryRun {
 		return gc.SweepResult{}, ErrReadOnly
 	}
-	db.gcMu.Lock()
-	defer db.gcMu.Unlock()
-	if db.shared != nil {
-		// One sweep at a time across the servers sharing the metadata
-		// too (shared.go).
-		release, err := db.shared.Lock(ctx, "sweep")
-		if err != nil {
-			return gc.SweepResult{}, err
-		}
-		defer release()
+	release, err := db.lockSweeps(ctx)
+	if err != nil {
+		return gc.SweepResult{}, err
 	}
+	defer release()
 	// One clock reading for the listing's window and the re-check at
 	// deletion, which keeps a blob uploaded at or after now−OlderThan.
 	now := db.opts.Now()
@@ -78,6 +72,22 @@ func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]i
 		Now:        func() time.Time { return now },
 		DryRun:     opts.DryRun,
 	})
+}
+
+// lockSweeps holds gcMu and, on shared metadata, the database's sweep lock
+// (shared.go): one sweep at a time, in this process and across the
+// servers.
+func (db *DB) lockSweeps(ctx context.Context) (release func(), err error) {
+	db.gcMu.Lock()
+	if db.shared == nil {
+		return db.gcMu.Unlock, nil
+	}
+	unlock, err := db.shared.Lock(ctx, "sweep")
+	if err != nil {
+		db.gcMu.Unlock()
+		return nil, err
+	}
+	return func() { unlock(); db.gcMu.Unlock() }, nil
 }
 
 // markedRefs returns, in key byte order, the checkpoints' reference counts
@@ -313,9 +323,12 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	// without it a concurrent sweep could delete, between the two reads, a
 	// blob whose last checkpoint was deleted after the references were read
 	// — a missing blob that is not missing.
-	db.gcMu.Lock()
+	release, err := db.lockSweeps(ctx)
+	if err != nil {
+		return nil, err
+	}
 	_, err = (checkedRefs{db: db}).BlobReferences(ctx)
-	db.gcMu.Unlock()
+	release()
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +341,9 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		if res.Sweep, err = db.sweep(ctx, sweep, without); err != nil {
 			return res, err
 		}
-		res.Repack, err = db.blobs.RepackPlan(ctx, db.repackOptions(opts))
+		if db.opts.Blobs == "" {
+			res.Repack, err = db.blobs.RepackPlan(ctx, db.repackOptions(opts))
+		}
 		res.After = res.Before
 		return res, err
 	}
@@ -352,8 +367,13 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if res.Sweep, err = db.Sweep(ctx, sweep); err != nil {
 		return res, err
 	}
-	if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
-		return res, err
+	// Packs in object storage are not rewritten (cas.ErrRemoteUnsupported:
+	// servers reading a pack another removes need a protocol of their own);
+	// their dead space stays.
+	if db.opts.Blobs == "" {
+		if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
+			return res, err
+		}
 	}
 	if res.Orphans, err = db.blobs.RemoveOrphans(ctx, opts.OlderThan); err != nil {
 		return res, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,15 +140,24 @@ func (w withBlobs) Close() {
 }
 
 // redactURL hides a password in a connection URL, for messages.
+// A password may be in the user part or in a query parameter (password,
+// sslpassword); a URL that does not parse is not shown at all.
 func redactURL(s string) string {
-	if at := strings.LastIndexByte(s, '@'); at >= 0 {
-		if i := strings.Index(s, "://"); i >= 0 && i+3 < at {
-			if colon := strings.IndexByte(s[i+3:at], ':'); colon >= 0 {
-				return s[:i+3+colon+1] + "xxxxx" + s[at:]
-			}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a database URL that does not parse)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q.Set(k, "xxxxx")
 		}
 	}
-	return s
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // openShared is Open for a store whose metadata is in a database: dir
@@ -209,7 +219,10 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	if !o.ReadOnly {
 		db.c = newCommitter(db)
 	}
-	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, Remote: remote})
+	// A database restored from a backup may be older than a local blob
+	// directory: unindexed files there are quarantined, never removed.
+	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, Remote: remote,
+		IndexMayBeOlder: remote == nil})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening the blob store: %w", err)
@@ -278,6 +291,13 @@ func (db *DB) claimBlobs(location string) error {
 	case db.opts.ReadOnly || location == "":
 		return nil // nothing recorded yet, and nothing to record
 	}
+	// The first server of this metadata: its directory must not hold a
+	// store of its own, whose blobs the new index does not name (an Open
+	// would take them for leftovers of a crashed batch).
+	if what := ownStore(db.dir, db.opts.Blobs != ""); what != "" {
+		return fmt.Errorf("%w: %s holds %s, and the metadata at %s indexes nothing: shared metadata starts with an empty directory",
+			ErrBlobsElsewhere, db.dir, what, db.path)
+	}
 	return db.tx(true, func(tx kv.Tx) error {
 		mb := tx.Bucket(meta.BucketMeta)
 		if v := mb.Get(meta.KeyBlobs); v != nil { // another server recorded its own meanwhile
@@ -292,6 +312,30 @@ func (db *DB) claimBlobs(location string) error {
 		}
 		return mb.Put(meta.KeyBlobs, meta.Seal(meta.BucketMeta, meta.KeyBlobs, []byte(location)))
 	})
+}
+
+// ownStore describes what of an embedded store dir holds: its database
+// file, or, unless the blobs are remote (the directory then only caches
+// them), blob files; "" when none.
+func ownStore(dir string, remote bool) string {
+	if st, err := os.Stat(filepath.Join(dir, DBFile)); err == nil && st.Size() > 0 {
+		return DBFile
+	}
+	if remote {
+		return ""
+	}
+	for _, sub := range []string{"packs", "large"} {
+		d, err := os.Open(filepath.Join(dir, BlobDir, sub))
+		if err != nil {
+			continue
+		}
+		names, _ := d.Readdirnames(1)
+		d.Close()
+		if len(names) > 0 {
+			return "blob files (" + filepath.Join(BlobDir, sub) + ")"
+		}
+	}
+	return ""
 }
 
 // sharedError names the database (without its password) in err.

@@ -124,6 +124,22 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	if _, err := two.Repack(ctx, cas.RepackOptions{}); !errors.Is(err, cas.ErrRemoteUnsupported) {
 		t.Errorf("Repack = %v; want ErrRemoteUnsupported", err)
 	}
+	// gc on the second server, once the first made an empty checkpoint
+	// the head and deleted the other: the sweep deletes every blob, and
+	// gc does not stop at the repack it leaves out in object storage.
+	if _, err := one.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.DeleteCheckpoints(ctx, "t1", 1, w.Writer); err != nil {
+		t.Fatal(err)
+	}
+	gcRes, err := two.GC(ctx, engine.GCOptions{Immediate: true})
+	if err != nil {
+		t.Fatalf("GC with blobs in object storage: %v", err)
+	}
+	if len(gcRes.Sweep.Deleted) == 0 || gcRes.After.Blobs != 0 {
+		t.Fatalf("GC swept %d blobs, %d left; want every blob swept", len(gcRes.Sweep.Deleted), gcRes.After.Blobs)
+	}
 	// A server started without the bucket would index blobs no other
 	// server can read: refused.
 	noBlobs := opts

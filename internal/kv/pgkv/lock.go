@@ -5,7 +5,7 @@ import (
 	"hash/fnv"
 	"io"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 )
 
 // Lock holds the named lock, one holder at a time across every process
@@ -13,20 +13,22 @@ import (
 // transaction that must not run twice at once (a sweep). It waits until
 // the lock is free or ctx ends.
 //
-// The lock is a session-level advisory lock on a connection held for the
-// purpose, so a holder that dies (its process killed, its connection
-// lost) releases it: PostgreSQL ends the session. release returns the
-// connection to the pool; calling it twice is harmless.
+// The lock is a session-level advisory lock on a connection of its own,
+// outside the pool (so that the holder's transactions never wait for the
+// pool's last connection, which it holds), and a holder that dies (its
+// process killed, its connection lost) releases it: PostgreSQL ends the
+// session. release closes that connection; calling it twice is harmless.
 func (db *DB) Lock(ctx context.Context, name string) (release func(), err error) {
 	h := fnv.New64a()
 	io.WriteString(h, "sbxdb/pgkv lock\x00"+db.schema+"\x00"+name)
 	key := int64(h.Sum64())
-	conn, err := db.acquire(ctx, "lock "+name, func(c *pgxpool.Conn) error {
-		_, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
-		return err
-	})
+	conn, err := pgx.ConnectConfig(ctx, db.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return nil, err
+		return nil, wrapErr(ctx, nil, "lock "+name, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		conn.Close(context.Background())
+		return nil, wrapErr(ctx, nil, "lock "+name, err)
 	}
 	done := false
 	return func() {
@@ -34,11 +36,9 @@ func (db *DB) Lock(ctx context.Context, name string) (release func(), err error)
 			return
 		}
 		done = true
-		// A failed unlock leaves the session holding the lock: destroy
-		// the connection rather than return it to the pool.
-		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", key); err != nil {
-			conn.Conn().Close(context.Background())
-		}
-		conn.Release()
+		// Closing the session releases the lock.
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		defer cancel()
+		conn.Close(ctx)
 	}, nil
 }

@@ -68,3 +68,23 @@ func TestLock(t *testing.T) {
 	ra()
 	rb() // its connection is gone: destroyed, not pooled
 }
+
+// Open gives connections session timeouts unless the connection string
+// sets its own: a transaction left idle (its server paused while holding
+// the write lock) ends after a minute.
+func TestSessionDefaults(t *testing.T) {
+	url := pgtest.URL(t)
+	show := func(db *DB) string {
+		var v string
+		if err := db.pool.QueryRow(t.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got := show(open(t, url, Options{})); got != "1min" {
+		t.Errorf("idle_in_transaction_session_timeout = %q by default, want 1min", got)
+	}
+	if got := show(open(t, url+"&idle_in_transaction_session_timeout=5000", Options{})); got != "5s" {
+		t.Errorf("idle_in_transaction_session_timeout = %q when the URL sets 5000, want 5s", got)
+	}
+}

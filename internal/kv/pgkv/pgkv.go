@@ -168,6 +168,17 @@ CREATE TABLE ` + s + `.kv (
 INSERT INTO ` + s + `.version VALUES (` + fmt.Sprint(SchemaVersion) + `);`
 }
 
+// sessionDefaults are the session settings Open gives every connection
+// unless the connection string sets them: a transaction left idle ends
+// after a minute, and a peer that vanished is noticed within about a
+// minute of silence (keepalives after 30 s, every 10 s, 3 missed).
+var sessionDefaults = map[string]string{
+	"idle_in_transaction_session_timeout": "60000",
+	"tcp_keepalives_idle":                 "30",
+	"tcp_keepalives_interval":             "10",
+	"tcp_keepalives_count":                "3",
+}
+
 // Open connects to the database connString names (a PostgreSQL URL or
 // keyword/value string, as pgx parses it) and creates the schema when it
 // is absent. It refuses a schema of a newer version with ErrNewerSchema.
@@ -178,6 +189,15 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	// A write transaction holds every server's write lock: a server that
+	// stops (paused, partitioned, its machine gone) must not hold it for
+	// the hours PostgreSQL's defaults would take to notice. The
+	// connection string's own settings win.
+	for k, v := range sessionDefaults {
+		if _, set := cfg.ConnConfig.RuntimeParams[k]; !set {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
 	}
 	schema := opts.Schema
 	if schema == "" {
