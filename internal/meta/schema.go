@@ -26,9 +26,10 @@ package meta
 //	│   │                             older bbolt meta page; check warns of it
 //	│   │                             until a repair clears it
 //	│   └── blobs → text              metadata in a shared database only: where
-//	│                                 the blobs it indexes are ("dir:" and the
-//	│                                 blob directory's id); a server whose
-//	│                                 blobs are elsewhere is refused
+//	│                                 the blobs it indexes are (s3://BUCKET/
+//	│                                 PREFIX, or "dir:" and the blob
+//	│                                 directory's id); a server whose blobs
+//	│                                 are elsewhere is refused
 //	│                                 (engine/shared.go)
 //	├── checkpoints
 //	│   └── <checkpoint id> → record  header, artifacts and the ids of its
