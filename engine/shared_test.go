@@ -3,9 +3,7 @@ package engine_test
 import (
 	"errors"
 	"testing"
-	"time"
 
-	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/engine/enginetest"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
@@ -13,45 +11,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// sharedSubject opens a store whose metadata is in a fresh PostgreSQL
-// database (the kit's hooks run there too) and whose blobs are in a
-// temporary directory.
+// sharedSubject is subject (conformance_test.go) with the store's metadata
+// in a fresh PostgreSQL database: the kit's hooks run there too.
 func sharedSubject(t *testing.T, opts engine.Options) *enginetest.Subject {
 	opts.Metadata = pgtest.URL(t)
-	dir := t.TempDir()
-	db, err := engine.Open(dir, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := db
-	t.Cleanup(func() { cur.Close() })
-	s := &enginetest.Subject{
-		Store:       db,
-		InsertRaw:   func(cp *chain.Checkpoint) error { return cur.InsertRaw(cp) },
-		SetRefCount: func(key string, n int64) error { return cur.SetRefCount(key, n) },
-		OnPoint:     func(name string, fn func() error) func() { return cur.OnPoint(name, fn) },
-	}
-	s.Reopen = func(t *testing.T) engine.Store {
-		if err := cur.Close(); err != nil {
-			t.Fatal(err)
-		}
-		next, err := engine.Open(dir, &opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cur, s.Store = next, next
-		return next
-	}
-	s.OpenSecond = func() error {
-		o := opts
-		o.LockTimeout = 50 * time.Millisecond
-		second, err := engine.Open(dir, &o)
-		if err == nil {
-			second.Close()
-		}
-		return err
-	}
-	return s
+	return subject(t, opts)
 }
 
 func TestSharedConformance(t *testing.T)         { enginetest.RunConformance(t, sharedSubject) }
