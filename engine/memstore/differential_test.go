@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
+	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -45,7 +46,7 @@ import (
 //
 //	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 600, 200 with -short, 2000 with SBXDB_LONG=1;
 //	                                   served: 40, 10 with -short, 2000 with SBXDB_LONG=1;
-//	                                   shared: 20, 5 with -short, 100 with SBXDB_LONG=1)
+//	                                   shared (PostgreSQL and S3): 20, 5 with -short, 100 with SBXDB_LONG=1)
 //	-diff.seed S / SBXDB_DIFF_SEED=S   run only sequence S, e.g. to replay a failure
 //	-diff.steps N / SBXDB_DIFF_STEPS=N steps per sequence (default 60)
 //
@@ -89,7 +90,8 @@ func TestDifferential(t *testing.T) { differential(t, false, testkit.ScaleShort(
 func TestDifferentialServed(t *testing.T) { differential(t, true, testkit.ScaleShort(t, 10, 40, 2000)) }
 
 // TestDifferentialShared runs the sequences with the engine's metadata in
-// PostgreSQL (engine.Options.Metadata), a fresh database each.
+// PostgreSQL (engine.Options.Metadata), a fresh database each, and its
+// blobs in a fresh bucket of an S3 server (engine.Options.Blobs).
 func TestDifferentialShared(t *testing.T) {
 	differentialOn(t, false, true, testkit.ScaleShort(t, 5, 20, 100))
 }
@@ -117,6 +119,7 @@ func differentialOn(t *testing.T, served, shared bool, seqs int) {
 	dir := t.TempDir()
 	urls := map[int64]string{} // read-only once the workers start
 	if shared {
+		s3test.Env(t, s3test.Start(t))
 		for _, seed := range seeds {
 			urls[seed] = pgtest.URL(t)
 		}
@@ -142,6 +145,9 @@ func differentialOn(t *testing.T, served, shared bool, seqs int) {
 				}
 				seed := seeds[i]
 				r := &runner{seed: seed, dir: filepath.Join(dir, strconv.FormatInt(seed, 10)), served: served, metadata: urls[seed]}
+				if shared {
+					r.blobs = "s3://" + s3test.Bucket() + "/blobs"
+				}
 				msg := r.run(*diffSteps)
 				ran.Add(1)
 				steps.Add(int64(min(r.step, *diffSteps)))
@@ -199,6 +205,9 @@ type runner struct {
 	// metadata, when set, is the PostgreSQL URL the engine keeps its
 	// metadata at (engine.Options.Metadata).
 	metadata string
+	// blobs, with metadata, is the S3 URL of its blobs
+	// (engine.Options.Blobs).
+	blobs string
 	// src, when set, replaces the PCG seeded with seed as the source of
 	// every random choice (FuzzOperations drives it from fuzz bytes).
 	src     rand.Source
@@ -251,7 +260,7 @@ func (r *runner) run(n int) (report string) {
 	// Fold reference counts after 1 to 4 pending checkpoints, so that
 	// sequences of a few dozen appends exercise folding (the default is 64).
 	dbOpts.RefFoldAfter = 1 + int(uint64(r.seed)%4)
-	dbOpts.Metadata = r.metadata
+	dbOpts.Metadata, dbOpts.Blobs = r.metadata, r.blobs
 	db, err := engine.Open(r.dir, &dbOpts)
 	if err != nil {
 		return fmt.Sprintf("seed %d: engine.Open: %v", r.seed, err)
