@@ -342,15 +342,20 @@ func (db *DB) acquireWriter(ctx context.Context, threadID string, holder proc.Id
 	if err := chain.CheckID("threadId", threadID); err != nil {
 		return nil, err
 	}
+	duration, renewAfter := db.opts.LeaseDuration, db.opts.RenewAfter
+	if opts.Duration > 0 {
+		duration = opts.Duration
+		renewAfter = min(renewAfter, duration/3)
+	}
 	var g meta.Grant
 	err := db.write(ctx, func(tx kv.Tx) (err error) {
-		g, err = meta.AcquireLease(tx, threadID, holder, db.opts.nowMs(), db.opts.LeaseDuration.Milliseconds(), opts)
+		g, err = meta.AcquireLease(tx, threadID, holder, db.opts.nowMs(), duration.Milliseconds(), opts)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	l := lease.New(g.Writer, time.UnixMilli(g.ExpiresAt), db.opts.RenewAfter, db)
+	l := lease.New(g.Writer, time.UnixMilli(g.ExpiresAt), renewAfter, db)
 	l.TookOver = g.TookOver
 	return l, nil
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"github.com/sbxdb/sbxdb/internal/kv"
+	"github.com/sbxdb/sbxdb/lease"
 	"maps"
 	"slices"
 	"time"
@@ -72,6 +73,21 @@ func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]i
 		Now:        func() time.Time { return now },
 		DryRun:     opts.DryRun,
 	})
+}
+
+// retainer is the store as GC's retention sees it: its leases live
+// retentionLease, not the store's lease duration, so that a server killed
+// while retention holds a thread's lease blocks the thread for seconds
+// (from another host, where it cannot be proved dead, nothing else would
+// free it before the lease expires).
+type retainer struct{ *DB }
+
+// retentionLease is how long a lease GC's retention takes lives: one
+// DeleteCheckpoints transaction per thread, far shorter.
+const retentionLease = 10 * time.Second
+
+func (r retainer) AcquireWriter(ctx context.Context, threadID string) (*lease.Lease, error) {
+	return r.AcquireWriterWith(ctx, threadID, lease.AcquireOptions{Duration: retentionLease})
 }
 
 // lockSweeps holds gcMu and, on shared metadata, the database's sweep lock
@@ -357,7 +373,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		}
 		threads := slices.Sorted(maps.Keys(plan.Retention.Deleted))
 		if len(threads) > 0 {
-			if res.Retention, err = gc.KeepNewestAll(ctx, db, keep, threads...); err != nil {
+			if res.Retention, err = gc.KeepNewestAll(ctx, retainer{db}, keep, threads...); err != nil {
 				return res, err
 			}
 		}

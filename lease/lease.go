@@ -66,6 +66,11 @@ type AcquireOptions struct {
 	// client sets it to the client process it can name (a unix socket's
 	// peer), or to the zero Identity when it cannot.
 	Holder *proc.Identity
+	// Duration, when positive, is how long this lease lives instead of
+	// the store's lease duration: a short task (retention) takes a short
+	// lease, so that a holder killed meanwhile blocks the thread for no
+	// longer. Fencing keeps a holder that outlives its lease from writing.
+	Duration time.Duration
 }
 
 // ConflictError is the WRITER_CONFLICT error for a thread whose live lease
