@@ -665,3 +665,114 @@ func TestServersS3Outage(t *testing.T) {
 	checkS3Writers(ctx, t, ws, root, sp.peers...)
 	checkClean(t, sp.peers...)
 }
+
+// TestServersS3OutageMaintenance: with the S3 server stopped, what reads
+// or maintains the bucket through a server fails with 503
+// SBXDB_UNAVAILABLE, or succeeds, and never takes the outage for damage: a
+// restore through a server that has cached nothing does not call a blob
+// missing, check --verify-blobs does not report blobs missing, check
+// --repair drops nothing from the index, gc deletes nothing it should
+// keep (its retention, which needs no bucket, may run before its sweep
+// fails). Once S3 is back every checkpoint restores through every server and
+// check --verify-blobs is clean.
+func TestServersS3OutageMaintenance(t *testing.T) {
+	sp := startS3Peers(t, 3)
+	a, b, c := sp.peers[0], sp.peers[1], sp.peers[2]
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	// Captures through A; nothing is read through C before the outage:
+	// it has nothing cached. (A server does not start while its bucket
+	// cannot be reached.)
+	l, err := a.c.AcquireWriter(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wants := map[string]map[string]string{}
+	for r := range 3 {
+		ws := filepath.Join(root, fmt.Sprintf("ws%d", r))
+		wants[fmt.Sprintf("m-%d", r)] = writeS3Tree(t, ws, uint64(300+r), 80, true)
+		if _, err := capture(ctx, a, l.Writer, ws, fmt.Sprintf("m-%d", r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.c.ReleaseWriter(ctx, l.Writer); err != nil {
+		t.Fatal(err)
+	}
+
+	sp.s3.Stop()
+	// answer judges a request's failure during the outage: a 503
+	// SBXDB_UNAVAILABLE saying object storage is unavailable, nothing
+	// else.
+	answer := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Logf("%s during the outage: succeeded", what)
+			return
+		}
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "SBXDB_UNAVAILABLE" || !strings.Contains(ce.Message, "object storage unavailable") {
+			t.Errorf("%s during the outage: %v, want 503 SBXDB_UNAVAILABLE, object storage unavailable", what, err)
+			return
+		}
+		t.Logf("%s during the outage: %d %s: %.200s", what, ce.Status, ce.Code, ce.Message)
+	}
+	for id, want := range wants {
+		for _, p := range []*peerServer{c, b} {
+			err := restoreCheck(ctx, t, p, id, root, want)
+			var ce *client.Error
+			if err != nil && !errors.As(err, &ce) {
+				t.Errorf("restore of %s through %s during the outage: %v", id, p.name, err) // a differing tree
+				continue
+			}
+			answer(fmt.Sprintf("restore of %s through %s", id, p.name), err)
+		}
+	}
+	rep, err := c.c.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	if err == nil && !rep.Clean() {
+		t.Errorf("check --verify-blobs during the outage reports damage: %+v", rep)
+	} else {
+		answer("check --verify-blobs", err)
+	}
+	rep, err = c.c.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true, Repair: true})
+	if err == nil && (len(rep.Dropped) > 0 || !rep.Clean()) {
+		t.Errorf("check --verify-blobs --repair during the outage: dropped %d blobs: %+v", len(rep.Dropped), rep)
+	} else {
+		answer("check --verify-blobs --repair", err)
+	}
+	res, err := b.c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+	if err == nil {
+		t.Logf("gc during the outage: retention %v, swept %d", res.Retention.Deleted, len(res.Sweep.Deleted))
+	} else {
+		answer("gc", err)
+	}
+	// Retention needs no bucket: it may have run before the sweep
+	// failed, the error answer saying nothing of it.
+	list, err := b.c.List(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, cp := range list {
+		kept[cp.ID] = true
+	}
+	for id := range wants {
+		if !kept[id] {
+			t.Logf("gc during the outage deleted checkpoint %s", id)
+			delete(wants, id)
+		}
+	}
+	if len(wants) == 0 {
+		t.Fatal("gc during the outage deleted the head")
+	}
+
+	sp.s3.Start()
+	for id, want := range wants {
+		for _, p := range sp.peers {
+			if err := restoreCheck(ctx, t, p, id, root, want); err != nil {
+				t.Errorf("once S3 is back: %v", err)
+			}
+		}
+	}
+	checkClean(t, sp.peers...)
+}
