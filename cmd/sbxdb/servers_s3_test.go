@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -391,7 +392,10 @@ type s3Writer struct {
 func (sw *s3Writer) step(ctx context.Context, t *testing.T, p *peerServer) (string, error) {
 	sw.n++
 	id := fmt.Sprintf("%s-%04d", sw.thread, sw.n)
-	rng := rand.New(rand.NewPCG(uint64(sw.n), uint64(len(sw.thread))))
+	// Bytes of this writer's own: a capture of another writer never
+	// stores them first.
+	h := sha256.Sum256([]byte(sw.thread))
+	rng := rand.New(rand.NewPCG(uint64(sw.n), binary.LittleEndian.Uint64(h[:])))
 	b := make([]byte, 1000+rng.IntN(30_000))
 	for i := range b {
 		b[i] = byte(rng.Uint32())
@@ -562,7 +566,7 @@ func TestServersS3Outage(t *testing.T) {
 	defer cancel()
 	root := t.TempDir()
 	writers := 4
-	after := testkit.Scale(t, 5, 30) // captures per writer once S3 is back
+	after := testkit.Scale(t, 5, 15) // captures per writer once S3 is back
 	outages := testkit.Scale(t, 1, 4)
 	ws := newS3Writers(ctx, t, writers, root, "o", sp.peers[0])
 
@@ -594,7 +598,7 @@ func TestServersS3Outage(t *testing.T) {
 				began := phase.Load()
 				id, err := sw.step(ctx, t, p)
 				if err == nil {
-					if began == stopped && phase.Load() == stopped {
+					if began == stopped {
 						okDuring.Add(1)
 					}
 					progress.Add(1)
@@ -655,7 +659,9 @@ func TestServersS3Outage(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	t.Logf("failures while S3 was stopped: %v, for example %q; %d captures succeeded during an outage", seen, examples, okDuring.Load())
+	// A capture begun while S3 was stopped may succeed: its requests are
+	// retried, and S3 may be back by then.
+	t.Logf("failures while S3 was stopped: %v, for example %q; %d captures begun while it was stopped succeeded", seen, examples, okDuring.Load())
 	if nBad > 5 {
 		t.Errorf("and %d more failures like those", nBad-5)
 	}
