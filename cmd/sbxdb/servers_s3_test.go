@@ -782,3 +782,132 @@ func TestServersS3OutageMaintenance(t *testing.T) {
 	}
 	checkClean(t, sp.peers...)
 }
+
+// TestServersS3KillDuringGC: server A runs gc (retention, an immediate
+// sweep) in a loop while B captures two trees in turn; A is killed with
+// SIGKILL in the middle of it. The sweep lock A held in the database goes
+// with it: gc through B runs, B goes on capturing, every head restores
+// through B and, once A is restarted, through A; check --verify-blobs is
+// clean (what A's sweep left in the bucket is an orphan, not damage). The
+// thread's lease, which A's retention may have held when it was killed,
+// is free again within seconds.
+func TestServersS3KillDuringGC(t *testing.T) {
+	sp := startS3Peers(t, 2)
+	a, b := sp.peers[0], sp.peers[1]
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	kills := testkit.Scale(t, 2, 6)
+	var trees [2]string
+	var wants [2]map[string]string
+	for i := range trees {
+		trees[i] = filepath.Join(root, fmt.Sprintf("ws%d", i))
+		wants[i] = writeS3Tree(t, trees[i], uint64(20+i), 60, true)
+	}
+	const thread = "kgc"
+	// leaseWait bounds the wait for the thread's lease: a retention's
+	// work takes milliseconds.
+	const leaseWait = 10 * time.Second
+	rounds := 0
+	// round captures the next tree through B, taking the lease for the
+	// capture alone, and restores it through every server given.
+	round := func(peers ...*peerServer) error {
+		i := rounds % 2
+		id := fmt.Sprintf("kgc-%04d", rounds)
+		rounds++
+		l, err := b.c.AcquireWriter(ctx, thread)
+		for start := time.Now(); errors.Is(err, chain.ErrWriterConflict) && ctx.Err() == nil; {
+			if time.Since(start) > leaseWait {
+				// The lease a gc of A took for its retention outlives A by
+				// the whole lease duration (120 s): the thread takes no
+				// capture meanwhile. TakeOverDead would take it here, A's
+				// process being on this host, but not from a server on
+				// another machine, which the plain AcquireWriter stands
+				// for. Free it as an operator would.
+				t.Errorf("capture %s: thread %s still held %v after A was killed: %v", id, thread, leaseWait, err)
+				if _, err := b.c.Unlock(ctx, thread); err != nil {
+					return err
+				}
+			}
+			time.Sleep(time.Millisecond) // back off, as a host would
+			l, err = b.c.AcquireWriter(ctx, thread)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = capture(ctx, b, l.Writer, trees[i], id)
+		if rerr := b.c.ReleaseWriter(ctx, l.Writer); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+		for _, p := range peers {
+			if err := restoreCheck(ctx, t, p, id, root, wants[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for k := range kills {
+		var gcs atomic.Int64
+		var stop atomic.Bool
+		done := make(chan error, 1)
+		go func() {
+			for !stop.Load() {
+				if _, err := a.c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true}); err != nil {
+					done <- err // killed under it, or a failure
+					return
+				}
+				gcs.Add(1)
+			}
+			done <- nil
+		}()
+		// Kill A once it has swept a few times, its sweeps interleaved
+		// with captures, somewhere in a gc.
+		for n := 0; gcs.Load() < 3 || n < 2; n++ {
+			if err := round(b); err != nil {
+				t.Fatalf("kill %d: %v", k, err)
+			}
+		}
+		// Every other kill lands while A's retention holds the thread's
+		// lease, if it can be seen held within a second: B captures no
+		// more meanwhile, so only A's gc takes it.
+		held := false
+		if k%2 == 1 {
+			for start := time.Now(); !held && time.Since(start) < time.Second; {
+				st, err := b.c.Writers(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = st[thread].Live(time.Now().UnixMilli())
+			}
+		}
+		t.Logf("kill %d: %d gc runs, %d captures; the lease held by A's retention: %v", k, gcs.Load(), rounds, held)
+		a.kill(t)
+		stop.Store(true)
+		if err := <-done; err != nil && !errors.Is(err, client.ErrUnreachable) && !errors.Is(err, client.ErrUnavailable) {
+			t.Errorf("kill %d: gc through A: %v", k, err)
+		}
+		// B sweeps (A's sweep lock is gone with A) and captures on.
+		killedAt := time.Now()
+		gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := b.c.GC(gctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+		gcancel()
+		if err != nil {
+			t.Fatalf("kill %d: gc through B after A was killed: %v", k, err)
+		}
+		t.Logf("kill %d: gc through B %v after A was killed", k, time.Since(killedAt).Round(time.Millisecond))
+		if err := round(b); err != nil {
+			t.Fatalf("kill %d: after A was killed: %v", k, err)
+		}
+		t.Logf("kill %d: capture through B %v after", k, time.Since(killedAt).Round(time.Millisecond))
+		a.start(t)
+		t.Logf("kill %d: A restarted %v after", k, time.Since(killedAt).Round(time.Millisecond))
+		if err := round(b, a); err != nil {
+			t.Fatalf("kill %d: after A restarted: %v", k, err)
+		}
+	}
+	t.Logf("%d captures through B, A killed %d times while gc ran", rounds, kills)
+	checkClean(t, a, b)
+}
