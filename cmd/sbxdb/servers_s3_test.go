@@ -871,11 +871,15 @@ func TestServersS3KillDuringGC(t *testing.T) {
 			}
 		}
 		// Every other kill lands while A's retention holds the thread's
-		// lease, if it can be seen held within a second: B captures no
-		// more meanwhile, so only A's gc takes it.
+		// lease, if it can be seen held within 2 s: B captures no more
+		// meanwhile, so only A's gc takes it.
 		held := false
 		if k%2 == 1 {
-			for start := time.Now(); !held && time.Since(start) < time.Second; {
+			// A new head: A's next retention deletes the one before.
+			if err := round(); err != nil {
+				t.Fatalf("kill %d: %v", k, err)
+			}
+			for start := time.Now(); !held && time.Since(start) < 2*time.Second; {
 				st, err := b.c.Writers(ctx)
 				if err != nil {
 					t.Fatal(err)
