@@ -44,7 +44,8 @@ import (
 //     a clean close, no compaction and no migration from older formats (a
 //     database starts at FormatVersion).
 
-// Errors of a metadata database, as the engine's calls return them.
+// Errors of a metadata database and of a bucket, as the engine's calls
+// return them.
 var (
 	// ErrMetadataUnavailable: the database could not be reached or the
 	// connection was lost; nothing was written, unless the error is also
@@ -55,6 +56,14 @@ var (
 	// so it may be stored. Read the state back (the head, the checkpoint
 	// by id) before retrying.
 	ErrCommitUnknown = pgkv.ErrCommitUnknown
+	// ErrBlobsUnavailable: the bucket of Options.Blobs could not be
+	// reached, or its server failed, after the object store's retries.
+	// No index entry names an object the failure kept from the bucket: a
+	// capture that fails with it commits nothing, and a sweep's delete
+	// whose index entry was removed leaves its object behind, for a later
+	// gc. The next call may succeed once the bucket is back: the store
+	// needs no reopening.
+	ErrBlobsUnavailable = objstore.ErrUnavailable
 )
 
 // ErrNotFileMetadata is the error of what only the bbolt file has

@@ -76,6 +76,8 @@ var sentinels = []struct {
 	// lost mid-request: the server is up and a retry may succeed once the
 	// database is back, as for any other outage.
 	{engine.ErrMetadataUnavailable, CodeUnavailable},
+	// So is the bucket of the blobs (engine.Options.Blobs).
+	{engine.ErrBlobsUnavailable, CodeUnavailable},
 	{context.Canceled, CodeUnavailable},
 	{context.DeadlineExceeded, CodeUnavailable},
 }
@@ -109,6 +111,8 @@ func Message(err error) string {
 		return "metadata database unavailable; the write may have been committed: " + err.Error()
 	case errors.Is(err, engine.ErrMetadataUnavailable):
 		return "metadata database unavailable: " + err.Error()
+	case errors.Is(err, engine.ErrBlobsUnavailable):
+		return "object storage unavailable: " + err.Error()
 	}
 	return err.Error()
 }
