@@ -53,6 +53,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,7 @@ type config struct {
 	benchtime string
 	gcRefs    int
 	pg        string
+	profile   string
 	only      map[string]bool
 }
 
@@ -112,6 +114,7 @@ func main() {
 	fs.StringVar(&cfg.benchtime, "benchtime", "", "time per engine-core benchmark and run (default 2s, --quick 300ms)")
 	fs.IntVar(&cfg.gcRefs, "gc-refs", 0, "blob references of the GC stores, a multiple of 100 (default 1000000, --quick 100000)")
 	fs.StringVar(&cfg.pg, "pg", "", "PostgreSQL server `URL` whose user may create databases, for the shared-metadata section (default: a throw-away cluster)")
+	fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run to this `file` (go tool pprof)")
 	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc, shared, s3 (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -200,6 +203,18 @@ func run(cfg *config) error {
 	}
 	if empty, err := isEmpty(cfg.work); err != nil || !empty {
 		return fmt.Errorf("work directory %s must be empty or new (%v)", cfg.work, err)
+	}
+
+	if cfg.profile != "" {
+		f, err := os.Create(cfg.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	rep := newReport()
