@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -111,7 +112,7 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 			open[c.id] = append(open[c.id], time.Since(t).Seconds()*1000)
 			before, _ := db.BlobRequests()
 			t = time.Now()
-			err = captureOnce(ctx, db, tree)
+			err = labeled(ctx, "first", c.id, func(ctx context.Context) error { return captureOnce(ctx, db, tree) })
 			d := time.Since(t)
 			after, _ := db.BlobRequests()
 			if cerr := db.Close(); err == nil {
@@ -169,7 +170,11 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 			db := dbs[c.id]
 			before, _ := db.BlobRequests()
 			t := time.Now()
-			if _, err := db.Capture(ctx, engine.CaptureInput{Writer: writers[c.id].Writer, Dir: tree, Policy: allFiles}); err != nil {
+			err := labeled(ctx, "edit", c.id, func(ctx context.Context) error {
+				_, err := db.Capture(ctx, engine.CaptureInput{Writer: writers[c.id].Writer, Dir: tree, Policy: allFiles})
+				return err
+			})
+			if err != nil {
 				return fmt.Errorf("%s: %w", c.label, err)
 			}
 			edit[c.id] = append(edit[c.id], time.Since(t).Seconds()*1000)
@@ -218,7 +223,11 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 		for _, c := range configs {
 			settle()
 			t := time.Now()
-			if _, err := dbs[c.id].Restore(ctx, heads[c.id], target(c.id, i), &engine.RestoreOptions{Policy: allFiles}); err != nil {
+			err := labeled(ctx, "restore", c.id, func(ctx context.Context) error {
+				_, err := dbs[c.id].Restore(ctx, heads[c.id], target(c.id, i), &engine.RestoreOptions{Policy: allFiles})
+				return err
+			})
+			if err != nil {
 				return fmt.Errorf("%s: %w", c.label, err)
 			}
 			restore[c.id] = append(restore[c.id], time.Since(t).Seconds())
@@ -228,7 +237,11 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 			before, _ := db.BlobRequests()
 			settle()
 			t := time.Now()
-			if _, err := db.Restore(ctx, heads["s3"], target("s3cold", i), &engine.RestoreOptions{Policy: allFiles}); err != nil {
+			err := labeled(ctx, "restore", "s3cold", func(ctx context.Context) error {
+				_, err := db.Restore(ctx, heads["s3"], target("s3cold", i), &engine.RestoreOptions{Policy: allFiles})
+				return err
+			})
+			if err != nil {
 				return fmt.Errorf("the second handle: %w", err)
 			}
 			restore["s3cold"] = append(restore["s3cold"], time.Since(t).Seconds())
@@ -305,6 +318,14 @@ func captureOnce(ctx context.Context, db *engine.DB, tree string) (err error) {
 	}
 	defer func() { err = errors.Join(err, w.Release(ctx)) }()
 	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
+	return err
+}
+
+// labeled runs fn with the profiler labels phase and config, so that a
+// --cpuprofile of the section can be split by them (go tool pprof
+// -tagfocus phase=edit,config=pg).
+func labeled(ctx context.Context, phase, config string, fn func(context.Context) error) (err error) {
+	pprof.Do(ctx, pprof.Labels("phase", phase, "config", config), func(ctx context.Context) { err = fn(ctx) })
 	return err
 }
 
