@@ -354,3 +354,23 @@ func sharedError(url string, err error) error {
 	}
 	return fmt.Errorf("sbxdb: metadata at %s: %w", redactURL(url), err)
 }
+
+// BlobRequestCounts counts the requests a store's bucket client sent, by
+// S3 operation (internal/objstore/s3).
+type BlobRequestCounts = s3.RequestCounts
+
+// BlobRequests returns the requests the bucket client of Options.Blobs
+// has sent since Open, retries included, for benchmarks and tests to
+// price an operation in requests. ok is false when the blobs are not in a
+// bucket.
+func (db *DB) BlobRequests() (counts BlobRequestCounts, ok bool) {
+	w, isRemote := db.shared.(withBlobs)
+	if !isRemote {
+		return BlobRequestCounts{}, false
+	}
+	st, isS3 := w.blobs.(*s3.Store)
+	if !isS3 {
+		return BlobRequestCounts{}, false
+	}
+	return st.Requests(), true
+}

@@ -98,6 +98,19 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	files := res.Stats.Files
 	t.Logf("capture of %d files: %d objects, %d bytes in the bucket: %.4f PUTs per file",
 		files, objects, bytes, float64(objects)/float64(files))
+	// The handle's own client counts what it sent: at least one upload
+	// per object; a store without a bucket has no counts.
+	if rq, ok := one.BlobRequests(); !ok || rq.Puts+rq.Parts < objects || rq.Total() < rq.Puts {
+		t.Errorf("BlobRequests after the capture = %+v, %v; want ok and at least %d uploads", rq, ok, objects)
+	}
+	if local, err := engine.Open(filepath.Join(root, "local"), &engine.Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	} else {
+		if _, ok := local.BlobRequests(); ok {
+			t.Error("BlobRequests of a store without a bucket says ok")
+		}
+		local.Close()
+	}
 
 	out := filepath.Join(root, "restored")
 	if _, err := two.Restore(ctx, res.Checkpoint.ID, out, nil); err != nil {

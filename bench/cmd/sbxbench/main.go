@@ -22,6 +22,11 @@
 //     metadata in PostgreSQL, through one engine handle and through two
 //     sharing the database, against bbolt (--pg URL, else a throw-away
 //     cluster when PostgreSQL's binaries are installed).
+//  5. S3 blobs: first capture, 1 % edit capture and restore of the
+//     generated tree with bbolt + the blob directory, PostgreSQL + the
+//     blob directory and PostgreSQL + an S3 bucket (versitygw on loopback,
+//     started here), a cold-cache restore through a second handle, and
+//     the S3 requests each costs.
 //
 // The table ends with one row per performance target, met or not.
 //
@@ -48,6 +53,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +74,7 @@ type config struct {
 	benchtime string
 	gcRefs    int
 	pg        string
+	profile   string
 	only      map[string]bool
 }
 
@@ -79,7 +86,9 @@ tar | zstd -1 -T0, restic and kopia (when on PATH), Open of stores up to
 1 GB, the engine core (Append serial
 and at 8/64 writers against raw bbolt, Get, List) and garbage collection
 (mark, sweep, capture during a sweep), and appends with the metadata in
-PostgreSQL against bbolt (--pg, else a throw-away cluster). Each figure is the median of --runs
+PostgreSQL against bbolt (--pg, else a throw-away cluster), and capture
+and restore with the blobs in S3 (versitygw on loopback) against local
+storage. Each figure is the median of --runs
 runs with min–max; each ratio is computed run by run within this run.
 
 Duration on 2 cores: --quick a few minutes (2,250-file tree of ~31 MB,
@@ -104,8 +113,9 @@ func main() {
 	fs.IntVar(&cfg.largeMiB, "large-mib", 0, "size of the large-file capture in MiB, 0 for the default (2048, --quick 256); -1 skips it")
 	fs.StringVar(&cfg.benchtime, "benchtime", "", "time per engine-core benchmark and run (default 2s, --quick 300ms)")
 	fs.IntVar(&cfg.gcRefs, "gc-refs", 0, "blob references of the GC stores, a multiple of 100 (default 1000000, --quick 100000)")
-	fs.StringVar(&cfg.pg, "pg", "", "PostgreSQL server `URL` whose user may create databases, for the shared-metadata section (default: a throw-away cluster)")
-	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc, shared (default all)")
+	fs.StringVar(&cfg.pg, "pg", "", "PostgreSQL server `URL` whose user may create databases, for the shared-metadata and s3 sections (default: a throw-away cluster)")
+	fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run to this `file` (go tool pprof)")
+	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc, shared, s3 (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -127,7 +137,7 @@ func main() {
 	for _, s := range strings.Split(*only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "capture", "core", "serve", "gc", "shared":
+		case "capture", "core", "serve", "gc", "shared", "s3":
 			cfg.only[s] = true
 		default:
 			fmt.Fprintf(os.Stderr, "sbxbench: unknown section %q in --only\n", s)
@@ -195,6 +205,18 @@ func run(cfg *config) error {
 		return fmt.Errorf("work directory %s must be empty or new (%v)", cfg.work, err)
 	}
 
+	if cfg.profile != "" {
+		f, err := os.Create(cfg.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
 	rep := newReport()
 	rep.Command = "sbxbench " + strings.Join(os.Args[1:], " ")
 	rep.Quick, rep.Runs = cfg.quick, cfg.runs
@@ -256,6 +278,11 @@ func run(cfg *config) error {
 	}
 	if cfg.wants("shared") {
 		if err := sharedBench(rep, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.wants("s3") {
+		if err := s3Bench(ctx, rep, cfg, spec); err != nil {
 			return err
 		}
 	}

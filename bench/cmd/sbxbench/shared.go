@@ -29,8 +29,18 @@ func sharedBench(rep *Report, cfg *config) error {
 	if err := os.MkdirAll(suite.KeepDir, 0o755); err != nil {
 		return err
 	}
-	newURL, why, cleanup := metadataSource(cfg)
+	newDB, why, cleanup := metadataSource(cfg)
 	defer cleanup()
+	var newURL suite.NewMetadata
+	if newDB != nil {
+		newURL = func(tb testing.TB) string {
+			u, err := newDB()
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return u
+		}
+	}
 
 	counts := []int{1, 8, 64}
 	var benches []bench
@@ -79,11 +89,11 @@ func sharedBench(rep *Report, cfg *config) error {
 	return nil
 }
 
-// metadataSource returns how to get a fresh database for one benchmark
-// run: on --pg's server, or on a throw-away cluster started here. With
-// neither, newURL is nil and why says what failed. cleanup drops the
-// databases made on --pg's server, or stops and removes the cluster.
-func metadataSource(cfg *config) (newURL suite.NewMetadata, why string, cleanup func()) {
+// metadataSource returns how to get the URL of a fresh database for one
+// benchmark run: on --pg's server, or on a throw-away cluster started
+// here. With neither, newDB is nil and why says what failed. cleanup drops
+// the databases made on --pg's server, or stops and removes the cluster.
+func metadataSource(cfg *config) (newDB func() (string, error), why string, cleanup func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), pgserver.StartTimeout)
 	defer cancel()
 	var (
@@ -109,24 +119,24 @@ func metadataSource(cfg *config) (newURL suite.NewMetadata, why string, cleanup 
 			return nil, fmt.Sprintf("not available: --pg %s: %v", u.Redacted(), err), func() {}
 		}
 		conn.Close(ctx)
-		create := func(tb testing.TB) string {
+		create := func() (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			conn, err := pgx.Connect(ctx, admin)
 			if err != nil {
-				tb.Fatal(err)
+				return "", err
 			}
 			defer conn.Close(ctx)
 			db := name()
 			if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
-				tb.Fatal(err)
+				return "", err
 			}
 			mu.Lock()
 			made = append(made, db)
 			mu.Unlock()
 			v := *u
 			v.Path = "/" + db
-			return v.String()
+			return v.String(), nil
 		}
 		return create, "", func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -153,14 +163,10 @@ func metadataSource(cfg *config) (newURL suite.NewMetadata, why string, cleanup 
 		return nil, fmt.Sprintf("not available: no --pg and the throw-away cluster did not start: %v", err), func() {}
 	}
 	progress("started a throw-away PostgreSQL cluster at %s", c.URL(""))
-	create := func(tb testing.TB) string {
+	create := func() (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		u, err := c.CreateDatabase(ctx, name())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return u
+		return c.CreateDatabase(ctx, name())
 	}
 	return create, "", c.Remove
 }
