@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -160,38 +161,71 @@ func (s *Store) lookupAll(keys []string, workers int) (items []item, gen uint64,
 	const perWorker = 4096 // fewer keys than this are not worth a goroutine
 	n := max(1, min(workers, len(keys)/perWorker))
 	items = make([]item, len(keys))
+	// The keys are looked up in byte order, each worker walking one
+	// cursor over its range (walkKeys): on a backend that reads ahead, a
+	// restore's keys, most of the index, cost a query per read-ahead batch
+	// rather than one per key.
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	errAt := make([]int, n) // the first failing key's position in keys, per worker
 	errs := make([]error, n)
 	s.packsMu.RLock()
 	defer s.packsMu.RUnlock()
 	var wg sync.WaitGroup
 	for w := range n {
 		lo, hi := w*len(keys)/n, (w+1)*len(keys)/n
+		errAt[w] = len(keys)
 		wg.Go(func() {
-			errs[w] = s.db.View(func(tx kv.Tx) error {
-				for i := lo; i < hi; i++ {
+			fail := func(i int, err error) {
+				if i < errAt[w] {
+					errAt[w], errs[w] = i, err
+				}
+			}
+			err := s.db.View(func(tx kv.Tx) error {
+				b := tx.Bucket(bucketIndex)
+				if b == nil {
+					for _, i := range order[lo:hi] {
+						fail(i, &Error{Key: keys[i], Err: ErrNotFound})
+					}
+					return nil
+				}
+				return walkKeys(b, len(order[lo:hi]), func(j int) string { return keys[order[lo+j]] }, func(j int, v []byte) error {
+					i := order[lo+j]
 					key := keys[i]
 					ns, sum, err := ParseKey(key)
-					if err != nil {
-						return err
+					switch {
+					case err != nil:
+						fail(i, err)
+					case v == nil:
+						fail(i, &Error{Key: key, Err: ErrNotFound})
+					default:
+						e, err := decodeEntry(key, v)
+						if err != nil {
+							fail(i, corrupt(key, "index entry: "+err.Error()))
+							return nil
+						}
+						items[i] = item{key, ns, sum, e}
 					}
-					e, ok, err := lookup(tx, key)
-					if err != nil {
-						return err
-					}
-					if !ok {
-						return &Error{Key: key, Err: ErrNotFound}
-					}
-					items[i] = item{key, ns, sum, e}
-				}
-				return nil
+					return nil
+				})
 			})
+			if err != nil {
+				fail(-1, err) // the transaction's own failure comes first
+			}
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, 0, err
+	first, ferr := len(keys), error(nil)
+	for w, err := range errs {
+		if err != nil && errAt[w] < first {
+			first, ferr = errAt[w], err
 		}
+	}
+	if ferr != nil {
+		return nil, 0, ferr
 	}
 	return items, s.packGen, nil
 }

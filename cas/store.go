@@ -373,6 +373,42 @@ func (s *Store) Head(ctx context.Context, key string) (Info, error) {
 
 const noStaleCheck = math.MinInt64
 
+// walkKeys calls found(j, v) for each of n keys in byte order (key(j) is
+// the j-th; equal keys may repeat), v being its value in b or nil, walking
+// one cursor forward: up to 8 steps with Next before a Seek, so that a
+// dense run of keys costs about one scan of their part of the index, and
+// on a backend that reads ahead (internal/kv/pgkv) a query per read-ahead
+// batch rather than one per key.
+//
+// An error from found stops the walk and is returned.
+func walkKeys(b kv.Bucket, n int, key func(j int) string, found func(j int, v []byte) error) error {
+	c := b.Cursor()
+	var k, v []byte
+	for j := range n {
+		want := key(j)
+		for step := 0; k != nil && string(k) < want; step++ {
+			if step == 8 {
+				k = nil
+				break
+			}
+			k, v = c.Next()
+		}
+		if k == nil || string(k) < want {
+			k, v = c.Seek([]byte(want))
+		}
+		var err error
+		if k != nil && string(k) == want {
+			err = found(j, v)
+		} else {
+			err = found(j, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // RefreshAfter is how old an upload time may get before a dedup hit that
 // does not write the blob (a Head, a capture's stat-cache hit) refreshes
 // it. Refreshing on every hit would rewrite a workspace's worth of index
@@ -404,41 +440,26 @@ func (s *Store) scan(ctx context.Context, keys []string, staleBefore int64) (mis
 			missing = slices.Compact(slices.Clone(keys))
 			return nil
 		}
-		c := b.Cursor()
-		var k, v []byte
-		for i, key := range keys {
+		return walkKeys(b, len(keys), func(i int) string { return keys[i] }, func(i int, v []byte) error {
 			if i%4096 == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
-			if i > 0 && key == keys[i-1] {
-				continue
-			}
-			// Up to 8 steps forward before falling back to a seek.
-			for step := 0; k != nil && string(k) < key; step++ {
-				if step == 8 {
-					k = nil
-					break
-				}
-				k, v = c.Next()
-			}
-			if k == nil || string(k) < key {
-				k, v = c.Seek([]byte(key))
-			}
-			if k == nil || string(k) != key {
+			key := keys[i]
+			switch {
+			case i > 0 && key == keys[i-1]:
+			case v == nil:
 				missing = append(missing, key)
-				continue
-			}
-			if staleBefore != noStaleCheck {
+			case staleBefore != noStaleCheck:
 				if e, err := decodeEntry(key, v); err != nil {
 					missing = append(missing, key)
 				} else if e.uploaded < staleBefore {
 					stale = append(stale, key)
 				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	return missing, stale, err
 }

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Open) {
 		{"ByteOrder", testByteOrder},
 		{"ManyKeys", testManyKeys},
 		{"Seek", testSeek},
+		{"SeekWalk", testSeekWalk},
 		{"CursorDelete", testCursorDelete},
 		{"ForEachStops", testForEachStops},
 		{"Sequences", testSequences},
@@ -235,6 +236,45 @@ func testManyKeys(t *testing.T, view, update Func) {
 		}
 		return nil
 	}))
+}
+
+// testSeekWalk walks one cursor over 1,500 even-numbered keys with Seeks to
+// ascending targets, present and absent, near and far (the way cas looks
+// up many keys), mixed with Nexts, in a read and in a write transaction:
+// each lands on the first key at or after its target.
+func testSeekWalk(t *testing.T, view, update Func) {
+	const n = 1500
+	var kvs [][]byte
+	for i := range n {
+		kvs = append(kvs, fmt.Appendf(nil, "k%05d", 2*i), fmt.Appendf(nil, "v%d", 2*i))
+	}
+	put(t, update, "b", kvs...)
+	walk := func(tx kv.Tx) error {
+		c := tx.Bucket([]byte("b")).Cursor()
+		c.First()
+		for target := 1; target < 2*n+10; target += 1 + target%37 {
+			k, v := c.Seek(fmt.Appendf(nil, "k%05d", target))
+			want := target + target%2 // the next even number
+			if want >= 2*n {
+				if k != nil {
+					t.Fatalf("Seek(k%05d) = %q, want past the end", target, k)
+				}
+				c.First()
+				continue
+			}
+			if string(k) != fmt.Sprintf("k%05d", want) || string(v) != fmt.Sprintf("v%d", want) {
+				t.Fatalf("Seek(k%05d) = %q %q, want k%05d", target, k, v, want)
+			}
+			if target%5 == 0 {
+				if k, _ := c.Next(); want+2 < 2*n && string(k) != fmt.Sprintf("k%05d", want+2) {
+					t.Fatalf("Next after k%05d = %q", want, k)
+				}
+			}
+		}
+		return nil
+	}
+	must(t, view(walk))
+	must(t, update(walk))
 }
 
 func testSeek(t *testing.T, view, update Func) {

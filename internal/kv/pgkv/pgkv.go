@@ -67,6 +67,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"sort"
 	"strings"
 	"time"
 
@@ -819,6 +820,15 @@ func (c *cursor) First() ([]byte, []byte) {
 }
 
 func (c *cursor) Seek(seek []byte) ([]byte, []byte) {
+	// In a read transaction the rows read ahead are the snapshot's: a
+	// seek forward within them needs no query (a sorted walk of many keys,
+	// cas's lookups, seeks mostly there). A write transaction queries, to
+	// see its own writes.
+	if n := len(c.rows); !c.b.tx.writable && c.i < n &&
+		bytes.Compare(seek, c.rows[c.i].key) >= 0 && bytes.Compare(seek, c.rows[n-1].key) <= 0 {
+		c.i += sort.Search(n-c.i, func(x int) bool { return bytes.Compare(c.rows[c.i+x].key, seek) >= 0 })
+		return c.cur()
+	}
 	c.batch = firstBatch
 	if len(seek) == 0 {
 		return c.fetch(c.b.tx.db.q.first, c.b.id)
