@@ -237,7 +237,7 @@ func TestServersS3CaptureRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	root := t.TempDir()
-	rounds := testkit.Scale(t, 2, 6)
+	rounds := testkit.Scale(t, 2, 4)
 	type captured struct {
 		id   string
 		by   int
@@ -301,7 +301,7 @@ func TestServersS3GCWhileCapturing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	root := t.TempDir()
-	run := testkit.Scale(t, 10*time.Second, 60*time.Second)
+	run := testkit.Scale(t, 10*time.Second, 25*time.Second)
 	var trees [2]string
 	var wants [2]map[string]string
 	for i := range trees {
@@ -483,7 +483,7 @@ func TestServersS3Kill(t *testing.T) {
 	defer cancel()
 	root := t.TempDir()
 	writers := testkit.Scale(t, 4, 8)
-	after := testkit.Scale(t, 5, 40) // captures per writer through B after the kill
+	after := testkit.Scale(t, 5, 15) // captures per writer through B after the kill
 	ws := newS3Writers(ctx, t, writers, root, "k", a)
 
 	var killed atomic.Bool
@@ -566,8 +566,8 @@ func TestServersS3Outage(t *testing.T) {
 	defer cancel()
 	root := t.TempDir()
 	writers := 4
-	after := testkit.Scale(t, 5, 15) // captures per writer once S3 is back
-	outages := testkit.Scale(t, 1, 4)
+	after := testkit.Scale(t, 5, 8) // captures per writer once S3 is back
+	outages := testkit.Scale(t, 1, 2)
 	ws := newS3Writers(ctx, t, writers, root, "o", sp.peers[0])
 
 	const (
@@ -797,7 +797,7 @@ func TestServersS3KillDuringGC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	root := t.TempDir()
-	kills := testkit.Scale(t, 2, 6)
+	kills := testkit.Scale(t, 2, 4)
 	var trees [2]string
 	var wants [2]map[string]string
 	for i := range trees {

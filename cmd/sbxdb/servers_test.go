@@ -319,7 +319,7 @@ func TestServersOneThread(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	const thread, workers = "one", 64
-	racing := testkit.Scale(t, 128, 1000) // appends won while racing
+	racing := testkit.Scale(t, 128, 400) // appends won while racing
 	turns := testkit.Scale(t, 1, 4)       // lease turns per goroutine
 	l := newLedger()
 	var errs sync.Map
@@ -472,7 +472,7 @@ func TestServersKill(t *testing.T) {
 	defer cancel()
 	a, b := peers[0], peers[1]
 	writers := testkit.Scale(t, 8, 32)
-	rounds := testkit.Scale(t, 40, 400) // appends per writer after the kill
+	rounds := testkit.Scale(t, 40, 150) // appends per writer after the kill
 	l := newLedger()
 	ws := make([]*peerWriter, writers)
 	for i := range ws {
@@ -574,7 +574,7 @@ func testMetadataRestart(t *testing.T, stop func(testing.TB)) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	writers := 8
-	after := testkit.Scale(t, 10, 100) // appends per writer once PostgreSQL is back
+	after := testkit.Scale(t, 10, 40) // appends per writer once PostgreSQL is back
 	l := newLedger()
 	ws := make([]*peerWriter, writers)
 	for i := range ws {
@@ -869,7 +869,7 @@ func TestServersCommitLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	writers := 32
-	cuts := testkit.Scale(t, 6, 40)
+	cuts := testkit.Scale(t, 6, 15)
 	l := newLedger()
 	ws := make([]*peerWriter, writers)
 	for i := range ws {
@@ -1031,8 +1031,8 @@ func TestServersMixedWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	const thread = "main"
-	steps := testkit.Scale(t, 120, 1200)
-	forkers, forks := 8, testkit.Scale(t, 8, 60)
+	steps := testkit.Scale(t, 120, 500)
+	forkers, forks := 8, testkit.Scale(t, 8, 25)
 	lease, err := peers[0].c.AcquireWriter(ctx, thread)
 	if err != nil {
 		t.Fatal(err)
@@ -1169,7 +1169,7 @@ func TestServersMixedWrites(t *testing.T) {
 // others find them), and each sees what every other writes.
 func TestServersStartTogether(t *testing.T) {
 	const n = 8
-	for round := range testkit.Scale(t, 3, 20) {
+	for round := range testkit.Scale(t, 3, 8) {
 		url := pgtest.URL(t)
 		root := t.TempDir()
 		dbs := make([]*engine.DB, n)

@@ -46,7 +46,7 @@ import (
 //
 //	-diff.seqs N / SBXDB_DIFF_SEQS=N   number of sequences (default 600, 200 with -short, 2000 with SBXDB_LONG=1;
 //	                                   served: 40, 10 with -short, 2000 with SBXDB_LONG=1;
-//	                                   shared (PostgreSQL and S3): 20, 5 with -short, 100 with SBXDB_LONG=1)
+//	                                   shared (PostgreSQL and S3): 20, 5 with -short, 30 with SBXDB_LONG=1)
 //	-diff.seed S / SBXDB_DIFF_SEED=S   run only sequence S, e.g. to replay a failure
 //	-diff.steps N / SBXDB_DIFF_STEPS=N steps per sequence (default 60)
 //
@@ -93,7 +93,7 @@ func TestDifferentialServed(t *testing.T) { differential(t, true, testkit.ScaleS
 // PostgreSQL (engine.Options.Metadata), a fresh database each, and its
 // blobs in a fresh bucket of an S3 server (engine.Options.Blobs).
 func TestDifferentialShared(t *testing.T) {
-	differentialOn(t, false, true, testkit.ScaleShort(t, 5, 20, 100))
+	differentialOn(t, false, true, testkit.ScaleShort(t, 5, 20, 30))
 }
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
