@@ -320,7 +320,7 @@ func TestServersOneThread(t *testing.T) {
 	defer cancel()
 	const thread, workers = "one", 64
 	racing := testkit.Scale(t, 128, 400) // appends won while racing
-	turns := testkit.Scale(t, 1, 4)       // lease turns per goroutine
+	turns := testkit.Scale(t, 1, 4)      // lease turns per goroutine
 	l := newLedger()
 	var errs sync.Map
 
