@@ -32,7 +32,10 @@ import (
 //   - a commit that fails (a lost connection) does not poison the handle:
 //     no transaction builds on another's pages in memory, so the next one
 //     starts from what the database holds, whatever the outcome was. Blob
-//     files a batch wrote for it stay, as after a failed bbolt commit;
+//     files a batch wrote for it stay, as after a failed bbolt commit. A
+//     group commit whose outcome is unknown (ErrCommitUnknown) fails every
+//     write it carried, rather than retry each alone (commit.go): retried,
+//     each would meet its own stored effects;
 //   - the blobs may be in an S3 bucket (Options.Blobs) rather than the
 //     blob directory, so that servers on different machines share them:
 //     the bucket then holds every server's blobs and this database their
