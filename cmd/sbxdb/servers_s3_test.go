@@ -808,9 +808,10 @@ func TestServersS3KillDuringGC(t *testing.T) {
 		wants[i] = writeS3Tree(t, trees[i], uint64(20+i), 60, true)
 	}
 	const thread = "kgc"
-	// leaseWait bounds the wait for the thread's lease: a retention's
-	// work takes milliseconds.
-	const leaseWait = 10 * time.Second
+	// leaseWait bounds the wait for the thread's lease: the lease gc's
+	// retention takes lives 10 s (engine's retentionLease), its work
+	// milliseconds.
+	const leaseWait = 20 * time.Second
 	rounds := 0
 	// round captures the next tree through B, taking the lease for the
 	// capture alone, and restores it through every server given.
@@ -821,12 +822,12 @@ func TestServersS3KillDuringGC(t *testing.T) {
 		l, err := b.c.AcquireWriter(ctx, thread)
 		for start := time.Now(); errors.Is(err, chain.ErrWriterConflict) && ctx.Err() == nil; {
 			if time.Since(start) > leaseWait {
-				// The lease a gc of A took for its retention outlives A by
-				// the whole lease duration (120 s): the thread takes no
-				// capture meanwhile. TakeOverDead would take it here, A's
-				// process being on this host, but not from a server on
-				// another machine, which the plain AcquireWriter stands
-				// for. Free it as an operator would.
+				// The lease a gc of A took for its retention outlived A by
+				// more than its duration: the thread took no capture
+				// meanwhile. TakeOverDead would take it here, A's process
+				// being on this host, but not from a server on another
+				// machine, which the plain AcquireWriter stands for. Free
+				// it as an operator would.
 				t.Errorf("capture %s: thread %s still held %v after A was killed: %v", id, thread, leaseWait, err)
 				if _, err := b.c.Unlock(ctx, thread); err != nil {
 					return err
