@@ -246,6 +246,12 @@ func (s *Store) fetchPack(id uint64) error {
 		<-c.done
 		return c.err
 	}
+	// A download renames the pack into place before it leaves fetching: a
+	// reader that missed the file and then the download finds it now.
+	if _, err := os.Stat(filepath.Join(s.dir, packPath(id))); err == nil {
+		s.fetchMu.Unlock()
+		return nil
+	}
 	c := &fetchCall{done: make(chan struct{})}
 	if s.fetching == nil {
 		s.fetching = map[uint64]*fetchCall{}
