@@ -10,7 +10,6 @@ package s3test
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"testing"
 
@@ -92,15 +91,4 @@ func Env(t testing.TB, s *Server) {
 func Bucket() string { return s3server.Bucket() }
 
 // Ping reports whether the server answers now.
-func (s *Server) Ping(ctx context.Context) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return true
-}
+func (s *Server) Ping(ctx context.Context) bool { return s.srv.Ping(ctx) }
