@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -31,9 +32,15 @@ func newPackEncoder() (*zstd.Encoder, error) {
 // block gathers small blobs of one namespace until it is sealed into a
 // block frame (format.go). Its buffers come from bufPool and go back by
 // release once the frame is written.
+//
+// A sealed block holds its members in key order, whatever order the
+// capture's workers added them in: the same blobs make the same frame, the
+// same offsets and the same shares (blockShares), so a store's sizes do
+// not depend on scheduling.
 type block struct {
 	ns      Namespace
 	keys    []string
+	sums    [][32]byte
 	at      []uint64 // each member's offset in data
 	table   []byte   // the member table's rows
 	data    *[]byte  // the members' bytes, back to back
@@ -50,6 +57,7 @@ func newBlock(ns Namespace) *block {
 // add copies a blob into the block (the caller reuses its buffer).
 func (blk *block) add(key string, sum [32]byte, data []byte) {
 	blk.keys = append(blk.keys, key)
+	blk.sums = append(blk.sums, sum)
 	blk.at = append(blk.at, uint64(len(*blk.data)))
 	blk.table = appendMemberRow(blk.table, sum, len(data))
 	*blk.data = append(*blk.data, data...)
@@ -73,10 +81,37 @@ func (blk *block) seal(enc *zstd.Encoder) (header, []byte) {
 		copy(h.sum[:], blk.table)
 		return h, compress(enc, &h, *blk.data, blk.out)
 	}
+	blk.sortMembers()
 	blk.payload = getBuf(len(blk.table) + len(*blk.data))
 	p := append(append((*blk.payload)[:0], blk.table...), *blk.data...)
 	h := header{version: blockFrame, ns: blk.ns, members: uint32(len(blk.keys)), check: xxhash.Sum64(p)}
 	return h, compress(enc, &h, p, blk.out)
+}
+
+// sortMembers puts the members in key order: it rebuilds keys, sums, at,
+// table and data, the old data going back to the pool.
+func (blk *block) sortMembers() {
+	order := make([]int, len(blk.keys))
+	for i := range order {
+		order[i] = i
+	}
+	if slices.IsSortedFunc(order, func(a, b int) int { return strings.Compare(blk.keys[a], blk.keys[b]) }) {
+		return
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(blk.keys[a], blk.keys[b]) })
+	old := blk.data
+	data := getBuf(len(*old))
+	*data = (*data)[:0]
+	keys, sums, at := make([]string, len(order)), make([][32]byte, len(order)), make([]uint64, len(order))
+	table := make([]byte, 0, len(blk.table))
+	for j, i := range order {
+		member := (*old)[blk.at[i] : int(blk.at[i])+blk.size(i)]
+		keys[j], sums[j], at[j] = blk.keys[i], blk.sums[i], uint64(len(*data))
+		table = appendMemberRow(table, blk.sums[i], len(member))
+		*data = append(*data, member...)
+	}
+	blk.keys, blk.sums, blk.at, blk.table, blk.data = keys, sums, at, table, data
+	putBuf(old)
 }
 
 // release returns the block's buffers to the pool.

@@ -538,3 +538,46 @@ func TestTinyBlobsKeepBlocksSmall(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockIndependentOfAddOrder adds the same small blobs to two stores
+// in opposite orders: the blocks they seal are the same, so every member
+// has the same offset and the same share of its frame (a store's reported
+// sizes must not depend on which capture worker finished first).
+func TestBlockIndependentOfAddOrder(t *testing.T) {
+	ctx := context.Background()
+	var blobs [][]byte
+	for i := range 12 {
+		blobs = append(blobs, text(200+i*37, uint64(i)))
+	}
+	var keys []string
+	for _, d := range blobs {
+		keys = append(keys, keyOf(Files, d))
+	}
+	entriesAfter := func(order []int) map[string]entry {
+		f := open(t)
+		b := f.s.NewBatch()
+		defer b.Close()
+		for _, i := range order {
+			if _, err := b.Add(ctx, Files, blobs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f.entries(t, keys)
+	}
+	forward, backward := make([]int, len(blobs)), make([]int, len(blobs))
+	for i := range blobs {
+		forward[i], backward[len(blobs)-1-i] = i, i
+	}
+	a, b := entriesAfter(forward), entriesAfter(backward)
+	for _, k := range keys {
+		if a[k].where != whereBlock {
+			t.Fatalf("%s: where %d, want a block member", k, a[k].where)
+		}
+		if a[k].at != b[k].at || a[k].share != b[k].share || a[k].raw != b[k].raw {
+			t.Errorf("%s: at %d share %d added forward, at %d share %d added backward", k, a[k].at, a[k].share, b[k].at, b[k].share)
+		}
+	}
+}
