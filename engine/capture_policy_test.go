@@ -137,6 +137,56 @@ func TestCaptureStoreIsWorkspace(t *testing.T) {
 	}
 }
 
+// TestCaptureLeavesOutOtherStores: a directory of the workspace that is
+// another store's (one a capture left in it, say) is never recorded, under
+// any policy, and is counted once under workspace.RuleStore; a directory
+// that merely holds a file named like a store's lock is recorded.
+func TestCaptureLeavesOutOtherStores(t *testing.T) {
+	ctx := context.Background()
+	f := newCaptureFixture(t)
+	ws := filepath.Join(t.TempDir(), "ws")
+	write(t, ws, "src/a.go", []byte("package a"), 0o644)
+	write(t, ws, "decoy/sbx.lock", []byte("not a store"), 0o644)
+	for _, dir := range []string{".sbxdb", "deep/er/store"} {
+		other, err := engine.Open(filepath.Join(ws, dir), &engine.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := other.AcquireWriter(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: filepath.Join(ws, "src")}); err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+	}
+	for _, pol := range []workspace.Policy{{}, {NoDefaultExclude: true}} {
+		res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var paths []string
+		for _, e := range res.Checkpoint.Files {
+			paths = append(paths, e.Path)
+		}
+		want := []string{"decoy/sbx.lock", "deep/er", "src/a.go"} // deep/er held only a store: an empty directory now
+		if !slices.Equal(paths, want) || res.Stats.ExcludedByRule[workspace.RuleStore] != 2 || res.Stats.Excluded != 2 {
+			t.Errorf("policy %+v: captured %v, stats %+v; want %v and 2 stores left out", pol, paths, res.Stats, want)
+		}
+	}
+
+	// A workspace that is another store's directory keeps its own files
+	// only, as one that is the capturing store's does.
+	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: filepath.Join(ws, ".sbxdb"), Policy: workspace.Policy{NoDefaultExclude: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Checkpoint.Files) != 0 {
+		t.Errorf("capture of another store's directory recorded %d entries, the first %q", len(res.Checkpoint.Files), res.Checkpoint.Files[0].Path)
+	}
+}
+
 // TestCaptureNoDefaultExclude: the default policy prunes node_modules
 // before an include is asked, so --include 'node_modules/**' records
 // nothing; without the default exclusions it records node_modules, the

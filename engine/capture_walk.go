@@ -343,6 +343,16 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		}
 		excluded[rule]++
 	}
+	if rel != "" && isStoreDir(ents) {
+		// Another store beneath the workspace, whatever the policy: its
+		// files are another store's state, never a workspace's. The
+		// directory counts once, as an excluded directory does.
+		n.gone = true
+		exclude(workspace.RuleStore)
+		w.countExcluded(excluded)
+		return nil, nil, nil
+	}
+	otherStore := rel == "" && isStoreDir(ents)
 	if others := len(ents) - countDirs(ents); others > 0 {
 		found = make([]walked, 0, others)
 	}
@@ -368,8 +378,8 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		if kind == chain.KindDir && filepath.Join(abs, name) == w.in.skip {
 			continue // the store's own directory
 		}
-		if abs == w.in.skip && storeEntries[name] {
-			continue // the store's own entry: the workspace is the store
+		if (abs == w.in.skip || otherStore) && storeEntries[name] {
+			continue // a store's own entry: the workspace is a store's directory
 		}
 		if !w.in.pol.Wants(p, kind) {
 			exclude(workspace.RuleNotIncluded)
@@ -493,7 +503,26 @@ func unreadableEntry(format, path string, err error) error {
 // out the whole store's directory beneath a workspace.
 var storeEntries = map[string]bool{
 	DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, statCacheDir: true,
-	SocketName: true,
+	SocketName: true, cleanCloseName: true,
+}
+
+// isStoreDir reports whether a directory's entries make it an sbxdb
+// store's directory: its lock file, and its database or blob directory
+// (a store of shared metadata keeps no database file). Every Open creates
+// the lock file, so a store ever opened has one.
+func isStoreDir(ents []fs.DirEntry) bool {
+	var lock, data bool
+	for _, d := range ents {
+		switch d.Name() {
+		case lockFileName:
+			lock = d.Type().IsRegular()
+		case DBFile:
+			data = data || d.Type().IsRegular()
+		case BlobDir:
+			data = data || d.Type().IsDir()
+		}
+	}
+	return lock && data
 }
 
 // IsUnreadableEntry reports whether err is the ErrInvalidWorkspace error of

@@ -66,6 +66,10 @@ const (
 	RuleSkills      = "skills"       // .claude/skills/<name>, .codex/skills/<name>, .grok/skills/<name>
 	RuleMarker      = "marker"       // the projection marker, protected under any policy
 	RuleExclude     = "exclude"      // the caller's Exclude func
+	// RuleStore names a directory of the workspace that is an sbxdb
+	// store's (its lock file and database or blob directory): a capture
+	// never records one, under any policy. SkipRule never returns it.
+	RuleStore = "sbxdb store"
 	// RuleNotIncluded names an entry, not a directory, that no include matched
 	// (Wants false); SkipRule never returns it.
 	RuleNotIncluded = "not included"

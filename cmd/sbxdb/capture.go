@@ -78,11 +78,14 @@ The summary line counts the files recorded, those unchanged, those read, the
 new blobs stored (with their compressed size), the files whose bytes were
 stored already (deduplicated), and any entries the policy excluded (an
 excluded directory counts once), skipped, or changed or vanished while read.
+A directory of DIR that is another sbxdb store (its lock file and its
+database or blobs) is never captured, whatever the flags: the summary counts
+it as an sbxdb store left out.
 With --json: {id, threadId, parentCheckpointId, reason, label, stats,
 warnings, seconds}; stats.changed, stats.vanished and stats.skipped count the
 warnings, stats.excluded the entries the policy left out and
 stats.excludedByRule those by rule (".git", "node_modules", ".env*",
-"--exclude GLOB", "not included", …).
+"--exclude GLOB", "not included", "sbxdb store", …).
 
 While sbxdb serve runs for the store, capture works through it (sbxdb help
 says how the server is found), with the same output: the server reads DIR,
@@ -275,14 +278,22 @@ func printCaptureWarnings(w io.Writer, warnings []engine.CaptureWarning) {
 	}
 }
 
-// leftOut is the summary's counts of the entries the policy excluded and
-// of those skipped as unsupported, each left out when 0. An entry is what
-// either counts (an excluded directory counts once), so neither has a noun
-// to agree with its number.
+// leftOut is the summary's counts of the entries the policy excluded, of
+// the other stores' directories left out (never captured, whatever the
+// policy) and of those skipped as unsupported, each left out when 0. An
+// entry is what either count of entries counts (an excluded directory
+// counts once), so neither has a noun to agree with its number.
 func leftOut(st engine.CaptureStats) string {
 	var s string
-	if st.Excluded > 0 {
-		s += fmt.Sprintf(", %d excluded by policy", st.Excluded)
+	stores := st.ExcludedByRule[workspace.RuleStore]
+	if n := st.Excluded - stores; n > 0 {
+		s += fmt.Sprintf(", %d excluded by policy", n)
+	}
+	switch {
+	case stores == 1:
+		s += ", 1 sbxdb store left out"
+	case stores > 1:
+		s += fmt.Sprintf(", %d sbxdb stores left out", stores)
 	}
 	if st.Skipped > 0 {
 		s += fmt.Sprintf(", %d skipped as unsupported", st.Skipped)
