@@ -39,10 +39,13 @@ type CheckStoreOptions struct {
 }
 
 // Severity of a finding: errors make a store unclean; warnings are states
-// the contract allows but an operator may want to know of.
+// the contract allows but an operator may want to know of; notes are what
+// ordinary operation leaves (a parent retention deleted), said so that
+// nothing goes unexplained.
 const (
 	SeverityError   = "error"
 	SeverityWarning = "warning"
+	SeverityNote    = "note"
 )
 
 // Finding kinds.
@@ -137,8 +140,8 @@ func (r *CheckReport) Clean() bool {
 // match the artifact records, and hold counts equal a recomputation from
 // the objects and artifact records; every referenced or held blob is
 // stored; the blob index matches its files, and with VerifyBlobs every
-// blob's bytes match its key. Dangling parents (left by retention) and
-// checkpoints off every head chain are warnings, and so is each file in
+// blob's bytes match its key. Dangling parents (left by retention) are
+// notes; checkpoints off every head chain are warnings, and so is each file in
 // the blob store's quarantine (with how many blobs it holds). The error
 // result is for a check that could not run; what it found is in the
 // report.
@@ -492,7 +495,7 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 	for _, id := range slices.Sorted(maps.Keys(threadOf)) {
 		if p := parentOf[id]; p != "" {
 			if _, ok := threadOf[p]; !ok {
-				add(SeverityWarning, FindingDanglingParent, id, "parent %q is not stored (pruned by retention?)", p)
+				add(SeverityNote, FindingDanglingParent, id, "parent %q is not stored, as after retention deleted it", p)
 			}
 		}
 		if !reached[id] {

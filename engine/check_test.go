@@ -73,7 +73,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("fresh store: %+v, %v", rep, err)
 	}
 
-	// Retention leaves a dangling parent: a warning, still clean.
+	// Retention leaves a dangling parent: a note, still clean.
 	if _, err := gc.KeepNewest(ctx, f.db, "th", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCheck(t *testing.T) {
 	if rep.Unreferenced != 2 { // a.txt's first two versions
 		t.Fatalf("unreferenced after retention = %d, want 2", rep.Unreferenced)
 	}
-	if d := findings(rep, engine.FindingDanglingParent); !rep.Clean() || len(d) != 1 || d[0].Subject != ids[2] {
+	if d := findings(rep, engine.FindingDanglingParent); !rep.Clean() || len(d) != 1 || d[0].Subject != ids[2] || d[0].Severity != engine.SeverityNote {
 		t.Fatalf("after retention: %+v", rep.Findings)
 	}
 

@@ -17,11 +17,12 @@ import (
 // its command with register; newTree makes a cobra command of each.
 type command struct {
 	name    string
-	group   string // the heading sbxdb help lists it under: groupInspect, …
-	args    string // positional arguments, as shown in usage
-	nargs   int    // exact number of positional arguments, unless check is set
-	summary string // one line for the command list
-	detail  string // the rest of the command's help
+	aliases []string // other names that run it, as cobra's Aliases
+	group   string   // the heading sbxdb help lists it under: groupInspect, …
+	args    string   // positional arguments, as shown in usage
+	nargs   int      // exact number of positional arguments, unless check is set
+	summary string   // one line for the command list
+	detail  string   // the rest of the command's help
 	run     func(inv *invocation, args []string) error
 
 	// writes makes the command open the store for writing; the others
@@ -229,6 +230,7 @@ func (t *cmdTree) cobraCommand(c *command) *cobra.Command {
 	inv := t.inv
 	cmd := &cobra.Command{
 		Use:                   strings.TrimSpace(c.name + " " + c.args),
+		Aliases:               c.aliases,
 		Short:                 c.summary,
 		Long:                  c.detail,
 		GroupID:               c.group,

@@ -26,8 +26,10 @@ compares it with the stored count; checks that the thread index and the
 checkpoint records agree, that every head names a checkpoint of its thread,
 that every referenced blob is stored, and that the blob index matches its
 files. With --verify-blobs every blob is read back and checked against its
-key (sha256) and size. Problems are errors; a parent pruned by retention
-(dangling parent) and a checkpoint no head chain reaches are warnings.
+key (sha256) and size. Problems are errors; a checkpoint no head chain
+reaches is a warning; a parent retention deleted (dangling parent) is a
+note, as ordinary as the retention that left it. Neither warnings nor notes
+change the exit status.
 
 Blob files moved into blobs/quarantine (the database opened on an older
 meta page, so it may be older than its blob files) are warnings naming
@@ -88,14 +90,18 @@ func runCheck(inv *invocation, _ []string) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Severity, f.Kind, cell(f.Subject), f.Detail)
 		}
 		tw.Flush()
-		errs := len(rep.Findings) - warnings(rep)
 		verified := ""
 		if rep.Verified {
 			verified = ", every blob read back"
 		}
-		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored (%d unreferenced)%s: %s, %s\n",
+		notes := ""
+		if n := severity(rep, engine.SeverityNote); n > 0 {
+			notes = ", " + count(n, "note")
+		}
+		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored (%d unreferenced)%s: %s, %s%s\n",
 			count(rep.Threads, "thread"), count(rep.Checkpoints, "checkpoint"), count(rep.BlobKeys, "blob key"),
-			count(rep.Blobs, "blob"), rep.Unreferenced, verified, count(errs, "error"), count(warnings(rep), "warning"))
+			count(rep.Blobs, "blob"), rep.Unreferenced, verified, count(severity(rep, engine.SeverityError), "error"),
+			count(severity(rep, engine.SeverityWarning), "warning"), notes)
 		if rep.OrphanFiles > 0 {
 			fmt.Fprintf(inv.out, "%s left by a crash (gc removes them)\n", count(rep.OrphanFiles, "orphan blob file"))
 		}
@@ -114,7 +120,7 @@ func runCheck(inv *invocation, _ []string) error {
 			return err
 		}
 		if !inv.json {
-			fmt.Fprintf(inv.out, "after the repair: %s, %s\n", count(len(after.Findings)-warnings(after), "error"), count(warnings(after), "warning"))
+			fmt.Fprintf(inv.out, "after the repair: %s, %s\n", count(severity(after, engine.SeverityError), "error"), count(severity(after, engine.SeverityWarning), "warning"))
 		}
 		if !after.Clean() {
 			return problems(inv)
@@ -161,10 +167,11 @@ func printBlobRepair(inv *invocation, rep *engine.CheckReport) {
 	}
 }
 
-func warnings(rep *engine.CheckReport) int {
+// severity counts the findings of rep of one severity.
+func severity(rep *engine.CheckReport, sev string) int {
 	n := 0
 	for _, f := range rep.Findings {
-		if f.Severity == engine.SeverityWarning {
+		if f.Severity == sev {
 			n++
 		}
 	}
@@ -367,7 +374,7 @@ func printGC(inv *invocation, res *engine.GCResult, complete bool) {
 		fmt.Fprintf(w, "removed %s a crash left behind\n", count(res.Orphans, "blob file"))
 	}
 	before, after := res.Before.PackBytes+res.Before.LargeBytes, res.After.PackBytes+res.After.LargeBytes
-	fmt.Fprintf(w, "blobs on disk: %s → %s, %s given back\n", size(before), size(after), size(before-after))
+	fmt.Fprintf(w, "blobs stored: %s → %s, %s given back\n", size(before), size(after), size(before-after))
 }
 
 var compactCmd = register(&command{

@@ -73,7 +73,7 @@ func TestGCCommand(t *testing.T) {
 	wantMatch(t, out, `(?m)^retention: deleted 4 checkpoints in 1 thread$`)
 	wantMatch(t, out, `(?m)^deleted sandbox-files/sha256/[0-9a-f]{64}$`)
 	wantMatch(t, out, `(?m)^sweep: examined 7 blobs, 3 referenced; deleted 4 blobs`)
-	wantMatch(t, out, `(?m)^blobs on disk: .* given back$`)
+	wantMatch(t, out, `(?m)^blobs stored: .* given back$`)
 	var res engine.GCResult
 	if err := json.Unmarshal([]byte(ok(t, "gc", "--db", store, "--keep", "2", "--older-than", "0", "--json")), &res); err != nil || len(res.Sweep.Deleted) != 0 || res.Sweep.Examined != 3 {
 		t.Fatalf("second gc --json: %+v, %v", res, err)

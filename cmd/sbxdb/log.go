@@ -8,6 +8,7 @@ import (
 
 var logCmd = register(&command{
 	name:    "log",
+	aliases: []string{"list"}, // the checkpoint list; ls lists a checkpoint's files
 	group:   groupInspect,
 	args:    "THREAD",
 	nargs:   1,
@@ -16,7 +17,9 @@ var logCmd = register(&command{
 parent that no longer exists in the thread (retention deleted it), or at a
 checkpoint seen before. Checkpoints of the thread that are not on the chain
 are counted, not listed. With --json, each row has its parentCheckpointId,
-so a missing parent shows as the last row's parent.
+so a missing parent shows as the last row's parent. FILES counts regular
+files, as capture and restore do; ENTRIES adds empty directories and
+symlinks. sbxdb list is the same command.
 
 ` + viaServer,
 	run: runLog,
@@ -30,7 +33,8 @@ type logRow struct {
 	Reason      chain.Reason `json:"reason"`
 	Label       string       `json:"label,omitempty"`
 	SourceRunID string       `json:"sourceRunId,omitempty"`
-	Files       int          `json:"files"`
+	Files       int          `json:"files"`   // regular files, as capture and restore count them
+	Entries     int          `json:"entries"` // files, empty directories and symlinks
 	Artifacts   int          `json:"artifacts"`
 	Head        bool         `json:"head,omitempty"`
 }
@@ -67,7 +71,7 @@ func runLog(inv *invocation, args []string) error {
 		rows = append(rows, logRow{
 			ID: cp.ID, ParentID: nullable(cp.ParentID), CreatedAt: cp.CreatedAt, Reason: cp.Reason,
 			Label: cp.Label, SourceRunID: cp.SourceRunID,
-			Files: len(cp.Files), Artifacts: len(cp.Artifacts), Head: cp.ID == head,
+			Files: kinds(cp)[chain.KindFile], Entries: len(cp.Files), Artifacts: len(cp.Artifacts), Head: cp.ID == head,
 		})
 	}
 	if inv.json {
@@ -75,14 +79,14 @@ func runLog(inv *invocation, args []string) error {
 	}
 
 	tw := table(inv.out)
-	fmt.Fprintln(tw, "ID\tCREATED\tREASON\tLABEL\tSOURCE RUN\tFILES\tARTIFACTS")
+	fmt.Fprintln(tw, "ID\tCREATED\tREASON\tLABEL\tSOURCE RUN\tFILES\tENTRIES\tARTIFACTS")
 	for _, r := range rows {
 		mark := ""
 		if r.Head {
 			mark = " (head)"
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%d\t%d\n", cell(r.ID), mark, timeText(r.CreatedAt),
-			cell(string(r.Reason)), cell(r.Label), cell(r.SourceRunID), r.Files, r.Artifacts)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", cell(r.ID), mark, timeText(r.CreatedAt),
+			cell(string(r.Reason)), cell(r.Label), cell(r.SourceRunID), r.Files, r.Entries, r.Artifacts)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -106,4 +110,14 @@ func runLog(inv *invocation, args []string) error {
 		fmt.Fprintf(inv.out, "%s of thread %s %s not on the head chain\n", count(off, "more checkpoint"), cell(thread), verb)
 	}
 	return nil
+}
+
+// kinds counts a checkpoint's manifest entries by kind: files as capture
+// and restore count them, empty directories, symlinks.
+func kinds(cp *chain.Checkpoint) map[chain.Kind]int {
+	n := map[chain.Kind]int{}
+	for _, e := range cp.Files {
+		n[e.Kind]++
+	}
+	return n
 }

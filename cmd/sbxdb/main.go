@@ -238,11 +238,17 @@ func openError(inv *invocation, err error) error {
 }
 
 // message renders err as one line. Engine errors carry "sbxdb: " prefixes
-// of their own, sometimes nested; the report prints the prefix once. Paths
+// of their own, sometimes nested; the report prints the prefix once, so
+// each is removed where a prefix stands, at the start or after a ": " that
+// wraps it, and nowhere else (a URL's path may end in "/sbxdb: "). Paths
 // longer than maxPathRunes are shortened in the middle (shortenPaths).
 func message(err error) string {
-	return shortenPaths(strings.NewReplacer("sbxdb: ", "", "\r", " ", "\n", " ").Replace(err.Error()))
+	s := strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error())
+	return shortenPaths(nestedPrefix.ReplaceAllString(s, "$1"))
 }
+
+// nestedPrefix matches the "sbxdb: " prefixes message removes.
+var nestedPrefix = regexp.MustCompile(`(^|: )(?:sbxdb: )+`)
 
 // stringList is a repeatable string flag: each use appends a value.
 type stringList []string

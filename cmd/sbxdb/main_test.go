@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -222,14 +223,19 @@ func TestThreads(t *testing.T) {
 func TestLog(t *testing.T) {
 	dir := newStore(t)
 	out := ok(t, "log", "main", "--db", dir)
+	if list := ok(t, "list", "main", "--db", dir); list != out {
+		t.Errorf("list (log's alias) printed\n%s\nlog printed\n%s", list, out)
+	}
 	rs := rows(out)
 	if len(rs) != 4 {
 		t.Fatalf("want header and 3 checkpoints:\n%s", out)
 	}
-	wantFields(t, rs[0], "ID", "CREATED", "REASON", "LABEL", "SOURCE", "RUN", "FILES", "ARTIFACTS")
-	wantFields(t, rs[1], "c3", "(head)", "2023-11-14T22:13:22Z", "named", "release", "1", "run-3", "4", "1")
-	wantFields(t, rs[2], "c2", "2023-11-14T22:13:21Z", "automatic", "-", "run-2", "2", "0")
-	wantFields(t, rs[3], "c1", "2023-11-14T22:13:20Z", "automatic", "-", "run-1", "1", "0")
+	// FILES counts regular files as capture and restore do (c3: two files,
+	// a directory and a symlink); ENTRIES counts the manifest.
+	wantFields(t, rs[0], "ID", "CREATED", "REASON", "LABEL", "SOURCE", "RUN", "FILES", "ENTRIES", "ARTIFACTS")
+	wantFields(t, rs[1], "c3", "(head)", "2023-11-14T22:13:22Z", "named", "release", "1", "run-3", "2", "4", "1")
+	wantFields(t, rs[2], "c2", "2023-11-14T22:13:21Z", "automatic", "-", "run-2", "2", "2", "0")
+	wantFields(t, rs[3], "c1", "2023-11-14T22:13:20Z", "automatic", "-", "run-1", "1", "1", "0")
 
 	js := decode[[]struct {
 		ID          string  `json:"id"`
@@ -239,6 +245,7 @@ func TestLog(t *testing.T) {
 		Label       string  `json:"label"`
 		SourceRunID string  `json:"sourceRunId"`
 		Files       int     `json:"files"`
+		Entries     int     `json:"entries"`
 		Artifacts   int     `json:"artifacts"`
 		Head        bool    `json:"head"`
 	}](t, ok(t, "log", "--json", "--db", dir, "main"))
@@ -246,7 +253,7 @@ func TestLog(t *testing.T) {
 		t.Fatalf("want 3 rows, got %+v", js)
 	}
 	if h := js[0]; h.ID != "c3" || *h.ParentID != "c2" || h.CreatedAt != ms(2*time.Second) || h.Reason != "named" ||
-		h.Label != "release 1" || h.SourceRunID != "run-3" || h.Files != 4 || h.Artifacts != 1 || !h.Head {
+		h.Label != "release 1" || h.SourceRunID != "run-3" || h.Files != 2 || h.Entries != 4 || h.Artifacts != 1 || !h.Head {
 		t.Errorf("head row: %+v", h)
 	}
 	if r := js[2]; r.ID != "c1" || r.ParentID != nil || r.Head {
@@ -274,7 +281,7 @@ reason      named
 label       release 1
 source run  run-3
 
-files: 4
+entries: 4 (2 files, 1 empty dir, 1 symlink)
 KIND     SIZE  X  PATH        BLOB/TARGET
 file     6        README.md   ` + readme.BlobKey[len(chain.FilePrefix):][:12] + `
 file     10    x  bin/run.sh  ` + script.BlobKey[len(chain.FilePrefix):][:12] + `
@@ -493,5 +500,22 @@ func TestBusy(t *testing.T) {
 	if want := "sbxdb: store " + dir + " is busy: held by another process (pid "; code != exitBusy || out != "" ||
 		!strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("busy store: exit %d, stdout %q, stderr %q; want exit 11 and %q…", code, out, errOut, want)
+	}
+}
+
+// TestMessagePrefixes: message removes the engine's nested "sbxdb: "
+// prefixes and leaves the same letters alone elsewhere, as in a database
+// URL whose path is the database's name.
+func TestMessagePrefixes(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"sbxdb: store must be reopened: sbxdb: an earlier sync failed", "store must be reopened: an earlier sync failed"},
+		{"sbxdb: sbxdb: twice", "twice"},
+		{"open postgres://db:55432/sbxdb: sbxdb: the metadata indexes blobs stored elsewhere",
+			"open postgres://db:55432/sbxdb: the metadata indexes blobs stored elsewhere"},
+		{"thread sbxdb: x\nline two", "thread sbxdb: x line two"},
+	} {
+		if got := message(errors.New(c.in)); got != c.want {
+			t.Errorf("message(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

@@ -13,7 +13,8 @@ var showCmd = register(&command{
 	args:    "CHECKPOINT",
 	nargs:   1,
 	summary: "Show one checkpoint: header, files, artifacts and conversation size",
-	detail: `Files list kind, size in bytes, x for executable, path, and the first 12
+	detail: `The entries are counted by kind (files as capture and restore count
+them, empty directories, symlinks), then listed: kind, size in bytes, x for executable, path, and the first 12
 hex digits of the blob key (or -> target for a symlink). With --json, the
 checkpoint in its wire shape (the TypeScript SandboxCheckpoint).
 
@@ -52,7 +53,9 @@ func runShow(inv *invocation, args []string) error {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\nfiles: %d\n", len(cp.Files))
+	k := kinds(cp)
+	fmt.Fprintf(w, "\nentries: %d (%s, %s, %s)\n", len(cp.Files),
+		count(k[chain.KindFile], "file"), count(k[chain.KindDir], "empty dir"), count(k[chain.KindSymlink], "symlink"))
 	if len(cp.Files) > 0 {
 		tw = table(w)
 		fmt.Fprintln(tw, "KIND\tSIZE\tX\tPATH\tBLOB/TARGET")

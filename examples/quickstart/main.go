@@ -69,7 +69,9 @@ func run(ctx context.Context, w io.Writer, dir, thread, workspace, out string) e
 		res.Checkpoint.ID, count(s.Files, "file"), float64(s.Bytes)/1e6, count(s.Dirs, "empty dir"), count(s.Symlinks, "symlink"),
 		s.Unchanged, s.FilesRead, count(s.BlobsNew, "new blob"), float64(s.BytesNew)/1e6)
 
+	where := out
 	if out == "" {
+		where = "a temporary directory (removed again; -out DIR keeps the copy)"
 		tmp, err := os.MkdirTemp("", "sbxdb-quickstart-")
 		if err != nil {
 			return err
@@ -84,7 +86,7 @@ func run(ctx context.Context, w io.Writer, dir, thread, workspace, out string) e
 	if err := verify(res.Checkpoint, out); err != nil {
 		return fmt.Errorf("restored copy differs: %w", err)
 	}
-	fmt.Fprintf(w, "restored into %s: %s (%.1f MB), byte-exact\n", out, count(rs.Files, "file"), float64(rs.Bytes)/1e6)
+	fmt.Fprintf(w, "restored into %s: %s (%.1f MB), byte-exact\n", where, count(rs.Files, "file"), float64(rs.Bytes)/1e6)
 
 	list, err := db.List(ctx, thread)
 	if err != nil {
