@@ -213,8 +213,9 @@ var normalised = []struct {
 	{regexp.MustCompile(`"seconds":[-+0-9.eE]+`), `"seconds":N`},
 	// The ids of checkpoints captured without --id.
 	{regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`), "UUID"},
-	// A capture packs small blobs into blocks in the order its parallel
-	// readers finish, so their compressed size varies by a few bytes.
+	// A capture fills its blocks of small blobs in the order its parallel
+	// readers finish (each block sorts its members, but which blobs share
+	// a block varies), so their compressed size varies by a few bytes.
 	{regexp.MustCompile(`\([0-9.]+ [kMG]?B stored\)`), "(N stored)"},
 	{regexp.MustCompile(`"bytesNew":\d+`), `"bytesNew":N`},
 	// The server opened its copy for writing, which commits once

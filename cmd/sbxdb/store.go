@@ -46,6 +46,7 @@ type store interface {
 	// DeleteThread removes the thread's checkpoints, head, transcript,
 	// writer lease and artifact records, as engine.DB.DeleteThread does.
 	DeleteThread(ctx context.Context, threadID string, force bool) (engine.DeleteThreadResult, error)
+	Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, error)
 	BlobReferences(ctx context.Context) ([]chain.BlobRef, error)
 	Threads(ctx context.Context) ([]string, error)
 	Writers(ctx context.Context) (map[string]lease.State, error)
