@@ -84,6 +84,7 @@ type Server struct {
 	stopping atomic.Bool   // Serve was told to stop: new requests are refused
 	requests tracker       // the requests being served
 	tests    *testStores   // the test stores; nil without Options.TestStores
+	parent   *Server       // for a test store's server, the server that opened it
 
 	hooks hooks // test hooks; all nil when serving
 }

@@ -227,7 +227,9 @@ func (s *Server) testStoreServer(db *engine.DB) *Server {
 	opts.Token = ""
 	opts.MaxRequests = 1
 	opts.Registry = prometheus.NewRegistry()
-	return New(db, opts)
+	srv := New(db, opts)
+	srv.parent = s
+	return srv
 }
 
 // Close closes the test stores and removes their directory; afterwards
@@ -351,6 +353,13 @@ func openTestStore(base string, opts engine.Options, serverOf func(*engine.DB) *
 	}
 	ts.db, ts.srv = db, serverOf(db)
 	return ts, id, nil
+}
+
+// dir returns the directory holding the test stores, "" until the first.
+func (t *testStores) dir() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.base
 }
 
 // use returns the store id names, read-locked for one request (the caller
