@@ -32,8 +32,8 @@ type metrics struct {
 	gcRuns   *prometheus.CounterVec // by kind: gc or sweep
 	gcFreed  *prometheus.CounterVec // blob bytes freed, by kind
 
-	authFailures  prometheus.Counter // tokens checked and refused
-	authThrottled prometheus.Counter // requests refused unchecked, their peer backing off
+	authFailures  prometheus.Counter     // tokens checked and refused
+	authThrottled prometheus.Counter     // requests refused unchecked, their peer backing off
 	connsClosed   *prometheus.CounterVec // connections the connLimiter closed, by reason
 }
 
