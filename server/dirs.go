@@ -66,13 +66,116 @@ func (s *Server) directory(r *http.Request, op, dir string) (*pinnedDir, error) 
 	if prefix == "" {
 		return nil, errorf(CodeForbidden, "%s of %s: %s lies outside every directory this listener may touch", op, dir, resolved)
 	}
-	if store, err := filepath.Abs(s.db.Dir()); err == nil && op == "capture" && within(resolved, store) {
-		return nil, errorf(CodeForbidden, "capture of %s: it holds the store %s", dir, store)
+	if err := s.apartFromStores(op, dir, resolved); err != nil {
+		return nil, err
 	}
 	if runtime.GOOS != "linux" {
 		return &pinnedDir{path: resolved, release: func() {}}, nil
 	}
-	return pinBeneath(op, prefix, resolved)
+	d, err := pinBeneath(op, prefix, resolved)
+	if err != nil {
+		return nil, err
+	}
+	// The same check on what was opened: a directory swapped in since the
+	// first one is refused too, and the directories made for it removed.
+	if err := s.apartFromStores(op, dir, d.path); err != nil {
+		d.undo()
+		d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// maxAncestors bounds the walk up from a directory to the root.
+const maxAncestors = 4096
+
+// ancestry returns the file information of the directory dir and of each
+// directory above it, up to the root. Each parent is found through "..",
+// which the kernel takes from the directory dir names once its symlinks
+// (or a /proc/self/fd link) are followed: the physical parent, never the
+// one the spelling of the path suggests.
+func ancestry(dir string) ([]fs.FileInfo, error) {
+	var out []fs.FileInfo
+	p := dir
+	for range maxAncestors {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if n := len(out); n > 0 && os.SameFile(out[n-1], fi) {
+			return out, nil // the root is its own parent
+		}
+		out = append(out, fi)
+		p += string(filepath.Separator) + ".."
+	}
+	return nil, fmt.Errorf("%s lies more than %d directories deep", dir, maxAncestors)
+}
+
+// storeDirs are the directories a capture or restore must not overlap: the
+// store this server serves, the directory of its test stores, and, for a
+// test store's server, those of the server that opened it.
+func (s *Server) storeDirs() []string {
+	dirs := []string{s.db.Dir()}
+	if s.tests != nil {
+		if base := s.tests.dir(); base != "" {
+			dirs = append(dirs, base)
+		}
+	}
+	if s.parent != nil {
+		dirs = append(dirs, s.parent.storeDirs()...)
+	}
+	return dirs
+}
+
+// apartFromStores refuses a capture or restore whose directory overlaps one
+// of storeDirs: is one of them, lies within one, or holds one. It compares
+// directories by device and inode, so that neither a symlink (in --db, in
+// the request's dir, anywhere above either) nor a bind mount hides an
+// overlap. For a capture, at is the directory; for a restore, the target
+// (at's deepest existing directory is checked: a target yet to be made
+// holds nothing, and lies within a store when its existing parent does).
+// shown is the directory as the request named it.
+func (s *Server) apartFromStores(op, shown, at string) error {
+	holds := true
+	if op == "restore" {
+		for {
+			if _, err := os.Lstat(at); err == nil {
+				break
+			}
+			parent := filepath.Dir(at)
+			if parent == at {
+				break
+			}
+			at, holds = parent, false
+		}
+	}
+	mine, err := ancestry(at)
+	if err != nil {
+		return errorf(CodeForbidden, "%s of %s: %v", op, shown, err)
+	}
+	for _, store := range s.storeDirs() {
+		theirs, err := ancestry(store)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // gone: nothing of it to capture or overwrite
+		}
+		if err != nil {
+			return errorf(CodeForbidden, "%s of %s: telling it from the store %s: %v", op, shown, store, err)
+		}
+		for _, fi := range mine {
+			if os.SameFile(fi, theirs[0]) {
+				return errorf(CodeForbidden, "%s of %s: it is or lies within the store %s", op, shown, store)
+			}
+		}
+		if !holds {
+			continue
+		}
+		for _, fi := range theirs {
+			if os.SameFile(fi, mine[0]) {
+				return errorf(CodeForbidden, "%s of %s: it holds the store %s", op, shown, store)
+			}
+		}
+	}
+	return nil
 }
 
 // pinBeneath opens resolved (a capture's directory) or its parent (a

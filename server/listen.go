@@ -201,7 +201,7 @@ func (s *Server) Serve(ctx context.Context, ls ...net.Listener) error {
 	}
 	errc := make(chan error, len(ls))
 	for _, l := range ls {
-		go func() { errc <- hs.Serve(l) }()
+		go func() { errc <- hs.Serve(s.conns.listener(l)) }()
 	}
 	var err error
 	running := len(ls)

@@ -31,6 +31,10 @@ type metrics struct {
 	appends  prometheus.Counter
 	gcRuns   *prometheus.CounterVec // by kind: gc or sweep
 	gcFreed  *prometheus.CounterVec // blob bytes freed, by kind
+
+	authFailures  prometheus.Counter     // tokens checked and refused
+	authThrottled prometheus.Counter     // requests refused unchecked, their peer backing off
+	connsClosed   *prometheus.CounterVec // connections the connLimiter closed, by reason
 }
 
 func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
@@ -66,7 +70,25 @@ func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
 			Name: "sbxdb_gc_freed_bytes_total", Help: "Blob bytes on disk freed by sweeps and repacks, by kind of run.",
 		}, []string{"kind"}),
 	}
+	m.authFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sbxdb_auth_failures_total", Help: "Requests whose bearer token was checked and refused (missing or wrong).",
+	})
+	m.authThrottled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sbxdb_auth_throttled_total", Help: "Requests refused without a check, their peer backing off after failed authentications.",
+	})
 	reg.MustRegister(m.requests, m.duration, m.bytesIn, m.bytesOut, m.inFlight, m.appends, m.gcRuns, m.gcFreed, newStoreCollector(s.db))
+	m.connsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sbxdb_connections_closed_total", Help: "Connections the server closed to bound them: auth_timeout (no authenticated request in time), evicted (the oldest unauthenticated one, for a new one at the cap), refused (a new one at the cap).",
+	}, []string{"reason"})
+	connsOpen := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sbxdb_connections_open", Help: "Connections open on the server's listeners.",
+	}, func() float64 {
+		if s.conns == nil {
+			return 0
+		}
+		return float64(s.conns.openConns())
+	})
+	reg.MustRegister(m.authFailures, m.authThrottled, m.connsClosed, connsOpen)
 	return m
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,13 +62,11 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		s.metrics.inFlight.Inc()
 		defer s.metrics.inFlight.Dec()
 
-		switch {
-		case s.stopping.Load():
+		if s.stopping.Load() {
 			writeError(rw, errorf(CodeUnavailable, "the server is shutting down"))
 			return
-		case !s.authorized(r, route):
-			rw.Header().Set("WWW-Authenticate", `Bearer realm="sbxdb"`)
-			writeError(rw, errorf(CodeUnauthorized, "a valid bearer token is required"))
+		}
+		if !s.authenticate(rw, r, route) {
 			return
 		}
 		if err := s.refuseTestMode(r); err != nil {
@@ -154,14 +153,51 @@ func (s *Server) observe(r *http.Request, id, route string, rw *responseWriter, 
 	l.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
-// authorized reports whether r may be served: it came on a unix socket, or
-// no token is configured, or it is the health probe, or it carries the
-// token. The token is compared by its digest in constant time, so that
-// neither its bytes nor its length show in the time a refusal takes.
-func (s *Server) authorized(r *http.Request, route string) bool {
-	if s.opts.Token == "" || route == healthRoute || connOf(r.Context()).Unix {
+// authenticate reports whether r may be served, and answers it 401
+// SBXDB_UNAUTHORIZED when not. It may be served when it came on a unix
+// socket, or no token is configured, or it is the health probe, or it
+// carries the token; then its connection counts as authenticated (conns),
+// the health probe's excepted. A request from a peer that failed before
+// first waits its turn (authLimiter); one whose turn is too far off is
+// refused unchecked, with Retry-After.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, route string) bool {
+	c := connOf(r.Context())
+	switch {
+	case s.opts.Token == "" || c.Unix:
+		c.authenticated()
+		return true
+	case route == healthRoute:
 		return true
 	}
+	refuse := func(format string, args ...any) bool {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sbxdb"`)
+		writeError(w, errorf(CodeUnauthorized, format, args...))
+		return false
+	}
+	key := peerKey(r.RemoteAddr)
+	far, err := s.auth.wait(r.Context(), key)
+	switch {
+	case err != nil:
+		return refuse("the request ended while it waited its turn to be authenticated")
+	case far > 0:
+		s.metrics.authThrottled.Inc()
+		secs := int64((far + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		return refuse("too many failed authentications from %s: the token was not checked; retry in %d s", key, secs)
+	case !s.tokenMatches(r):
+		s.auth.failed(key)
+		s.metrics.authFailures.Inc()
+		return refuse("a valid bearer token is required")
+	}
+	s.auth.succeeded(key)
+	c.authenticated()
+	return true
+}
+
+// tokenMatches reports whether r carries the token. The token is compared
+// by its digest in constant time, so that neither its bytes nor its length
+// show in the time a refusal takes.
+func (s *Server) tokenMatches(r *http.Request) bool {
 	// The scheme is case-insensitive (RFC 9110, 11.1).
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {

@@ -63,6 +63,15 @@ type Options struct {
 	// told to stop, before it cancels them; 0 means DefaultGrace, and a
 	// negative one none: they are cancelled at once.
 	Grace time.Duration
+	// MaxConns caps the connections open at once on the listeners Serve
+	// serves, all together; 0 means MaxConnsFor the process's limit of
+	// open files. At the cap, a new connection takes the place of the
+	// oldest one that has not authenticated (connLimiter).
+	MaxConns int
+	// AuthTimeout is how long a TCP connection may stay open before it
+	// sends an authenticated request (any request when no Token is set;
+	// /v1/health does not count); 0 means DefaultAuthTimeout.
+	AuthTimeout time.Duration
 	// TestStores serves test stores (teststores.go, docs/API.md, Test
 	// mode): fresh stores of their own, each with its own clock and lease
 	// timings, for conformance suites. Without it, every request that
@@ -84,6 +93,9 @@ type Server struct {
 	stopping atomic.Bool   // Serve was told to stop: new requests are refused
 	requests tracker       // the requests being served
 	tests    *testStores   // the test stores; nil without Options.TestStores
+	parent   *Server       // for a test store's server, the server that opened it
+	auth     *authLimiter  // the backoff of failed authentications
+	conns    *connLimiter  // the connections Serve accepted
 
 	hooks hooks // test hooks; all nil when serving
 }
@@ -109,8 +121,14 @@ func New(db *engine.DB, opts Options) *Server {
 	if opts.Grace == 0 {
 		opts.Grace = DefaultGrace
 	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = MaxConnsFor(openFileLimit())
+	}
+	if opts.AuthTimeout <= 0 {
+		opts.AuthTimeout = DefaultAuthTimeout
+	}
 	s := &Server{db: db, opts: opts, mux: http.NewServeMux(),
-		slots: make(chan struct{}, opts.MaxRequests), slotWait: 5 * time.Second}
+		slots: make(chan struct{}, opts.MaxRequests), slotWait: 5 * time.Second, auth: newAuthLimiter()}
 	for _, d := range opts.AllowDirs {
 		s.allowDirs = append(s.allowDirs, resolvePrefix(d))
 	}
@@ -122,6 +140,9 @@ func New(db *engine.DB, opts Options) *Server {
 		s.tests = newTestStores(logDir)
 	}
 	s.metrics = newMetrics(s, opts.Registry)
+	s.conns = newConnLimiter(opts.MaxConns, opts.AuthTimeout, func(reason string) {
+		s.metrics.connsClosed.WithLabelValues(reason).Inc()
+	})
 	s.routes()
 	s.testStoreRoutes()
 	s.handler = s.middleware(s.mux)

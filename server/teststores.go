@@ -227,7 +227,9 @@ func (s *Server) testStoreServer(db *engine.DB) *Server {
 	opts.Token = ""
 	opts.MaxRequests = 1
 	opts.Registry = prometheus.NewRegistry()
-	return New(db, opts)
+	srv := New(db, opts)
+	srv.parent = s
+	return srv
 }
 
 // Close closes the test stores and removes their directory; afterwards
@@ -283,7 +285,8 @@ type testStores struct {
 	logger func(dir string) // told the directory when it is made; may be nil
 
 	mu      sync.Mutex
-	base    string // the private directory holding every store; "" until the first
+	base    string   // the private directory holding every store; "" until the first
+	owner   *os.File // holds base's owner lock (lockOwner) while base exists
 	stores  map[string]*testStore
 	opening int  // stores being opened, counted against limit
 	closed  bool // close was called: no store is created any more
@@ -310,12 +313,18 @@ func (t *testStores) create(opts engine.Options, serverOf func(*engine.DB) *Serv
 		return "", errorf(CodeUnavailable, "%d test stores are open, the most a server holds; delete one (DELETE /v1/test/stores/{id}) first", t.limit)
 	}
 	if t.base == "" {
-		base, err := os.MkdirTemp("", "sbxdb-test-stores-") // mode 0700
+		base, err := os.MkdirTemp("", testStoresPrefix) // mode 0700
 		if err != nil {
 			t.mu.Unlock()
 			return "", fmt.Errorf("making the directory of the test stores: %w", err)
 		}
-		t.base = base
+		owner, err := lockOwner(base)
+		if err != nil {
+			os.RemoveAll(base)
+			t.mu.Unlock()
+			return "", fmt.Errorf("locking the directory of the test stores: %w", err)
+		}
+		t.base, t.owner = base, owner
 		if t.logger != nil {
 			t.logger(base)
 		}
@@ -353,6 +362,13 @@ func openTestStore(base string, opts engine.Options, serverOf func(*engine.DB) *
 	return ts, id, nil
 }
 
+// dir returns the directory holding the test stores, "" until the first.
+func (t *testStores) dir() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.base
+}
+
 // use returns the store id names, read-locked for one request (the caller
 // unlocks ts.inUse), or nil when there is none. The lock is taken while
 // the store is in the map, so that delete, which takes it out first,
@@ -388,8 +404,8 @@ func (t *testStores) close() error {
 	t.mu.Unlock()
 	t.opens.Wait()
 	t.mu.Lock()
-	stores, base := t.stores, t.base
-	t.stores, t.base = map[string]*testStore{}, ""
+	stores, base, owner := t.stores, t.base, t.owner
+	t.stores, t.base, t.owner = map[string]*testStore{}, "", nil
 	t.mu.Unlock()
 	var errs []error
 	for _, ts := range stores {
@@ -397,6 +413,9 @@ func (t *testStores) close() error {
 	}
 	if base != "" {
 		errs = append(errs, os.RemoveAll(base))
+	}
+	if owner != nil {
+		owner.Close() // the directory is gone, or left for the next start to remove
 	}
 	return errors.Join(errs...)
 }

@@ -95,7 +95,9 @@ func (m *testMode) dirs() []string {
 	}
 	var names []string
 	for _, e := range ents {
-		names = append(names, e.Name())
+		if e.Name() != ownerLockName {
+			names = append(names, e.Name())
+		}
 	}
 	return names
 }

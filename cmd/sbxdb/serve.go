@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,8 +28,8 @@ var serveCmd = register(&command{
 	creates: true,
 	noJSON:  true,
 	serves:  true,
-	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--test]",
+	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -39,8 +41,11 @@ server listens on one unix socket, DIR/sbxdb.sock. A unix socket is made
 with mode 0600: only the store's user can connect, and needs no token. A
 socket file left by a server that died is replaced; one where a server
 answers is an error naming it. A TCP listener requires --token-file FILE,
-whose content (trimmed) every request but GET /v1/health must send as
-"Authorization: Bearer TOKEN"; its host must be a loopback address
+whose content (trimmed, at least 32 bytes) every request but GET
+/v1/health must send as "Authorization: Bearer TOKEN", or --new-token FILE,
+which makes FILE (it must not exist) with mode 0600 holding a new random
+token (64 hex digits) and serves with it. Failed authentications are slowed
+per client address, up to 5 s apart. Its host must be a loopback address
 (127.0.0.1, ::1, localhost) unless --allow-remote. Port 0 picks a free
 port. One line per listener, "listening on ADDR", goes to standard output
 once the server accepts.
@@ -52,14 +57,18 @@ resolved, lies below an --allow-dirs PREFIX (repeatable; it must exist).
 Each request is logged on standard error (request id, method, route,
 status, duration, bytes in and out) as text or, with --log-format json,
 JSON. At most --max-requests requests are served at once (default 256); one
-more waits up to 5 s, then is refused with 503. GET /metrics serves
-Prometheus metrics.
+more waits up to 5 s, then is refused with 503. At most --max-conns
+connections are open at once (default 1024, or half the limit of open
+files when less); a TCP connection that sends no authenticated request
+within 10 s is closed, and so is the oldest such one when a connection
+arrives at the cap. GET /metrics serves Prometheus metrics.
 
 --test serves test stores, for test suites: POST /v1/test/stores opens
 a fresh store, with lease timings of its own, in a private temporary
 directory, and a request naming it in the X-Sbxdb-Test-Store header is
 served by that store, at the clock its X-Sbxdb-Now header sets (epoch ms).
-Test stores are deleted when the server stops. Without --test, such
+Test stores are deleted when the server stops; those of a server that was
+killed are deleted when the next serve --test starts. Without --test, such
 requests are refused with 403.
 
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
@@ -71,11 +80,13 @@ and exits 0.`,
 		f := &serveFlags{grace: server.DefaultGrace, maxRequests: server.DefaultMaxRequests, logFormat: "text"}
 		fset.Var(&f.listen, "listen", "listen on `ADDR`, unix:PATH or tcp:HOST:PORT (repeatable; default unix:DIR/"+socketName+")")
 		fset.StringVar(&f.tokenFile, "token-file", "", "read the bearer token TCP clients must send from `FILE`")
+		fset.StringVar(&f.newToken, "new-token", "", "make `FILE` (mode 0600) holding a new random token, and serve with it")
 		fset.BoolVar(&f.allowRemote, "allow-remote", false, "allow a TCP listener on a host that is not loopback")
 		fset.Var(&f.allowDirs, "allow-dirs", "let TCP clients capture and restore below `PREFIX` (repeatable)")
 		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		fset.IntVar(&f.maxConns, "max-conns", 0, "keep at most `N` connections open (default 1024, or half the open-file limit)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -94,11 +105,13 @@ and exits 0.`,
 type serveFlags struct {
 	listen      stringList
 	tokenFile   string
+	newToken    string
 	allowRemote bool
 	allowDirs   stringList
 	logFormat   string
 	grace       time.Duration
 	maxRequests int
+	maxConns    int
 	test        bool
 }
 
@@ -124,6 +137,10 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("--grace %s: must not be negative", f.grace)
 	case f.maxRequests < 1:
 		return fmt.Errorf("--max-requests %d: must be at least 1", f.maxRequests)
+	case f.maxConns < 0:
+		return fmt.Errorf("--max-conns %d: must be at least 1", f.maxConns)
+	case f.tokenFile != "" && f.newToken != "":
+		return errors.New("--token-file and --new-token: give one token")
 	}
 	for _, addr := range f.listen {
 		network, address, err := server.ParseAddr(addr)
@@ -133,7 +150,7 @@ func (f *serveFlags) check() error {
 		if network != "tcp" {
 			continue
 		}
-		if f.tokenFile == "" {
+		if f.tokenFile == "" && f.newToken == "" {
 			return fmt.Errorf("--listen %s: a TCP listener requires --token-file", addr)
 		}
 		if !f.allowRemote && !server.IsLoopback(address) {
@@ -145,7 +162,7 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version(), TestStores: f.test}
+	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -154,8 +171,12 @@ func runServe(inv *invocation, _ []string) error {
 		if err != nil {
 			return fmt.Errorf("--token-file: %w", err)
 		}
-		if opts.Token = strings.TrimSpace(string(b)); opts.Token == "" {
-			return fmt.Errorf("--token-file %s: the file holds no token", f.tokenFile)
+		switch opts.Token = strings.TrimSpace(string(b)); {
+		case opts.Token == "":
+			return &usageError{err: fmt.Errorf("--token-file %s: the file holds no token", f.tokenFile)}
+		case len(opts.Token) < minTokenBytes:
+			return &usageError{err: fmt.Errorf("--token-file %s: the token is %d bytes, fewer than %d; --new-token FILE makes one",
+				f.tokenFile, len(opts.Token), minTokenBytes)}
 		}
 	}
 	for _, d := range f.allowDirs {
@@ -166,12 +187,25 @@ func runServe(inv *invocation, _ []string) error {
 		}
 		opts.AllowDirs = append(opts.AllowDirs, d)
 	}
+	if f.newToken != "" {
+		token, err := writeNewToken(f.newToken)
+		if err != nil {
+			return fmt.Errorf("--new-token: %w", err)
+		}
+		opts.Token = token
+	}
 	var h slog.Handler = slog.NewTextHandler(inv.errOut, nil)
 	if f.logFormat == "json" {
 		h = slog.NewJSONHandler(inv.errOut, nil)
 	}
 	opts.Logger = slog.New(h)
 
+	// The test stores of servers that were killed, gone before this one
+	// says it listens.
+	abandoned := 0
+	if f.test {
+		abandoned = server.RemoveAbandonedTestStores("")
+	}
 	db, err := inv.openStore()
 	if err != nil {
 		return err
@@ -201,6 +235,9 @@ func runServe(inv *invocation, _ []string) error {
 	attrs := []any{"store", db.Dir(), "version", opts.Version}
 	if f.test {
 		attrs = append(attrs, "testStores", true)
+		if abandoned > 0 {
+			attrs = append(attrs, "abandonedTestStoresRemoved", abandoned)
+		}
 	}
 	opts.Logger.Info("serving", attrs...)
 	err = server.New(db, opts).Serve(inv.ctx, ls...)
@@ -210,4 +247,33 @@ func runServe(inv *invocation, _ []string) error {
 	}
 	opts.Logger.Info("stopped")
 	return err
+}
+
+// minTokenBytes is the shortest token serve takes: 32 bytes, as many as
+// the random ones --new-token makes hold.
+const minTokenBytes = 32
+
+// writeNewToken makes the file path, which must not exist, with mode 0600,
+// holding a new token: 32 random bytes in hex, and a newline. It returns
+// the token.
+func writeNewToken(path string) (string, error) {
+	var b [32]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	token := hex.EncodeToString(b[:])
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteString(token + "\n")
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	return token, nil
 }

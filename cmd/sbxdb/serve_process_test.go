@@ -283,7 +283,7 @@ func TestServerOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv := server.New(db, server.Options{Token: "s3cret"})
+	srv := server.New(db, server.Options{Token: "s3cret"}) // not through serve: no length to meet
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -170,6 +170,11 @@ func TestServeUsage(t *testing.T) {
 	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// 31 bytes once trimmed: one short.
+	short := filepath.Join(dir, "short-token")
+	if err := os.WriteFile(short, []byte("0123456789abcdef0123456789abcde\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -185,7 +190,11 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"extra"}, 2, `sbxdb serve: unexpected argument "extra"`},
 		{[]string{"--server", "unix:/tmp/s.sock"}, 2, "sbxdb serve: --server names a server to work through; serve is the server"},
 		{[]string{"--lisen", "unix:/tmp/s.sock"}, 2, "sbxdb serve: unknown flag: --lisen; did you mean --listen?"},
-		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", empty}, 1, "sbxdb: --token-file " + empty + ": the file holds no token"},
+		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", empty}, 2, "sbxdb serve: --token-file " + empty + ": the file holds no token"},
+		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", short}, 2, "sbxdb serve: --token-file " + short + ": the token is 31 bytes, fewer than 32; --new-token FILE makes one"},
+		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", token, "--new-token", filepath.Join(dir, "new")}, 2, "sbxdb serve: --token-file and --new-token: give one token"},
+		{[]string{"--listen", "tcp:127.0.0.1:0", "--new-token", token}, 1, "sbxdb: --new-token: open " + token + ": file exists"},
+		{[]string{"--max-conns", "-1"}, 2, "sbxdb serve: --max-conns -1: must be at least 1"},
 		{[]string{"--listen", "tcp:127.0.0.1:0", "--token-file", filepath.Join(dir, "none")}, 1, "sbxdb: --token-file: open " + filepath.Join(dir, "none") + ": no such file or directory"},
 		{[]string{"--allow-dirs", filepath.Join(dir, "none")}, 1, "sbxdb: --allow-dirs: stat " + filepath.Join(dir, "none") + ": no such file or directory"},
 		{[]string{"--allow-dirs", token}, 1, "sbxdb: --allow-dirs " + token + ": not a directory"},
@@ -257,7 +266,8 @@ func TestServe(t *testing.T) {
 func TestServeTCP(t *testing.T) {
 	dir := t.TempDir()
 	store, sock, token := filepath.Join(dir, "store"), filepath.Join(dir, "s.sock"), filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("  s3cret\n"), 0o600); err != nil {
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	if err := os.WriteFile(token, []byte("  "+secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startServe(t, 2, "--db", store, "--listen", "tcp:127.0.0.1:0", "--listen", "unix:"+sock, "--token-file", token, "--log-format", "json")
@@ -268,7 +278,7 @@ func TestServeTCP(t *testing.T) {
 	if _, err := p.client(t, 0, "").Stats(ctx); !errors.Is(err, client.ErrUnauthorized) {
 		t.Errorf("stats on TCP without the token: %v", err)
 	}
-	if _, err := p.client(t, 0, "s3cret").Stats(ctx); err != nil {
+	if _, err := p.client(t, 0, secret).Stats(ctx); err != nil {
 		t.Errorf("stats on TCP with the token: %v", err)
 	}
 	if _, err := p.client(t, 0, "").Health(ctx); err != nil {
@@ -512,5 +522,32 @@ func TestServeTerminatedDuringCapture(t *testing.T) {
 			}
 			t.Logf("first progress report %+v; capture error %v", at, err)
 		})
+	}
+}
+
+// --new-token FILE makes FILE, mode 0600, holding 64 hex digits, and the
+// server takes that token on TCP and no other.
+func TestServeNewToken(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	p := startServe(t, 1, "--db", filepath.Join(dir, "store"), "--listen", "tcp:127.0.0.1:0", "--new-token", tokenFile)
+	fi, err := os.Stat(tokenFile)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the token file: %v, %v; want mode 0600", fi, err)
+	}
+	b, err := os.ReadFile(tokenFile)
+	token, found := strings.CutSuffix(string(b), "\n")
+	if err != nil || !found || len(token) != 64 || strings.Trim(token, "0123456789abcdef") != "" {
+		t.Fatalf("the token file holds %q (%v), want 64 hex digits and a newline", b, err)
+	}
+	ctx := context.Background()
+	if _, err := p.client(t, 0, token).Stats(ctx); err != nil {
+		t.Errorf("stats with the new token: %v", err)
+	}
+	if _, err := p.client(t, 0, token[:63]+"x").Stats(ctx); !errors.Is(err, client.ErrUnauthorized) {
+		t.Errorf("stats with another token: %v", err)
+	}
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d after SIGTERM; stderr:\n%s", code, p.stderr)
 	}
 }

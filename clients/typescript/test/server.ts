@@ -3,6 +3,7 @@
 // for the whole run) and by tests that need a server of their own.
 
 import { spawn, spawnSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import type { ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -58,7 +59,7 @@ export async function startServer(
   const args = ['serve', '--db', join(dir, 'store'), '--listen', `unix:${socketPath}`, '--grace', '5s']
   let token: string | undefined
   if (opts.tcp) {
-    token = `t-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`
+    token = randomBytes(32).toString('hex') // serve takes 32 bytes at least
     writeFileSync(join(dir, 'token'), token, { mode: 0o600 })
     args.push('--listen', 'tcp:127.0.0.1:0', '--token-file', join(dir, 'token'))
   }
