@@ -148,7 +148,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	// Every page, whatever this Open trusted (cleanclose.go): a damaged
 	// one fails the check, as it fails an Open that walks them.
-	if err := db.verifyLive(); err != nil {
+	if err := db.verifyLive(nil); err != nil {
 		return nil, err
 	}
 	r := &CheckReport{Findings: []Finding{}}
