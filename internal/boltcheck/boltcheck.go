@@ -222,9 +222,9 @@ type pageWalker struct {
 	f        io.ReaderAt
 	size     int64
 	pageSize int64
-	hwm      uint64 // high-water mark: first page id not in use
+	hwm      uint64   // high-water mark: first page id not in use
 	seen     []uint64 // a bit per page below hwm: reached by the walk (checkMeta sizes it)
-	metaNote string // set when one meta page is damaged
+	metaNote string   // set when one meta page is damaged
 	// pace, when set, is called after each page read (VerifyAtPaced).
 	pace func(bytes int64) error
 }
