@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,9 @@ type Server struct {
 	stopping atomic.Bool   // Serve was told to stop: new requests are refused
 	requests tracker       // the requests being served
 	tests    *testStores   // the test stores; nil without Options.TestStores
+
+	scrubMu sync.Mutex
+	scrub   *scrubber // the background scrub (scrub.go); nil if none runs
 
 	hooks hooks // test hooks; all nil when serving
 }

@@ -27,7 +27,7 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--scrub-every DUR [--scrub-rate BYTES/S]] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -55,6 +55,13 @@ JSON. At most --max-requests requests are served at once (default 256); one
 more waits up to 5 s, then is refused with 503. GET /metrics serves
 Prometheus metrics.
 
+--scrub-every DUR checks the store in the background every DUR, as check
+--verify-blobs does (the page walk, the metadata, every blob read back),
+reading blobs at most --scrub-rate bytes per second (default 32 MiB/s) so
+that it takes a bounded share of the disk; it repairs nothing. Findings
+are logged, counted in GET /metrics (sbxdb_scrub_*) and reported by GET
+/v1/health, which stays 200: health says the server serves.
+
 --test serves test stores, for test suites: POST /v1/test/stores opens
 a fresh store, with lease timings of its own, in a private temporary
 directory, and a request naming it in the X-Sbxdb-Test-Store header is
@@ -76,6 +83,8 @@ and exits 0.`,
 		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		fset.DurationVar(&f.scrubEvery, "scrub-every", 0, "check the store and its blobs in the background every `DUR` (default never)")
+		fset.Int64Var(&f.scrubRate, "scrub-rate", server.DefaultScrubBytesPerSecond, "read blobs back at most `BYTES` per second while scrubbing")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -99,6 +108,8 @@ type serveFlags struct {
 	logFormat   string
 	grace       time.Duration
 	maxRequests int
+	scrubEvery  time.Duration
+	scrubRate   int64
 	test        bool
 }
 
@@ -124,6 +135,10 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("--grace %s: must not be negative", f.grace)
 	case f.maxRequests < 1:
 		return fmt.Errorf("--max-requests %d: must be at least 1", f.maxRequests)
+	case f.scrubEvery < 0:
+		return fmt.Errorf("--scrub-every %s: must not be negative", f.scrubEvery)
+	case f.scrubRate < 1:
+		return fmt.Errorf("--scrub-rate %d: must be at least 1", f.scrubRate)
 	}
 	for _, addr := range f.listen {
 		network, address, err := server.ParseAddr(addr)
@@ -202,8 +217,17 @@ func runServe(inv *invocation, _ []string) error {
 	if f.test {
 		attrs = append(attrs, "testStores", true)
 	}
+	if f.scrubEvery > 0 {
+		attrs = append(attrs, "scrubEvery", f.scrubEvery, "scrubRate", f.scrubRate)
+	}
 	opts.Logger.Info("serving", attrs...)
-	err = server.New(db, opts).Serve(inv.ctx, ls...)
+	srv := server.New(db, opts)
+	scrubCtx, stopScrub := context.WithCancel(inv.ctx)
+	scrubbed := make(chan struct{})
+	go func() { defer close(scrubbed); srv.Scrub(scrubCtx, f.scrubEvery, f.scrubRate) }()
+	err = srv.Serve(inv.ctx, ls...)
+	stopScrub()
+	<-scrubbed // before the store closes
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
