@@ -25,6 +25,13 @@ import (
 // set, is called with blobs read so far and the total. Check returns an
 // error only when it could not run.
 func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total int), report func(key string, err error)) error {
+	return s.CheckPaced(ctx, deep, progress, nil, report)
+}
+
+// CheckPaced is Check calling pace, when set, after each blob the deep
+// read read back, with its bytes; pace may sleep to bound the rate of the
+// reads. It runs on the reading goroutines, several at once.
+func (s *Store) CheckPaced(ctx context.Context, deep bool, progress func(done, total int), pace func(bytes int64), report func(key string, err error)) error {
 	type item struct {
 		key string
 		e   entry
@@ -166,8 +173,12 @@ func (s *Store) Check(ctx context.Context, deep bool, progress func(done, total 
 				key := items[i].key
 				r, err := s.openCached(ctx, key, cache)
 				if err == nil {
-					_, err = io.CopyBuffer(io.Discard, r, b)
+					var n int64
+					n, err = io.CopyBuffer(io.Discard, r, b)
 					r.Close()
+					if pace != nil {
+						pace(n)
+					}
 				}
 				if err != nil && ctx.Err() == nil {
 					mu.Lock()

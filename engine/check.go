@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -36,6 +38,13 @@ type CheckStoreOptions struct {
 	// Progress, if set, is called while blobs are verified with the number
 	// read so far and the total.
 	Progress func(done, total int)
+	// BytesPerSecond, if positive, bounds the rate at which VerifyBlobs
+	// reads blobs back, so that a background check (sbxdb serve
+	// --scrub-every) takes a bounded share of the disk. The page walk and
+	// the metadata checks are not paced: each runs in one read
+	// transaction, and a long one delays a commit that grows the file
+	// (bbolt remaps it only once every read transaction has ended).
+	BytesPerSecond int64
 }
 
 // Severity of a finding: errors make a store unclean; warnings are states
@@ -151,7 +160,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	// Every page, whatever this Open trusted (cleanclose.go): a damaged
 	// one fails the check, as it fails an Open that walks them.
-	if err := db.verifyLive(); err != nil {
+	if err := db.verifyLive(nil); err != nil {
 		return nil, err
 	}
 	r := &CheckReport{Findings: []Finding{}}
@@ -232,7 +241,11 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	var damaged []string // keys of blobs found damaged or missing
 	blobProblems := false
 	blobsFrom := len(r.Findings)
-	err = db.blobs.Check(ctx, opts.VerifyBlobs, opts.Progress, func(key string, err error) {
+	var pace func(int64)
+	if opts.BytesPerSecond > 0 {
+		pace = newPacer(ctx, opts.BytesPerSecond).pace
+	}
+	err = db.blobs.CheckPaced(ctx, opts.VerifyBlobs, opts.Progress, pace, func(key string, err error) {
 		add(SeverityError, FindingBlob, key, "%v", err)
 		blobProblems = true
 		if key != "" && errors.Is(err, cas.ErrCorrupt) {
@@ -617,4 +630,37 @@ func countRefs(ctx context.Context, tx kv.Tx) (map[string]int64, error) {
 		return ctx.Err()
 	})
 	return counts, err
+}
+
+// pacer bounds the rate of the reads it is told of: after n bytes in all,
+// pace returns no earlier than n/rate seconds after the first call (or ctx
+// ends). It is safe for concurrent use.
+type pacer struct {
+	ctx   context.Context
+	rate  float64 // bytes per second
+	mu    sync.Mutex
+	start time.Time
+	bytes int64
+}
+
+func newPacer(ctx context.Context, bytesPerSecond int64) *pacer {
+	return &pacer{ctx: ctx, rate: float64(bytesPerSecond)}
+}
+
+func (p *pacer) pace(n int64) {
+	p.mu.Lock()
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
+	p.bytes += n
+	due := p.start.Add(time.Duration(float64(p.bytes) / p.rate * float64(time.Second)))
+	p.mu.Unlock()
+	if d := time.Until(due); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+		}
+	}
 }

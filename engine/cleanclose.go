@@ -14,7 +14,7 @@ import (
 )
 
 // A clean close is recorded in a file beside the database, so that the
-// next Open can skip the walk of every page (verifyPages). The record
+// next Open need not walk every page (verifyPages) before it returns. The record
 // names the database file as a writable handle's Close left it: its
 // identity and times as stat reports them (device, inode, size,
 // modification and change times in nanoseconds) and the meta page bbolt
@@ -24,10 +24,17 @@ import (
 // Open trusts the record only while all of it still holds: the record
 // checks out, the file's stat matches field for field, both meta pages are
 // valid and the newer one is the recorded one, and the freelist page the
-// meta names is well formed (boltcheck.Quick). Any write to the file after
-// the close moves its change time, a copy or a compaction makes another
-// inode, and any commit by any bbolt moves the meta page. Otherwise Open
-// verifies every page, as after a crash.
+// meta names is well formed (boltcheck.Quick). A write(2) to the file
+// after the close moves its change time, a copy or a compaction makes
+// another inode, and any commit by any bbolt moves the meta page.
+// Otherwise Open verifies every page, as after a crash.
+//
+// The record is no proof that the pages are intact: a write through a
+// shared mapping of the file moves no time on some file systems (tmpfs),
+// and a disk's own damage moves nothing. So trusting it defers the walk
+// rather than skipping it: a writable Open starts it in the background,
+// and no write transaction begins before it ends (cleanclose_walk.go). A
+// read-only Open, which never writes, does not walk.
 //
 // Invariants that make the record mean "this file is as a verified
 // session left it":

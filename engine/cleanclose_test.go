@@ -22,7 +22,12 @@ import (
 // and its leaves, and closes it cleanly.
 func cleanStore(t *testing.T) (dir string, head string) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "store")
+	return cleanStoreAt(t, filepath.Join(t.TempDir(), "store"))
+}
+
+// cleanStoreAt is cleanStore in dir.
+func cleanStoreAt(t *testing.T, dir string) (_ string, head string) {
+	t.Helper()
 	db, err := engine.Open(dir, &engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +163,8 @@ func TestCompactLeadsToFullVerify(t *testing.T) {
 // close left it, the file's change time gives the damage away and Open
 // refuses the file. With a record forged to match (damage no stat shows,
 // as a failing disk's), Open trusts it: then every call fails with
-// ErrCorrupt or succeeds, none panics, writes are refused once a damaged
-// page was met, Check finds it, and the handle's Close records nothing.
+// ErrCorrupt or succeeds, none panics, no write commits on the damaged
+// tree, Check finds it, and the handle's Close records nothing.
 func TestDamageAfterCleanClose(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -212,21 +217,26 @@ func TestDamageAfterCleanClose(t *testing.T) {
 }
 
 // probeDamaged opens a damaged store whose forged record Open trusts, and
-// runs calls that read the damaged bucket.
+// runs calls that read the damaged bucket. The reads run on a read-only
+// handle, which starts no page walk: they meet the damage themselves. A
+// writable handle walks every page in the background and refuses every
+// write once the walk found the damage; depending on when it does, its
+// Open fails (the blob store's Open asks whether writes are refused) or
+// the first write does, both with ErrCorrupt naming the file.
 func probeDamaged(t *testing.T, dir, path, head string) {
 	t.Helper()
-	db, err := engine.Open(dir, nil)
-	if err != nil {
-		t.Fatalf("Open trusting a forged record: %v", err)
-	}
-	if db.VerifiedAtOpen() {
-		t.Fatal("Open did not trust the forged record")
-	}
 	corrupt := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, chain.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: %v, want ErrCorrupt naming %s", what, err, path)
 		}
+	}
+	db, err := engine.Open(dir, &engine.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open trusting a forged record: %v", err)
+	}
+	if db.VerifiedAtOpen() {
+		t.Fatal("Open did not trust the forged record")
 	}
 	var getErr error
 	noPanic(t, "Get", func() { _, getErr = db.Get(ctx, head) })
@@ -244,8 +254,15 @@ func probeDamaged(t *testing.T, dir, path, head string) {
 		_, err := db.Check(ctx, engine.CheckStoreOptions{})
 		corrupt("Check", err)
 	})
-	noPanic(t, "SaveThread", func() { corrupt("a write after the damage was met", db.SaveThread(ctx, "t2", nil)) })
 	noPanic(t, "Close", func() { db.Close() })
+
+	noPanic(t, "writable Open", func() { db, err = engine.Open(dir, nil) })
+	if err != nil {
+		corrupt("writable Open", err)
+	} else {
+		noPanic(t, "SaveThread", func() { corrupt("a write on the damaged tree", db.SaveThread(ctx, "t2", nil)) })
+		noPanic(t, "Close", func() { db.Close() })
+	}
 	if _, err := os.Stat(filepath.Join(dir, engine.CleanCloseName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a handle that met damage recorded a clean close: %v", err)
 	}

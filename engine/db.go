@@ -110,6 +110,9 @@ type DB struct {
 	// at a writable Open: Close records a clean close only of that file.
 	verified bool
 	opened   dbFileStat
+	// walk is the background walk of every page a writable Open starts
+	// when it trusted a record instead (cleanclose_walk.go); nil if none.
+	walk *pageWalk
 	// crashed makes Close leave the file as a process that died after
 	// its last commit would (no last commit, no record): tests only.
 	crashed bool
@@ -208,6 +211,9 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 		if serr == nil {
 			db.opened, _ = dbStatOf(st)
 		}
+		if !verified {
+			db.startWalk() // before any write: each waits for it
+		}
 	}
 	// A store of this format, with nothing to note, opens without a
 	// commit: a writable Open writes only to create, migrate or note.
@@ -227,6 +233,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 		})
 	}
 	if err != nil {
+		db.stopWalk()
 		bdb.Close()
 		return nil, classifyOpenError(dir, path, err)
 	}
@@ -301,6 +308,7 @@ func (db *DB) Close() error {
 		db.lock.release()
 		return nil
 	}
+	db.stopWalk()
 	var txid uint64
 	clean := db.c != nil && !db.crashed && db.writeRefused() == nil && db.closeFreelist() == nil &&
 		db.view(func(tx kv.Tx) error { txid = uint64(kv.BoltTx(tx).ID()); return nil }) == nil
@@ -371,6 +379,9 @@ func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	if !writable {
 		return db.bolt.View(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
+	}
+	if err := db.awaitWalk(); err != nil {
+		return err // no tree is built on pages not walked (cleanclose_walk.go)
 	}
 	if err := db.writeRefused(); err != nil {
 		return err // damaged or poisoned: nothing more is built on this tree

@@ -60,8 +60,12 @@ func verifyPages(dir, path string, lockTimeout time.Duration, mayTrust bool) (no
 // verifyLive walks every page of the tree the open database is at, as
 // verifyPages does before an Open, and marks the handle damaged if the
 // walk fails. A read transaction keeps that tree's pages from reuse while
-// the walk reads them from the file, so writers go on meanwhile.
-func (db *DB) verifyLive() error {
+// the walk reads them from the file, so writers go on meanwhile (but a
+// commit that grows the file waits to remap it until the walk ends: bbolt
+// remaps under a lock every read transaction holds). pace, when set, is
+// called after each page read with the bytes read; an error from it stops
+// the walk and is returned as it is.
+func (db *DB) verifyLive(pace func(bytes int64) error) error {
 	if db.bolt == nil {
 		return nil // no pages of ours: the database server keeps its own
 	}
@@ -84,7 +88,7 @@ func (db *DB) verifyLive() error {
 				again = err == nil
 				return err
 			}
-			return boltcheck.VerifyAt(f, st.Size(), m)
+			return boltcheck.VerifyAtPaced(f, st.Size(), m, pace)
 		})
 	}
 	if errors.Is(err, boltcheck.ErrCorrupt) {

@@ -43,6 +43,11 @@ type healthJSON struct {
 	Version string `json:"version"`
 	Format  int    `json:"format"` // engine.FormatVersion
 	Store   string `json:"store"`  // the store directory, absolute
+	// Scrub is the last background scrub's outcome (scrub.go), when the
+	// server scrubs. Findings leave OK true and the status 200: health
+	// says the server serves, and damage stops no request but those that
+	// read the damaged data (restarting would not mend it).
+	Scrub *scrubHealthJSON `json:"scrub,omitempty"`
 }
 
 func (s *Server) health(r *http.Request) (any, error) {
@@ -50,7 +55,7 @@ func (s *Server) health(r *http.Request) (any, error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
-	return healthJSON{OK: true, Version: s.opts.Version, Format: engine.FormatVersion, Store: dir}, nil
+	return healthJSON{OK: true, Version: s.opts.Version, Format: engine.FormatVersion, Store: dir, Scrub: s.scrubHealth()}, nil
 }
 
 // gcRequest is the body of POST /v1/gc.

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,6 +97,9 @@ type Server struct {
 	parent   *Server       // for a test store's server, the server that opened it
 	auth     *authLimiter  // the backoff of failed authentications
 	conns    *connLimiter  // the connections Serve accepted
+
+	scrubMu sync.Mutex
+	scrub   *scrubber // the background scrub (scrub.go); nil if none runs
 
 	hooks hooks // test hooks; all nil when serving
 }

@@ -29,7 +29,7 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--scrub-every DUR [--scrub-rate BYTES/S]] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -63,6 +63,13 @@ files when less); a TCP connection that sends no authenticated request
 within 10 s is closed, and so is the oldest such one when a connection
 arrives at the cap. GET /metrics serves Prometheus metrics.
 
+--scrub-every DUR checks the store in the background every DUR, as check
+--verify-blobs does (the page walk, the metadata, every blob read back),
+reading blobs at most --scrub-rate bytes per second (default 32 MiB/s) so
+that it takes a bounded share of the disk; it repairs nothing. Findings
+are logged, counted in GET /metrics (sbxdb_scrub_*) and reported by GET
+/v1/health, which stays 200: health says the server serves.
+
 --test serves test stores, for test suites: POST /v1/test/stores opens
 a fresh store, with lease timings of its own, in a private temporary
 directory, and a request naming it in the X-Sbxdb-Test-Store header is
@@ -87,6 +94,8 @@ and exits 0.`,
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
 		fset.IntVar(&f.maxConns, "max-conns", 0, "keep at most `N` connections open (default 1024, or half the open-file limit)")
+		fset.DurationVar(&f.scrubEvery, "scrub-every", 0, "check the store and its blobs in the background every `DUR` (default never)")
+		fset.Int64Var(&f.scrubRate, "scrub-rate", server.DefaultScrubBytesPerSecond, "read blobs back at most `BYTES` per second while scrubbing")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -112,6 +121,8 @@ type serveFlags struct {
 	grace       time.Duration
 	maxRequests int
 	maxConns    int
+	scrubEvery  time.Duration
+	scrubRate   int64
 	test        bool
 }
 
@@ -141,6 +152,10 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("--max-conns %d: must be at least 1", f.maxConns)
 	case f.tokenFile != "" && f.newToken != "":
 		return errors.New("--token-file and --new-token: give one token")
+	case f.scrubEvery < 0:
+		return fmt.Errorf("--scrub-every %s: must not be negative", f.scrubEvery)
+	case f.scrubRate < 1:
+		return fmt.Errorf("--scrub-rate %d: must be at least 1", f.scrubRate)
 	}
 	for _, addr := range f.listen {
 		network, address, err := server.ParseAddr(addr)
@@ -239,8 +254,17 @@ func runServe(inv *invocation, _ []string) error {
 			attrs = append(attrs, "abandonedTestStoresRemoved", abandoned)
 		}
 	}
+	if f.scrubEvery > 0 {
+		attrs = append(attrs, "scrubEvery", f.scrubEvery, "scrubRate", f.scrubRate)
+	}
 	opts.Logger.Info("serving", attrs...)
-	err = server.New(db, opts).Serve(inv.ctx, ls...)
+	srv := server.New(db, opts)
+	scrubCtx, stopScrub := context.WithCancel(inv.ctx)
+	scrubbed := make(chan struct{})
+	go func() { defer close(scrubbed); srv.Scrub(scrubCtx, f.scrubEvery, f.scrubRate) }()
+	err = srv.Serve(inv.ctx, ls...)
+	stopScrub()
+	<-scrubbed // before the store closes
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr

@@ -69,7 +69,7 @@ func (e corruptError) Is(target error) bool { return target == ErrCorrupt }
 // acknowledged) is lost; otherwise the damage cost the last commit. Either
 // way the next commit overwrites the evidence, so a caller keeps the note.
 func Verify(f io.ReaderAt, size int64) (note string, err error) {
-	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	w := &pageWalker{f: f, size: size}
 	m, err := w.readMeta()
 	if err != nil {
 		return "", corruptError{err}
@@ -85,16 +85,31 @@ func Verify(f io.ReaderAt, size int64) (note string, err error) {
 // A caller that holds a read transaction at m.TxID walks a tree no writer
 // changes meanwhile: bbolt overwrites no page such a transaction reaches.
 func VerifyAt(f io.ReaderAt, size int64, m Meta) error {
-	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	return VerifyAtPaced(f, size, m, nil)
+}
+
+// VerifyAtPaced is VerifyAt calling pace, when set, after each page read
+// with the bytes read. An error from pace stops the walk and is returned
+// as it is: it does not match ErrCorrupt, since no damage was found.
+func VerifyAtPaced(f io.ReaderAt, size int64, m Meta, pace func(bytes int64) error) error {
+	w := &pageWalker{f: f, size: size, pace: pace}
 	mm := meta{pageSize: m.PageSize, root: m.Root, freelist: m.Freelist, hwm: m.HWM, txid: m.TxID, valid: true}
 	if err := w.checkMeta(mm); err != nil {
 		return corruptError{err}
 	}
 	if err := w.verify(mm); err != nil {
+		if s, ok := err.(stopped); ok {
+			return s.err
+		}
 		return corruptError{err}
 	}
 	return nil
 }
+
+// stopped is an error of pageWalker.pace, passed through the walk.
+type stopped struct{ err error }
+
+func (s stopped) Error() string { return s.err.Error() }
 
 // verify walks the tree from m's root, then checks m's freelist against
 // the pages the tree reaches.
@@ -107,7 +122,7 @@ func (w *pageWalker) verify(m meta) error {
 		return err
 	}
 	for _, id := range ids {
-		if w.seen[id] {
+		if w.reached(id) {
 			return fmt.Errorf("page %d is both free and in use", id)
 		}
 	}
@@ -134,7 +149,7 @@ type Meta struct {
 // crash from damage) and plausible, and the freelist page is well formed.
 // It reads two meta pages and the freelist, not the tree.
 func Quick(f io.ReaderAt, size int64) (Meta, error) {
-	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	w := &pageWalker{f: f, size: size}
 	m, err := w.readMeta()
 	if err == nil && w.metaNote != "" {
 		err = errors.New(w.metaNote)
@@ -155,7 +170,9 @@ func (w *pageWalker) freelist(id uint64) ([]uint64, error) {
 		return nil, nil
 	}
 	p, err := w.page(id)
-	if err != nil {
+	if _, ok := err.(stopped); ok {
+		return nil, err
+	} else if err != nil {
 		return nil, fmt.Errorf("freelist: %v", err)
 	}
 	le := binary.LittleEndian
@@ -205,9 +222,11 @@ type pageWalker struct {
 	f        io.ReaderAt
 	size     int64
 	pageSize int64
-	hwm      uint64 // high-water mark: first page id not in use
-	seen     map[uint64]bool
-	metaNote string // set when one meta page is damaged
+	hwm      uint64   // high-water mark: first page id not in use
+	seen     []uint64 // a bit per page below hwm: reached by the walk (checkMeta sizes it)
+	metaNote string   // set when one meta page is damaged
+	// pace, when set, is called after each page read (VerifyAtPaced).
+	pace func(bytes int64) error
 }
 
 type meta struct {
@@ -283,7 +302,7 @@ func (w *pageWalker) metas() (m0, m1 meta) {
 // checks the newest one, and false if neither meta page holds it (bbolt
 // overwrote it: each commit writes the older of the two).
 func MetaOf(f io.ReaderAt, size int64, txid uint64) (Meta, bool, error) {
-	w := &pageWalker{f: f, size: size, seen: map[uint64]bool{}}
+	w := &pageWalker{f: f, size: size}
 	m0, m1 := w.metas()
 	m := m0
 	if !m0.valid || m0.txid != txid {
@@ -310,35 +329,48 @@ func (w *pageWalker) checkMeta(m meta) error {
 		return fmt.Errorf("high-water mark page %d beyond the file's %d bytes", m.hwm, w.size)
 	}
 	w.pageSize, w.hwm = int64(m.pageSize), m.hwm
+	w.seen = make([]uint64, (m.hwm+63)/64)
 	return nil
 }
+
+// reached reports whether the walk reached page id, below the high-water
+// mark.
+func (w *pageWalker) reached(id uint64) bool { return w.seen[id/64]&(1<<(id%64)) != 0 }
 
 // page reads page id with its overflow pages, checking its header.
 func (w *pageWalker) page(id uint64) ([]byte, error) {
 	if id < 2 || id >= w.hwm {
 		return nil, fmt.Errorf("page %d out of bounds (high-water mark %d)", id, w.hwm)
 	}
-	var h [pageHeaderSize]byte
-	if _, err := w.f.ReadAt(h[:], int64(id)*w.pageSize); err != nil {
+	// One read of the page; its overflow pages, if any, in a second.
+	p := make([]byte, w.pageSize)
+	if _, err := w.f.ReadAt(p, int64(id)*w.pageSize); err != nil && err != io.EOF {
 		return nil, fmt.Errorf("page %d: %v", id, err)
 	}
 	le := binary.LittleEndian
-	overflow := uint64(le.Uint32(h[12:]))
+	overflow := uint64(le.Uint32(p[12:]))
 	switch {
-	case le.Uint64(h[0:]) != id:
-		return nil, fmt.Errorf("page %d claims to be page %d", id, le.Uint64(h[0:]))
+	case le.Uint64(p[0:]) != id:
+		return nil, fmt.Errorf("page %d claims to be page %d", id, le.Uint64(p[0:]))
 	case overflow >= w.hwm-id:
 		return nil, fmt.Errorf("page %d overflows past the high-water mark", id)
 	}
 	for i := uint64(0); i <= overflow; i++ {
-		if w.seen[id+i] {
+		if w.reached(id + i) {
 			return nil, fmt.Errorf("page %d is referenced twice", id+i)
 		}
-		w.seen[id+i] = true
+		w.seen[(id+i)/64] |= 1 << ((id + i) % 64)
 	}
-	p := make([]byte, int64(overflow+1)*w.pageSize)
-	if _, err := w.f.ReadAt(p, int64(id)*w.pageSize); err != nil && err != io.EOF {
-		return nil, fmt.Errorf("page %d: %v", id, err)
+	if overflow > 0 {
+		p = append(p, make([]byte, int64(overflow)*w.pageSize)...)
+		if _, err := w.f.ReadAt(p[w.pageSize:], int64(id+1)*w.pageSize); err != nil && err != io.EOF {
+			return nil, fmt.Errorf("page %d: %v", id, err)
+		}
+	}
+	if w.pace != nil {
+		if err := w.pace(int64(len(p))); err != nil {
+			return nil, stopped{err}
+		}
 	}
 	return p, nil
 }

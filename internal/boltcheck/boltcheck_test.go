@@ -175,3 +175,27 @@ func TestFreelist(t *testing.T) {
 		}
 	}
 }
+
+// VerifyAtPaced reports every page read to pace, and an error from pace
+// stops the walk: returned as it is, not as damage.
+func TestVerifyAtPaced(t *testing.T) {
+	file, _, _ := newDB(t)
+	r := bytes.NewReader(file)
+	m, err := Quick(r, int64(len(file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pages, read int64
+	if err := VerifyAtPaced(r, int64(len(file)), m, func(n int64) error { pages++; read += n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if pages < 3 || read < pages*int64(m.PageSize) {
+		t.Fatalf("pace saw %d pages, %d bytes; want the bucket's branch and leaves", pages, read)
+	}
+	stop := errors.New("stop")
+	calls := 0
+	err = VerifyAtPaced(r, int64(len(file)), m, func(int64) error { calls++; return stop })
+	if err != stop || errors.Is(err, ErrCorrupt) || calls != 1 {
+		t.Fatalf("a walk pace stopped: %v after %d calls; want the pace's error itself after 1", err, calls)
+	}
+}
