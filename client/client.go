@@ -34,6 +34,14 @@ type Options struct {
 	// Now, when set with TestStore, is read at each request and sent as
 	// the test store's clock (X-Sbxdb-Now, epoch milliseconds).
 	Now func() time.Time
+	// CheckPeer, when set, vets each new connection to a unix socket
+	// before anything is written on it, so that no request (its token,
+	// its body, a secret in it) reaches a server the caller does not
+	// trust: the server's process is the other end of conn, whose peer
+	// credentials name it. An error closes the connection and fails the
+	// request with a *PeerError. It is not called for TCP, which has no
+	// peer credentials.
+	CheckPeer func(conn *net.UnixConn) error
 }
 
 // Client is a connection pool to one server. It is safe for concurrent
@@ -75,12 +83,10 @@ func New(addr string, opts *Options) (*Client, error) {
 		if path == "" {
 			return nil, fmt.Errorf("client: %q names no socket", addr)
 		}
-		var d net.Dialer
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", path)
-		}
+		dial := unixDialer(path, opts.CheckPeer)
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }
 		c.base = "http://sbxdb"
-		c.unix, c.host, c.pool.path = true, "sbxdb", path
+		c.unix, c.host, c.pool.path, c.pool.dial = true, "sbxdb", path, dial
 	case strings.HasPrefix(addr, "tcp:"):
 		c.base = "http://" + strings.TrimPrefix(addr, "tcp:")
 	case strings.HasPrefix(addr, "http://"):
@@ -89,6 +95,39 @@ func New(addr string, opts *Options) (*Client, error) {
 		return nil, fmt.Errorf("client: address %q is not unix:PATH, tcp:HOST:PORT or http://HOST:PORT", addr)
 	}
 	return c, nil
+}
+
+// PeerError is a connection to a unix socket that Options.CheckPeer
+// refused: nothing was written on it. Err is CheckPeer's error.
+type PeerError struct {
+	Path string // the socket
+	Err  error
+}
+
+func (e *PeerError) Error() string { return e.Err.Error() }
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// unixDialer returns the dialer of every connection a client makes to
+// the socket at path: each one is passed to check (when set) before it is
+// returned, and is closed when check refuses it.
+func unixDialer(path string, check func(*net.UnixConn) error) func(context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, "unix", path)
+		if err != nil || check == nil {
+			return nc, err
+		}
+		uc, ok := nc.(*net.UnixConn)
+		if !ok {
+			nc.Close()
+			return nil, &PeerError{Path: path, Err: fmt.Errorf("client: the connection to %s is not a unix socket's", path)}
+		}
+		if err := check(uc); err != nil {
+			nc.Close()
+			return nil, &PeerError{Path: path, Err: err}
+		}
+		return nc, nil
+	}
 }
 
 // Close closes the client's idle connections.

@@ -105,10 +105,15 @@ func wireError(status int, code, message string) error {
 }
 
 // transportError wraps a failure to reach the server, keeping the
-// caller's cancellation visible.
+// caller's cancellation and a refused peer (*PeerError: a server that was
+// reached and not trusted) visible as themselves.
 func transportError(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return pe
 	}
 	return fmt.Errorf("%w: %v", ErrUnreachable, err)
 }

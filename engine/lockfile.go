@@ -109,5 +109,10 @@ func holder(dir string) string {
 	case proc.Gone:
 		return "another process, reading it"
 	}
+	if id.OtherNamespace() {
+		// "a process in another pid namespace on HOST (pid N there)"
+		// names the holder by itself.
+		return id.String() + ", if it still runs"
+	}
 	return "another process (" + id.String() + ", if it still runs)"
 }

@@ -80,8 +80,10 @@ func ConflictError(threadID string, s State) error {
 		threadID, s.Fence, HolderText(s.Holder), TimeText(s.ExpiresAt))
 }
 
-// HolderText renders a lease holder for messages: "pid 4242 on host-a", or
-// "an unknown holder" when none was recorded.
+// HolderText renders a lease holder for messages: "pid 4242 on host-a",
+// "a process in another pid namespace on host-a (pid 1 there)" for one
+// this process cannot name by its pid (proc.Identity.String), or "an
+// unknown holder" when none was recorded.
 func HolderText(id proc.Identity) string {
 	if id.IsZero() {
 		return "an unknown holder"

@@ -513,8 +513,12 @@ func (t *cmdTree) rootHelp(w io.Writer) {
 While sbxdb serve runs for the store, every command works through it, with
 the same output and exit status. The server is --server ADDR, else
 $SBXDB_SERVER (ADDR is unix:PATH or tcp:HOST:PORT; a TCP server is sent the
-token in $SBXDB_TOKEN), else the one answering on DIR/sbxdb.sock. compact
-and migrate need the store to themselves and refuse while a server runs.
+token in $SBXDB_TOKEN), else the one answering on DIR/sbxdb.sock. A server
+on a unix socket must run as you or root, and DIR/sbxdb.sock must be a
+socket in a directory, both owned by you or root and writable by no one
+else; any other is refused (exit status 1) before anything is sent to it.
+compact and migrate need the store to themselves and refuse while a server
+runs.
 `)
 	fmt.Fprintf(w, "\n%s", exitHelp)
 }

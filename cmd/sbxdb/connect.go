@@ -49,6 +49,12 @@ type foundServer struct {
 // one listening on DIR/sbxdb.sock when it answers GET /v1/health within
 // probeTimeout; a socket file nobody answers on is a server that died
 // without removing it.
+//
+// A server on a unix socket is used only when the invoking user or root
+// runs it, and DIR/sbxdb.sock only when it and DIR are safe from other
+// users (peer_trust.go); any other is refused with an
+// *untrustedServerError before a request is sent, even when the command
+// could have opened the store's files instead.
 func (inv *invocation) findServer() (*foundServer, error) {
 	addr, named := inv.server, true
 	if addr == "" {
@@ -57,13 +63,15 @@ func (inv *invocation) findServer() (*foundServer, error) {
 	if addr == "" {
 		named = false
 		sock := filepath.Join(inv.dir, socketName)
-		if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
-			return nil, nil
+		if found, err := checkSocketFile(sock); !found {
+			return nil, err
 		}
 		addr = "unix:" + sock
 	}
 	opts := &client.Options{}
-	if !strings.HasPrefix(addr, "unix:") {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		opts.CheckPeer = checkPeer(path)
+	} else {
 		opts.Token = os.Getenv(tokenEnv)
 	}
 	c, err := client.New(addr, opts)
@@ -86,9 +94,12 @@ func (inv *invocation) findServer() (*foundServer, error) {
 	}
 	if err != nil {
 		c.Close()
+		var refused *client.PeerError
 		switch {
 		case inv.ctx.Err() != nil:
 			return nil, inv.ctx.Err()
+		case errors.As(err, &refused):
+			return nil, refused.Err // an untrusted server: never stale
 		case !named:
 			return nil, nil // a stale socket: no server
 		}

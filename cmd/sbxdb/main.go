@@ -51,7 +51,11 @@
 // tcp:HOST:PORT; a TCP server is sent the bearer token in $SBXDB_TOKEN),
 // else the one answering on DIR/sbxdb.sock (a socket file nobody answers on
 // is ignored). A named server must serve the store --db or $SBXDB_DIR
-// names, when one is named. capture and restore ask the server to read or
+// names, when one is named. A server on a unix socket is used only when it
+// runs as the invoking user or root (its peer credentials, checked on
+// every connection before anything is written), and DIR/sbxdb.sock only
+// when it and DIR are owned by one of them and writable by no one else;
+// any other is refused, exit status 1. capture and restore ask the server to read or
 // write the directory itself, so file bytes do not cross the socket; capture
 // holds and renews the writer lease through the API. compact and migrate
 // need the store to themselves and refuse while a server runs.

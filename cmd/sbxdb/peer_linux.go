@@ -2,29 +2,28 @@ package main
 
 import (
 	"net"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// socketPeerPID returns the pid of the process listening on the unix
-// socket at path (SO_PEERCRED of a connection to it), or 0 when it cannot
-// be told.
-func socketPeerPID(path string) int {
-	conn, err := net.DialTimeout("unix", path, time.Second)
+// peerCred returns the uid and pid of the process at the other end of
+// conn: SO_PEERCRED, the credentials the server had when it called
+// listen, which it cannot forge. pid is as this process's pid namespace
+// sees it, 0 when the server's is not visible from here.
+func peerCred(conn *net.UnixConn) (uid, pid int, err error) {
+	raw, err := conn.SyscallConn()
 	if err != nil {
-		return 0
+		return 0, 0, err
 	}
-	defer conn.Close()
-	raw, err := conn.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return 0
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
 	}
-	pid := 0
-	raw.Control(func(fd uintptr) {
-		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			pid = int(cred.Pid)
-		}
-	})
-	return pid
+	if cerr != nil {
+		return 0, 0, cerr
+	}
+	return int(cred.Uid), int(cred.Pid), nil
 }

@@ -35,15 +35,34 @@ type Identity struct {
 // IsZero reports whether id names no process.
 func (id Identity) IsZero() bool { return id.PID == 0 }
 
-// String renders id for people: "pid 42 on host-a".
+// String renders id for people, as this process sees it: "pid 42 on
+// host-a"; for a process in another pid namespace of this host
+// (OtherNamespace), whose pid names another process here or none, "a
+// process in another pid namespace on host-a (pid 1 there)".
 func (id Identity) String() string {
 	if id.IsZero() {
 		return "an unknown process"
+	}
+	if id.OtherNamespace() {
+		return "a process in another pid namespace on " + id.Host + " (pid " + strconv.Itoa(id.PID) + " there)"
 	}
 	if id.Host == "" {
 		return "pid " + strconv.Itoa(id.PID)
 	}
 	return "pid " + strconv.Itoa(id.PID) + " on " + id.Host
+}
+
+// OtherNamespace reports whether id is a process of this host (the same
+// host name and kernel boot as this process) in a pid namespace other
+// than this process's: a pid that means another process here, or none.
+// It is false where either namespace or boot is unknown (an identity
+// recorded without them reads as it always did), and for another boot,
+// whose namespaces cannot be told apart from this one's.
+func (id Identity) OtherNamespace() bool {
+	me := Self()
+	return !id.IsZero() && id.Host != "" && id.Host == me.Host &&
+		id.Boot != "" && id.Boot == me.Boot &&
+		id.NS != "" && me.NS != "" && id.NS != me.NS
 }
 
 // State is what can be known of a process from this machine.

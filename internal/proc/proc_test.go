@@ -171,3 +171,37 @@ func TestProcessInAnotherPIDNamespaceIsNotGone(t *testing.T) {
 		t.Fatalf("from another pid namespace, Check(live pid %d) = %s, want unknown", live.PID, got)
 	}
 }
+
+// A process of this host in another pid namespace is named as such: its
+// pid there names another process here, or none. An identity recorded
+// without a namespace, or of another boot or host, reads as a pid.
+func TestStringNamesAnotherNamespace(t *testing.T) {
+	me := Self()
+	if me.Boot == "" || me.NS == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no /proc in CI: the boot id and pid namespace are unknown")
+		}
+		t.Skip("no /proc on this system: namespaces are unknown, every identity reads as a pid")
+	}
+	cases := []struct {
+		id   Identity
+		want string
+	}{
+		{Identity{Host: me.Host, Boot: me.Boot, NS: "pid:[1]", PID: 1, Start: 9}, "a process in another pid namespace on " + me.Host + " (pid 1 there)"},
+		{Identity{Host: me.Host, Boot: me.Boot, NS: me.NS, PID: 7}, "pid 7 on " + me.Host},
+		{Identity{Host: me.Host, Boot: me.Boot, PID: 7}, "pid 7 on " + me.Host},                  // recorded without a namespace
+		{Identity{Host: me.Host, PID: 7}, "pid 7 on " + me.Host},                                 // nor a boot
+		{Identity{Host: me.Host, Boot: "another", NS: "pid:[1]", PID: 1}, "pid 1 on " + me.Host}, // another boot
+		{Identity{Host: me.Host + "-b", Boot: me.Boot, NS: "pid:[1]", PID: 1}, "pid 1 on " + me.Host + "-b"},
+		{Identity{PID: 3}, "pid 3"},
+		{Identity{}, "an unknown process"},
+	}
+	for _, c := range cases {
+		if got := c.id.String(); got != c.want {
+			t.Errorf("%+v: String() = %q, want %q", c.id, got, c.want)
+		}
+		if got, want := c.id.OtherNamespace(), strings.HasPrefix(c.want, "a process in another"); got != want {
+			t.Errorf("%+v: OtherNamespace() = %v, want %v", c.id, got, want)
+		}
+	}
+}
