@@ -27,7 +27,7 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--idle-exit DUR] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -62,6 +62,11 @@ served by that store, at the clock its X-Sbxdb-Now header sets (epoch ms).
 Test stores are deleted when the server stops. Without --test, such
 requests are refused with 403.
 
+--idle-exit DUR stops the server as SIGTERM does once no client has had a
+connection open for DUR: from the start if none connects, and after the
+last one closes. A server started for the processes that use a store
+(the TypeScript package's open({dir})) exits with it once they are gone.
+
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
 flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
@@ -76,6 +81,7 @@ and exits 0.`,
 		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		fset.DurationVar(&f.idleExit, "idle-exit", 0, "stop once no client has been connected for `DUR` (0: never)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -99,6 +105,7 @@ type serveFlags struct {
 	logFormat   string
 	grace       time.Duration
 	maxRequests int
+	idleExit    time.Duration
 	test        bool
 }
 
@@ -124,6 +131,8 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("--grace %s: must not be negative", f.grace)
 	case f.maxRequests < 1:
 		return fmt.Errorf("--max-requests %d: must be at least 1", f.maxRequests)
+	case f.idleExit < 0:
+		return fmt.Errorf("--idle-exit %s: must not be negative", f.idleExit)
 	}
 	for _, addr := range f.listen {
 		network, address, err := server.ParseAddr(addr)
@@ -202,8 +211,23 @@ func runServe(inv *invocation, _ []string) error {
 	if f.test {
 		attrs = append(attrs, "testStores", true)
 	}
+	ctx := inv.ctx
+	if f.idleExit > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		idle := server.NewIdleExit(f.idleExit, func() {
+			opts.Logger.Info("no client connected", "for", f.idleExit.String())
+			stop()
+		})
+		for i, l := range ls {
+			ls[i] = idle.Listener(l)
+		}
+		idle.Start()
+		attrs = append(attrs, "idleExit", f.idleExit.String())
+	}
 	opts.Logger.Info("serving", attrs...)
-	err = server.New(db, opts).Serve(inv.ctx, ls...)
+	err = server.New(db, opts).Serve(ctx, ls...)
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
