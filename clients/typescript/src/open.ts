@@ -37,9 +37,9 @@ export interface OpenOptions {
 /** The socket a store's server listens on (sbxdb serve's default). */
 const socketName = 'sbxdb.sock'
 
-/** Node's platform and arch names as Go's GOOS and GOARCH. */
-const goos: Record<string, string> = { linux: 'linux', darwin: 'darwin', win32: 'windows' }
-const goarch: Record<string, string> = { x64: 'amd64', arm64: 'arm64' }
+/** The platforms and archs a server package exists for (scripts/build-platform.mjs). */
+const platforms = new Set(['linux', 'darwin'])
+const archs = new Set(['x64', 'arm64'])
 
 /** The name of this platform's server package. */
 export function platformPackage(platform: string = process.platform, arch: string = process.arch): string {
@@ -56,13 +56,13 @@ export function serverBinary(given?: string): string {
   const env = process.env.SBXDB_BINARY
   if (env !== undefined && env !== '') return env
   const pkg = platformPackage()
-  if (goos[process.platform] === undefined || goarch[process.arch] === undefined) {
+  if (!platforms.has(process.platform) || !archs.has(process.arch)) {
     throw new Error(`@sbxdb/tanstack-ai: no sbxdb server package for ${process.platform}-${process.arch}; ` +
       'build sbxdb (go build ./cmd/sbxdb) and set SBXDB_BINARY, or run `sbxdb serve` and use connect()')
   }
   try {
     const manifest = createRequire(import.meta.url).resolve(`${pkg}/package.json`)
-    return join(dirname(manifest), 'bin', process.platform === 'win32' ? 'sbxdb.exe' : 'sbxdb')
+    return join(dirname(manifest), 'bin', 'sbxdb')
   } catch {
     throw new Error(`@sbxdb/tanstack-ai: ${pkg} is not installed (an optional dependency; ` +
       'npm skips it with --no-optional or on another platform); install it, or set SBXDB_BINARY to an sbxdb binary')
@@ -157,7 +157,6 @@ function startServer(bin: string, dir: string, idleExitMs: number): Promise<Exit
     const child = spawn(bin, ['serve', '--db', dir, '--idle-exit', `${idleExitMs}ms`], {
       detached: true,
       stdio: ['ignore', 'ignore', fd],
-      windowsHide: true,
     })
     const done = new Promise<Exit>((res) => {
       const log = (): string => {
