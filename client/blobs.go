@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf16"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -29,10 +30,10 @@ import (
 
 // The headers of the blob endpoints (server/blobs.go).
 const (
-	headerMetaPrefix = "X-Sbxdb-Meta-"
-	headerUploaded   = "X-Sbxdb-Uploaded"
-	headerCode       = "X-Sbxdb-Code"
-	headerMessage    = "X-Sbxdb-Message"
+	headerMetadata = "X-Sbxdb-Metadata"
+	headerUploaded = "X-Sbxdb-Uploaded"
+	headerCode     = "X-Sbxdb-Code"
+	headerMessage  = "X-Sbxdb-Message"
 )
 
 // blobPath is the path of key, each segment percent-encoded.
@@ -97,8 +98,8 @@ func (c *Client) PutObject(ctx context.Context, key string, r io.Reader, opts en
 	if opts.ContentType != "" {
 		req.Header.Set("Content-Type", opts.ContentType)
 	}
-	for name, v := range opts.CustomMetadata {
-		req.Header[headerMetaPrefix+name] = []string{v}
+	if len(opts.CustomMetadata) > 0 {
+		req.Header.Set(headerMetadata, encodeMetadata(opts.CustomMetadata))
 	}
 	resp, err := c.doBlob(req)
 	if body.err != nil {
@@ -282,16 +283,36 @@ func infoOf(key string, resp *http.Response) (engine.ObjectInfo, error) {
 	}
 	if _, _, err := cas.ParseKey(key); err != nil { // a plain object: its own attributes
 		info.ContentType = h.Get("Content-Type")
-		for k, v := range h {
-			if name, ok := strings.CutPrefix(k, headerMetaPrefix); ok && len(v) > 0 {
-				if info.CustomMetadata == nil {
-					info.CustomMetadata = map[string]string{}
-				}
-				info.CustomMetadata[strings.ToLower(name)] = v[0]
+		if v := h.Get(headerMetadata); v != "" {
+			if err := json.Unmarshal([]byte(v), &info.CustomMetadata); err != nil {
+				return info, fmt.Errorf("client: %s: the %s header: %w", key, headerMetadata, err)
+			}
+			if len(info.CustomMetadata) == 0 {
+				info.CustomMetadata = nil
 			}
 		}
 	}
 	return info, nil
+}
+
+// encodeMetadata is md as the value of the X-Sbxdb-Metadata header
+// (server.EncodeMetadata): a JSON object in ASCII, every other character
+// escaped.
+func encodeMetadata(md map[string]string) string {
+	b, _ := json.Marshal(md) // a map of strings always marshals
+	var out strings.Builder
+	for _, r := range string(b) {
+		switch {
+		case r < 0x7f:
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.String()
 }
 
 // StatObject describes key (HEAD /v1/blobs/{key}), refreshing a blob's
@@ -330,7 +351,7 @@ func (c *Client) DeleteObject(ctx context.Context, key string) error {
 	return nil
 }
 
-// ListObjects lists up to limit (1 to engine.MaxListObjects) keys starting
+// ListObjects lists up to limit (0 to engine.MaxListObjects) keys starting
 // with prefix and after cursor, in key byte order, and returns the cursor
 // of the next page, "" after the last (GET /v1/blobs).
 func (c *Client) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]engine.ObjectInfo, string, error) {

@@ -77,10 +77,10 @@ type ObjectInfo struct {
 type PutObjectOptions struct {
 	// ContentType and CustomMetadata are kept with a plain object; a
 	// content-addressed key keeps neither. The content type is at most
-	// MaxObjectMetaBytes of UTF-8 text without control characters;
-	// metadata names are 1 or more of a-z, 0-9, '-', '_' and '.' (HTTP
-	// header names carry them, and those ignore case), values are text
-	// as for the content type, and names and values together are at most
+	// MaxObjectMetaBytes of UTF-8 text without control characters or
+	// surrounding blanks (an HTTP header carries it); metadata names and
+	// values are any UTF-8 strings (R2's custom metadata: JSON carries
+	// them on the wire), the names' and values' bytes together at most
 	// MaxObjectMetaBytes.
 	ContentType    string
 	CustomMetadata map[string]string
@@ -178,11 +178,11 @@ func checkObjectAttrs(contentType string, md map[string]string) error {
 	total := 0
 	for name, v := range md {
 		total += len(name) + len(v)
-		if name == "" || strings.TrimLeft(name, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" {
-			return fmt.Errorf("%w: metadata name %q: want 1 or more of a-z, 0-9, '-', '_', '.'", ErrInvalidObject, name)
-		}
-		if err := checkHeaderText("metadata "+name, v); err != nil {
-			return err
+		switch {
+		case !utf8.ValidString(name):
+			return fmt.Errorf("%w: metadata name %q is not UTF-8", ErrInvalidObject, name)
+		case !utf8.ValidString(v):
+			return fmt.Errorf("%w: metadata %q: value %q is not UTF-8", ErrInvalidObject, name, v)
 		}
 	}
 	if total > MaxObjectMetaBytes {
@@ -515,17 +515,21 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 	return fmt.Errorf("%w: %s is referenced by a checkpoint, a plain object or an artifact record", ErrBlobInUse, key)
 }
 
-// ListObjects lists, in key byte order, up to limit (1 to MaxListObjects)
+// ListObjects lists, in key byte order, up to limit (0 to MaxListObjects)
 // blobs and plain objects whose key starts with prefix and sorts after
 // cursor ("" to start), and returns the cursor of the next page: the last
-// key listed, or "" when nothing is left. One read transaction; memory
+// key listed, or "" when nothing is left. Limit 0 lists nothing and gives
+// no cursor (R2's list with limit 0). One read transaction; memory
 // bounded by limit.
 func (db *DB) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]ObjectInfo, string, error) {
-	if limit < 1 || limit > MaxListObjects {
-		return nil, "", fmt.Errorf("%w: limit %d is not from 1 to %d", ErrInvalidObject, limit, MaxListObjects)
+	if limit < 0 || limit > MaxListObjects {
+		return nil, "", fmt.Errorf("%w: limit %d is not from 0 to %d", ErrInvalidObject, limit, MaxListObjects)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
+	}
+	if limit == 0 {
+		return []ObjectInfo{}, "", nil
 	}
 	out := make([]ObjectInfo, 0, min(limit+1, 64))
 	err := db.view(func(tx kv.Tx) error {

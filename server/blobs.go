@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf16"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -23,9 +25,15 @@ import (
 
 // Header names of the blob endpoints.
 const (
-	// HeaderMetaPrefix begins the header of each custom metadata entry of
-	// a plain object; the rest of the header name is the entry's name,
-	// lower-cased (HTTP header names ignore case).
+	// HeaderMetadata carries a plain object's custom metadata, in a PUT
+	// and in the answer to a GET or HEAD: a JSON object whose members are
+	// the entries, names and values any strings, written in ASCII (every
+	// other character escaped as \uXXXX), so that no header changes them.
+	HeaderMetadata = "X-Sbxdb-Metadata"
+	// HeaderMetaPrefix begins the header of each custom metadata entry a
+	// PUT may send instead of HeaderMetadata (the encoding before it); the
+	// rest of the header name is the entry's name, lower-cased (HTTP
+	// header names ignore case). Answers carry HeaderMetadata only.
 	HeaderMetaPrefix = "X-Sbxdb-Meta-"
 	// HeaderUploaded carries the upload time, epoch ms.
 	HeaderUploaded = "X-Sbxdb-Uploaded"
@@ -87,10 +95,94 @@ func objectHeaders(info engine.ObjectInfo) http.Header {
 	h.Set("ETag", `"`+info.SHA256+`"`)
 	h.Set(HeaderUploaded, strconv.FormatInt(info.Uploaded, 10))
 	h.Set("Accept-Ranges", "bytes")
-	for name, v := range info.CustomMetadata {
-		h[HeaderMetaPrefix+name] = []string{v}
+	if len(info.CustomMetadata) > 0 {
+		h.Set(HeaderMetadata, EncodeMetadata(info.CustomMetadata))
 	}
 	return h
+}
+
+// EncodeMetadata is md as the value of HeaderMetadata: a JSON object, names
+// in byte order, every character outside printable ASCII escaped. md's
+// strings are UTF-8 (engine.CheckPutObject).
+func EncodeMetadata(md map[string]string) string {
+	b, err := json.Marshal(md)
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	var out strings.Builder
+	out.Grow(len(b))
+	for _, r := range string(b) {
+		switch {
+		case r < 0x7f:
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.String()
+}
+
+// DecodeMetadata reads the value of HeaderMetadata: a JSON object whose
+// members are strings. A lone surrogate escape, which no UTF-8 string
+// holds, is refused rather than replaced.
+func DecodeMetadata(v string) (map[string]string, error) {
+	v = strings.TrimSpace(v)
+	if !strings.HasPrefix(v, "{") {
+		return nil, fmt.Errorf("%s is not a JSON object", HeaderMetadata)
+	}
+	if loneSurrogateEscape(v) {
+		return nil, fmt.Errorf("%s holds a lone surrogate escape", HeaderMetadata)
+	}
+	var md map[string]string
+	dec := json.NewDecoder(strings.NewReader(v))
+	if err := dec.Decode(&md); err != nil {
+		return nil, fmt.Errorf("%s: want a JSON object of strings: %v", HeaderMetadata, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%s: text after the JSON object", HeaderMetadata)
+	}
+	if len(md) == 0 {
+		md = nil
+	}
+	return md, nil
+}
+
+// loneSurrogateEscape reports whether the JSON text s holds a \uXXXX
+// escape of a surrogate that is not a high one directly followed by the
+// escape of a low one.
+func loneSurrogateEscape(s string) bool {
+	esc := func(i int) (rune, bool) { // the escape \uXXXX at s[i:], if any
+		if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(s[i+2:i+6], 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		r, ok := esc(i)
+		if !ok {
+			i++ // an escape of one character (\\, \", …)
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := esc(i + 6); !ok || lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 11
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 func isBlobKey(key string) bool {
@@ -104,19 +196,38 @@ func setHeaders(w http.ResponseWriter, h http.Header) {
 	}
 }
 
-// metaHeaders reads the custom metadata of a PUT: names lower-cased, the
-// values of a repeated header joined with ", " (as HTTP combines them).
-func metaHeaders(h http.Header) map[string]string {
+// metaHeaders reads the custom metadata of a PUT: HeaderMetadata, or else
+// the HeaderMetaPrefix headers (names lower-cased, the values of a
+// repeated header joined with ", ", as HTTP combines them). Both at once,
+// a repeated HeaderMetadata or a nameless entry header is
+// SBXDB_BAD_REQUEST.
+func metaHeaders(h http.Header) (map[string]string, error) {
 	var md map[string]string
 	for k, v := range h {
 		if name, ok := strings.CutPrefix(http.CanonicalHeaderKey(k), HeaderMetaPrefix); ok {
+			if name == "" {
+				return nil, errorf(CodeBadRequest, "a %s header without a name", HeaderMetaPrefix)
+			}
 			if md == nil {
 				md = map[string]string{}
 			}
 			md[strings.ToLower(name)] = strings.Join(v, ", ")
 		}
 	}
-	return md
+	enc := h.Values(HeaderMetadata)
+	switch {
+	case len(enc) == 0:
+		return md, nil
+	case len(enc) > 1:
+		return nil, errorf(CodeBadRequest, "%s sent %d times", HeaderMetadata, len(enc))
+	case md != nil:
+		return nil, errorf(CodeBadRequest, "both %s and %s* headers", HeaderMetadata, HeaderMetaPrefix)
+	}
+	md, err := DecodeMetadata(enc[0])
+	if err != nil {
+		return nil, errorf(CodeBadRequest, "%v", err)
+	}
+	return md, nil
 }
 
 // bodyReader is a request body whose read errors (a client that went
@@ -132,7 +243,12 @@ func (b bodyReader) Read(p []byte) (int, error) {
 }
 
 func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
-	opts := engine.PutObjectOptions{Size: r.ContentLength, CustomMetadata: metaHeaders(r.Header)}
+	md, err := metaHeaders(r.Header)
+	if err != nil {
+		blobError(w, err)
+		return
+	}
+	opts := engine.PutObjectOptions{Size: r.ContentLength, CustomMetadata: md}
 	if opts.Size < 0 {
 		opts.Size = -1 // chunked
 	}

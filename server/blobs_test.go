@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -519,7 +521,10 @@ func TestPlainObjectMetadata(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
 	key := "reports/2030 Q1/résumé?#%+.md"
-	md := map[string]string{"owner": "agent 7", "note": "ünïcode ✓", "x-y.z_w": "1"}
+	// Any strings: camelCase names (TanStack's runId, threadId), blanks,
+	// control characters, quotes, characters past the BMP, an empty name.
+	md := map[string]string{"owner": "agent 7", "note": "ünïcode ✓", "x-y.z_w": "1", "runId": "run-1",
+		"threadId": "t", "a b\tc": " spaced \r\n", `q"\`: "\x00\x7f", "emoji 😀": "😀", "": "nameless"}
 	data := []byte("# report\n")
 	info := s.put(key, data, engine.PutObjectOptions{ContentType: "text/markdown", CustomMetadata: md})
 	sum := sha256.Sum256(data)
@@ -539,14 +544,56 @@ func TestPlainObjectMetadata(t *testing.T) {
 	if err != nil || len(objs) != 1 || !cmp.Equal(objs[0], want) {
 		t.Errorf("LIST = %+v, %v", objs, err)
 	}
-	// Raw: metadata names arrive whatever their case; no type, no header.
-	status, _, body := s.raw("PUT", "/v1/blobs/plain", strings.NewReader("p"), map[string]string{"X-SBXDB-META-Color": "blue"})
-	var pinfo engine.ObjectInfo
-	if json.Unmarshal(body, &pinfo); status != 200 || pinfo.CustomMetadata["color"] != "blue" {
-		t.Errorf("raw PUT with metadata: %d %s", status, body)
+	// On the wire: one X-Sbxdb-Metadata header of ASCII JSON.
+	segs := strings.Split(key, "/")
+	for i := range segs {
+		segs[i] = url.PathEscape(segs[i])
 	}
-	if status, h, _ := s.raw("GET", "/v1/blobs/plain", nil, nil); status != 200 || h.Get("Content-Type") != "" {
-		t.Errorf("GET of an object without a type: %d, Content-Type %q", status, h.Get("Content-Type"))
+	status, h, _ := s.raw("HEAD", "/v1/blobs/"+strings.Join(segs, "/"), nil, nil)
+	enc := h.Get(server.HeaderMetadata)
+	var back map[string]string
+	if status != 200 || json.Unmarshal([]byte(enc), &back) != nil || !maps.Equal(back, md) ||
+		strings.ContainsFunc(enc, func(r rune) bool { return r < 0x20 || r >= 0x7f }) {
+		t.Errorf("HEAD: %d, %s %q", status, server.HeaderMetadata, enc)
+	}
+	// Raw: the JSON header, or the entry headers of earlier clients (names
+	// arrive whatever their case); no type, no Content-Type header.
+	for _, hdr := range []map[string]string{
+		{"X-SBXDB-META-Color": "blue"},
+		{"x-sbxdb-metadata": `{"color":"blue"}`},
+		{"X-Sbxdb-Metadata": ` {"color":"\u0062lue"} `},
+	} {
+		status, _, body := s.raw("PUT", "/v1/blobs/plain", strings.NewReader("p"), hdr)
+		var pinfo engine.ObjectInfo
+		if json.Unmarshal(body, &pinfo); status != 200 || !maps.Equal(pinfo.CustomMetadata, map[string]string{"color": "blue"}) {
+			t.Errorf("raw PUT with %v: %d %s", hdr, status, body)
+		}
+	}
+	if status, h, _ := s.raw("GET", "/v1/blobs/plain", nil, nil); status != 200 || h.Get("Content-Type") != "" || h.Get(server.HeaderMetadata) != `{"color":"blue"}` {
+		t.Errorf("GET of an object without a type: %d, %v", status, h)
+	}
+	before := s.state()
+	for _, hdr := range []map[string]string{
+		{"X-Sbxdb-Metadata": `{"a":"b"}`, "X-Sbxdb-Meta-C": "d"},
+		{"X-Sbxdb-Metadata": `["a"]`},
+		{"X-Sbxdb-Metadata": `null`},
+		{"X-Sbxdb-Metadata": `{"a":1}`},
+		{"X-Sbxdb-Metadata": `{"a":"b"} {}`},
+		{"X-Sbxdb-Metadata": `{"a":"b"`},
+		{"X-Sbxdb-Metadata": `{"a":"\ud800"}`},
+		{"X-Sbxdb-Metadata": `{"\udc00":"b"}`},
+		{"X-Sbxdb-Metadata": `{"a":"\ud83d\u0041"}`},
+		{"X-Sbxdb-Metadata": `{"a":"` + strings.Repeat("v", engine.MaxObjectMetaBytes) + `"}`},
+	} {
+		status, _, body := s.raw("PUT", "/v1/blobs/refused", strings.NewReader("p"), hdr)
+		wantError(t, fmt.Sprintf("PUT with %.60v", hdr), status, body, 400, "SBXDB_BAD_REQUEST")
+	}
+	s.unchanged(before, "refused metadata")
+	// A well-formed surrogate pair is one character.
+	status, _, body := s.raw("PUT", "/v1/blobs/pair", strings.NewReader("p"), map[string]string{"X-Sbxdb-Metadata": `{"e":"\ud83d\ude00"}`})
+	var pinfo engine.ObjectInfo
+	if json.Unmarshal(body, &pinfo); status != 200 || pinfo.CustomMetadata["e"] != "😀" {
+		t.Errorf("PUT with a surrogate pair: %d %s", status, body)
 	}
 }
 
@@ -596,12 +643,17 @@ func TestBlobList(t *testing.T) {
 	if status != 200 || !strings.Contains(string(body), fmt.Sprintf(`"cursor":%q`, want[1])) {
 		t.Errorf("first page of 2: %d %s", status, body)
 	}
-	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=", "prefix=%zz"} {
+	for _, q := range []string{"limit=-1", "limit=1001", "limit=x", "limit=", "prefix=%zz"} {
 		status, _, body := s.raw("GET", "/v1/blobs?"+q, nil, nil)
 		wantError(t, q, status, body, 400, "SBXDB_BAD_REQUEST")
 	}
-	if _, _, err := s.c.ListObjects(ctx, "", "", 0); !errors.Is(err, engine.ErrInvalidObject) {
-		t.Errorf("client list with limit 0: %v", err)
+	// Limit 0: an empty page without a cursor, however many keys match.
+	status, _, body = s.raw("GET", "/v1/blobs?limit=0", nil, nil)
+	if status != 200 || string(body) != `{"objects":[],"cursor":null}`+"\n" {
+		t.Errorf("limit 0: %d %q", status, body)
+	}
+	if page, next, err := s.c.ListObjects(ctx, "", "", 0); err != nil || len(page) != 0 || next != "" {
+		t.Errorf("client list with limit 0: %v %q %v", page, next, err)
 	}
 }
 

@@ -29,7 +29,8 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--scrub-every DUR [--scrub-rate BYTES/S]] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--scrub-every DUR [--scrub-rate BYTES/S]] " +
+		"[--idle-exit DUR] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -78,6 +79,11 @@ Test stores are deleted when the server stops; those of a server that was
 killed are deleted when the next serve --test starts. Without --test, such
 requests are refused with 403.
 
+--idle-exit DUR stops the server as SIGTERM does once no client has had a
+connection open for DUR: from the start if none connects, and after the
+last one closes. A server started for the processes that use a store
+(the TypeScript package's open({dir})) exits with it once they are gone.
+
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
 flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
@@ -96,6 +102,7 @@ and exits 0.`,
 		fset.IntVar(&f.maxConns, "max-conns", 0, "keep at most `N` connections open (default 1024, or half the open-file limit)")
 		fset.DurationVar(&f.scrubEvery, "scrub-every", 0, "check the store and its blobs in the background every `DUR` (default never)")
 		fset.Int64Var(&f.scrubRate, "scrub-rate", server.DefaultScrubBytesPerSecond, "read blobs back at most `BYTES` per second while scrubbing")
+		fset.DurationVar(&f.idleExit, "idle-exit", 0, "stop once no client has been connected for `DUR` (0: never)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -123,6 +130,7 @@ type serveFlags struct {
 	maxConns    int
 	scrubEvery  time.Duration
 	scrubRate   int64
+	idleExit    time.Duration
 	test        bool
 }
 
@@ -156,6 +164,8 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("--scrub-every %s: must not be negative", f.scrubEvery)
 	case f.scrubRate < 1:
 		return fmt.Errorf("--scrub-rate %d: must be at least 1", f.scrubRate)
+	case f.idleExit < 0:
+		return fmt.Errorf("--idle-exit %s: must not be negative", f.idleExit)
 	}
 	for _, addr := range f.listen {
 		network, address, err := server.ParseAddr(addr)
@@ -257,12 +267,27 @@ func runServe(inv *invocation, _ []string) error {
 	if f.scrubEvery > 0 {
 		attrs = append(attrs, "scrubEvery", f.scrubEvery, "scrubRate", f.scrubRate)
 	}
+	ctx := inv.ctx
+	if f.idleExit > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		idle := server.NewIdleExit(f.idleExit, func() {
+			opts.Logger.Info("no client connected", "for", f.idleExit.String())
+			stop()
+		})
+		for i, l := range ls {
+			ls[i] = idle.Listener(l)
+		}
+		idle.Start()
+		attrs = append(attrs, "idleExit", f.idleExit.String())
+	}
 	opts.Logger.Info("serving", attrs...)
 	srv := server.New(db, opts)
-	scrubCtx, stopScrub := context.WithCancel(inv.ctx)
+	scrubCtx, stopScrub := context.WithCancel(ctx)
 	scrubbed := make(chan struct{})
 	go func() { defer close(scrubbed); srv.Scrub(scrubCtx, f.scrubEvery, f.scrubRate) }()
-	err = srv.Serve(inv.ctx, ls...)
+	err = srv.Serve(ctx, ls...)
 	stopScrub()
 	<-scrubbed // before the store closes
 	closeAll()

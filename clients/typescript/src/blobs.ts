@@ -31,7 +31,11 @@ const maxObjectMetaBytes = 8 << 10
 /** The most keys one `list` page holds. */
 const maxListLimit = 1000
 
-const metaPrefix = 'x-sbxdb-meta-'
+/**
+ * The header carrying a plain object's custom metadata both ways: a JSON
+ * object of strings, in ASCII (docs/API.md, "Blobs and objects").
+ */
+const metadataHeader = 'x-sbxdb-metadata'
 
 /** The shape of a content-addressed key: the hex is the sha256 of the bytes. */
 const contentAddressed = /^sandbox-(?:files|artifacts)\/sha256\/([0-9a-f]{64})$/
@@ -150,7 +154,16 @@ function headerText(value: string): string {
   return Buffer.from(value, 'latin1').toString('utf8')
 }
 
-/** The headers of a plain object's put: its content type and metadata, checked. */
+/** JSON text in ASCII: every character from DEL up escaped as `\uXXXX`. */
+function asciiJSON(text: string): string {
+  return text.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+/**
+ * The headers of a plain object's put: its content type and metadata,
+ * checked. Metadata names and values are any well-formed strings (R2's
+ * custom metadata), at most 8 KiB of UTF-8 together.
+ */
 function attributeHeaders(options: BlobPutOptions): Record<string, string> {
   const headers: Record<string, string> = {}
   const { contentType, customMetadata } = options
@@ -162,19 +175,35 @@ function attributeHeaders(options: BlobPutOptions): Record<string, string> {
     const md = objectOf(customMetadata)
     if (md === undefined || Array.isArray(md)) throw badRequest('customMetadata must be an object of strings')
     let total = 0
+    const members: Array<string> = []
     for (const [name, value] of Object.entries(md)) {
-      if (!/^[a-z0-9._-]+$/.test(name)) {
-        throw badRequest(`customMetadata name ${JSON.stringify(name)}: want 1 or more of a-z, 0-9, ".", "_", "-"`)
-      }
-      assertHeaderText(value, `customMetadata ${name}`)
-      total += name.length + Buffer.byteLength(value, 'utf8')
-      headers[metaPrefix + name] = headerValue(value)
+      const shown = JSON.stringify(name.length > 80 ? `${name.slice(0, 80)}…` : name)
+      if (hasUnpairedSurrogate(name)) throw badRequest(`customMetadata name ${shown} holds an unpaired surrogate`)
+      if (typeof value !== 'string') throw badRequest(`customMetadata ${shown} must be a string`)
+      if (hasUnpairedSurrogate(value)) throw badRequest(`customMetadata ${shown}: the value holds an unpaired surrogate`)
+      total += Buffer.byteLength(name, 'utf8') + Buffer.byteLength(value, 'utf8')
+      members.push(`${JSON.stringify(name)}:${JSON.stringify(value)}`)
     }
     if (total > maxObjectMetaBytes) {
       throw badRequest(`customMetadata of ${total} bytes is more than ${maxObjectMetaBytes}`)
     }
+    if (members.length > 0) headers[metadataHeader] = asciiJSON(`{${members.join(',')}}`)
   }
   return headers
+}
+
+/** The metadata an answer's header carries, or undefined when it has none or it does not parse. */
+function metadataOf(value: string | undefined): Record<string, string> | undefined | 'bad' {
+  if (value === undefined || value === '') return undefined
+  let md: unknown
+  try {
+    md = JSON.parse(value)
+  } catch {
+    return 'bad'
+  }
+  if (md === null || typeof md !== 'object' || Array.isArray(md)) return 'bad'
+  if (Object.values(md).some((v) => typeof v !== 'string')) return 'bad'
+  return Object.keys(md).length > 0 ? (md as Record<string, string>) : undefined
 }
 
 /**
@@ -382,11 +411,9 @@ export function createBlobStore(t: Transport): BlobStore {
     if (digestOf(key) !== undefined) return rec // a blob keeps no attributes
     const ct = header(headers, 'content-type')
     if (ct !== undefined && ct !== '') rec.contentType = headerText(ct)
-    for (const [name, value] of Object.entries(headers)) {
-      if (!name.startsWith(metaPrefix) || value === undefined) continue
-      rec.customMetadata ??= {}
-      rec.customMetadata[name.slice(metaPrefix.length)] = headerText(Array.isArray(value) ? value.join(', ') : value)
-    }
+    const md = metadataOf(header(headers, metadataHeader))
+    if (md === 'bad') throw badResponse(what, `the ${metadataHeader} header is not a JSON object of strings`)
+    if (md !== undefined) rec.customMetadata = md
     return rec
   }
 
@@ -580,8 +607,8 @@ export function createBlobStore(t: Transport): BlobStore {
         if (value !== '') query.push(`${name}=${encodeURIComponent(value)}`)
       }
       if (limit !== undefined) {
-        if (typeof limit !== 'number' || !Number.isSafeInteger(limit) || limit < 1 || limit > maxListLimit) {
-          throw badRequest(`list: limit must be a whole number from 1 to ${maxListLimit}`)
+        if (typeof limit !== 'number' || !Number.isSafeInteger(limit) || limit < 0 || limit > maxListLimit) {
+          throw badRequest(`list: limit must be a whole number from 0 to ${maxListLimit}`)
         }
         query.push(`limit=${limit}`)
       }

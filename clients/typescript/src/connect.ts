@@ -91,7 +91,22 @@ function checkStoreOptions(options: SandboxCheckpointStoreOptions): void {
  * `options.url` (TCP, with `options.token`), and checks that it answers as
  * an sbxdb server. Fails with SbxdbTransportError when it cannot.
  */
-export async function connect(options: ConnectOptions): Promise<Sbxdb> {
+export function connect(options: ConnectOptions): Promise<Sbxdb> {
+  return connectWith(options, {})
+}
+
+/** What open() adds to a connection. */
+export interface ConnectExtras {
+  /**
+   * Sends GET /v1/health this often while the client is open (a timer that
+   * does not keep the process alive), so that its kept-alive connection
+   * stays open and a server started with --idle-exit sees a client.
+   */
+  presenceMs?: number
+}
+
+/** connect, with the additions of `extras`. */
+export async function connectWith(options: ConnectOptions, extras: ConnectExtras): Promise<Sbxdb> {
   const t = Transport.open(options)
   let health: { ok?: unknown; version?: unknown; format?: unknown; store?: unknown }
   try {
@@ -110,6 +125,13 @@ export async function connect(options: ConnectOptions): Promise<Sbxdb> {
     store: String(health.store),
   }
   const tests = new Set<SbxdbTestStores>()
+  let presence: NodeJS.Timeout | undefined
+  if (extras.presenceMs !== undefined) {
+    presence = setInterval(() => {
+      t.call('GET', '/v1/health').catch(() => undefined)
+    }, extras.presenceMs)
+    presence.unref()
+  }
   return {
     ...storesOn(t),
     server,
@@ -146,6 +168,7 @@ export async function connect(options: ConnectOptions): Promise<Sbxdb> {
       return stores
     },
     async close() {
+      clearInterval(presence)
       const pending = [...tests].map((s) => s.close().catch(() => undefined))
       await Promise.all(pending)
       t.close()

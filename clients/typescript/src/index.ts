@@ -5,8 +5,8 @@
  * garbage collection.
  *
  * ```ts
- * import { connect } from '@sbxdb/tanstack-ai'
- * const sbx = await connect({ socketPath: '/var/lib/agent/.sbxdb/sbxdb.sock' })
+ * import { open } from '@sbxdb/tanstack-ai'
+ * const sbx = await open({ dir: '/var/lib/agent/.sbxdb' }) // or connect({ socketPath }) to a running server
  * sbx.checkpoints // SandboxCheckpointStore, with forkFromCheckpoint
  * sbx.persistence // { stores: { messages, artifacts, blobs } }
  * await sbx.close()
@@ -16,6 +16,8 @@
  */
 
 export { connect } from './connect.js'
+export { open, platformPackage, serverBinary } from './open.js'
+export type { OpenOptions } from './open.js'
 export type { Sbxdb, SbxdbTestStores, ServerInfo } from './connect.js'
 export type { ConnectOptions } from './transport.js'
 export {

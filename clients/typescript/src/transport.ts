@@ -65,6 +65,13 @@ export const read: Pick<ExchangeInit, 'idempotent'> = { idempotent: true }
 
 const defaultTimeoutMs = 120_000
 
+/**
+ * The largest header block of an answer the client reads: a blob's
+ * metadata header, 8 KiB of names and values, escapes to at most about
+ * 100 KiB (docs/API.md, "Blobs and objects").
+ */
+const maxResponseHeaderBytes = 256 << 10
+
 // The pool closes a connection idle for this long, well before the
 // server's 120 s, so that a request never lands on a connection the server
 // is closing.
@@ -215,6 +222,8 @@ export class Transport {
         method,
         path,
         headers,
+        // A blob's metadata header may be larger than Node's 16 KiB default.
+        maxHeaderSize: maxResponseHeaderBytes,
       })
       this.inflight.add(req)
       this.shared.inflight.add(req)

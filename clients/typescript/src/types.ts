@@ -228,7 +228,7 @@ export type BlobBody =
 export interface BlobPutOptions {
   /** A plain object's content type (content-addressed blobs have none). */
   contentType?: string
-  /** A plain object's metadata: lower-case names, text values. */
+  /** A plain object's metadata: any names, string values, at most 8 KiB of UTF-8 together. */
   customMetadata?: Record<string, string>
   /** The body's length, when it is a stream; refused if the body differs. */
   expectedLength?: number
