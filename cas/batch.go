@@ -8,12 +8,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/vfs"
@@ -102,7 +104,7 @@ func (b *Batch) add(ctx context.Context, ns Namespace, sum [32]byte, data []byte
 	}
 	added, err := b.store(ns, key, sum, data)
 	if err != nil {
-		return res, &Error{Key: key, Err: err}
+		return res, &sbxdb.BlobError{Key: key, Err: err}
 	}
 	res.New = added
 	return res, nil
@@ -255,7 +257,7 @@ func (b *Batch) known(ctx context.Context, key string) (bool, error) {
 		_, ok, err = lookup(tx, key)
 		return err
 	})
-	if err != nil && !errors.Is(err, ErrCorrupt) {
+	if err != nil && !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		return false, err
 	}
 	// A damaged entry is overwritten with the new bytes, not trusted.
@@ -575,7 +577,7 @@ func (b *Batch) index(tx kv.Tx) error {
 			return err
 		}
 		if !ok {
-			return &Error{Key: key, Err: ErrNotFound, Detail: "deleted while the batch was written; retry"}
+			return &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobNotFound, Detail: "deleted while the batch was written; retry"}
 		}
 		e.uploaded = now
 		if err := idx.Put([]byte(key), e.encode(key)); err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"maps"
 	"os"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -282,7 +284,7 @@ func TestBlockDamageFailsEveryMember(t *testing.T) {
 			}
 			flip(t, f, e.pack, int64(e.offset+headerSize+e.stored-1))
 			for _, k := range keys {
-				if _, err := f.s.Get(ctx, k); !errors.Is(err, ErrCorrupt) {
+				if _, err := f.s.Get(ctx, k); !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 					t.Errorf("Get of a member of the damaged block = %v", err)
 				}
 			}
@@ -401,7 +403,7 @@ func TestReadEach(t *testing.T) {
 	// A key the store does not hold fails before anything is read.
 	calls := 0
 	err = f.s.ReadEach(ctx, append(keys, keyOf(Files, []byte("never stored"))), 2, func(string, *Reader) error { calls++; return nil })
-	if !errors.Is(err, ErrNotFound) || calls != 0 {
+	if !errors.Is(err, sbxdb.ErrBlobNotFound) || calls != 0 {
 		t.Fatalf("ReadEach with a missing key = %v after %d calls", err, calls)
 	}
 	// fn's error stops the run and is returned.
@@ -414,8 +416,8 @@ func TestReadEach(t *testing.T) {
 	e := es[keys[0]]
 	flip(t, f, e.pack, int64(e.offset+headerSize+e.stored/2))
 	err = f.s.ReadEach(ctx, keys, 2, func(string, *Reader) error { return nil })
-	var ce *Error
-	if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || want[ce.Key] == nil {
+	var ce *sbxdb.BlobError
+	if !errors.Is(err, sbxdb.ErrBlobCorrupt) || !errors.As(err, &ce) || want[ce.Key] == nil {
 		t.Fatalf("ReadEach over a damaged frame = %v", err)
 	}
 }

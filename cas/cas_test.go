@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -15,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
@@ -142,16 +144,16 @@ func TestPutRefusesBadKeys(t *testing.T) {
 	good := keyOf(Files, []byte("a"))
 	for _, key := range []string{"", "sandbox-files/sha256/", "sandbox-files/sha256/" + string(bytes.Repeat([]byte("A"), 64)),
 		"other/sha256/" + good[len(chain.FilePrefix):], good + "0", "sandbox-files/sha1/" + good[len(chain.FilePrefix):]} {
-		if err := f.s.Put(ctx, key, []byte("a")); !errors.Is(err, ErrInvalidKey) {
+		if err := f.s.Put(ctx, key, []byte("a")); !errors.Is(err, sbxdb.ErrInvalidBlobKey) {
 			t.Errorf("Put(%q) = %v, want ErrInvalidKey", key, err)
 		}
 	}
 	err := f.s.Put(ctx, good, []byte("b"))
-	var e *Error
-	if !errors.Is(err, ErrKeyMismatch) || !errors.As(err, &e) || e.Key != good {
+	var e *sbxdb.BlobError
+	if !errors.Is(err, sbxdb.ErrBlobKeyMismatch) || !errors.As(err, &e) || e.Key != good {
 		t.Fatalf("mismatched bytes: %v", err)
 	}
-	if _, err := f.s.Head(ctx, good); !errors.Is(err, ErrNotFound) {
+	if _, err := f.s.Head(ctx, good); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Fatalf("a refused Put stored something: %v", err)
 	}
 	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
@@ -227,7 +229,7 @@ func testListAndDelete(t *testing.T, f *fixture) {
 		if err := f.s.Delete(ctx, k); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.s.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+		if _, err := f.s.Get(ctx, k); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 			t.Fatalf("Get after Delete: %v", err)
 		}
 	}
@@ -294,23 +296,23 @@ func TestCorruptionIsDetected(t *testing.T) {
 		dmg  damage
 		want error
 	}{
-		{"pack payload zstd", text(30_000, 1), flip("packs", func(n int64) int64 { return n - 10 }), ErrCorrupt},
-		{"pack payload raw", noise(3000, 2), flip("packs", func(n int64) int64 { return n - 10 }), ErrCorrupt},
-		{"pack header size", noise(3000, 3), flip("packs", func(int64) int64 { return 9 }), ErrCorrupt},
-		{"pack header digest", noise(3000, 3), flip("packs", func(int64) int64 { return 30 }), ErrCorrupt},
-		{"pack truncated", text(3000, 4), truncate("packs"), ErrCorrupt},
-		{"pack removed", text(3000, 5), remove("packs"), ErrCorrupt},
-		{"large payload zstd", text(MaxPacked*2, 6), flip("large", func(n int64) int64 { return n / 2 }), ErrCorrupt},
-		{"large payload raw", noise(MaxPacked*2, 7), flip("large", func(n int64) int64 { return n - 1 }), ErrCorrupt},
-		{"large truncated", noise(MaxPacked*2, 8), truncate("large"), ErrCorrupt},
-		{"large removed", text(MaxPacked*2, 9), remove("large"), ErrCorrupt},
+		{"pack payload zstd", text(30_000, 1), flip("packs", func(n int64) int64 { return n - 10 }), sbxdb.ErrBlobCorrupt},
+		{"pack payload raw", noise(3000, 2), flip("packs", func(n int64) int64 { return n - 10 }), sbxdb.ErrBlobCorrupt},
+		{"pack header size", noise(3000, 3), flip("packs", func(int64) int64 { return 9 }), sbxdb.ErrBlobCorrupt},
+		{"pack header digest", noise(3000, 3), flip("packs", func(int64) int64 { return 30 }), sbxdb.ErrBlobCorrupt},
+		{"pack truncated", text(3000, 4), truncate("packs"), sbxdb.ErrBlobCorrupt},
+		{"pack removed", text(3000, 5), remove("packs"), sbxdb.ErrBlobCorrupt},
+		{"large payload zstd", text(MaxPacked*2, 6), flip("large", func(n int64) int64 { return n / 2 }), sbxdb.ErrBlobCorrupt},
+		{"large payload raw", noise(MaxPacked*2, 7), flip("large", func(n int64) int64 { return n - 1 }), sbxdb.ErrBlobCorrupt},
+		{"large truncated", noise(MaxPacked*2, 8), truncate("large"), sbxdb.ErrBlobCorrupt},
+		{"large removed", text(MaxPacked*2, 9), remove("large"), sbxdb.ErrBlobCorrupt},
 		{"index entry", text(3000, 10), func(t *testing.T, f *fixture, key string) {
 			f.db.Update(func(tx *bolt.Tx) error {
 				v := slices.Clone(tx.Bucket(bucketIndex).Get([]byte(key)))
 				v[2] ^= 1
 				return tx.Bucket(bucketIndex).Put([]byte(key), v)
 			})
-		}, ErrCorrupt},
+		}, sbxdb.ErrBlobCorrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := open(t)
@@ -321,7 +323,7 @@ func TestCorruptionIsDetected(t *testing.T) {
 			f.s.Close() // drop cached pack handles so damage is seen
 			tc.dmg(t, f, key)
 			got, err := f.s.Get(ctx, key)
-			var e *Error
+			var e *sbxdb.BlobError
 			if !errors.Is(err, tc.want) || !errors.As(err, &e) || e.Key != key || got != nil {
 				t.Fatalf("Get = %d bytes, %v; want %v naming %s", len(got), err, tc.want, key)
 			}
@@ -555,7 +557,7 @@ func testMissingAgreesWithHead(t *testing.T, f *fixture) {
 			}
 		}
 		for _, k := range ask {
-			if _, err := f.s.Head(ctx, k); errors.Is(err, ErrNotFound) && !slices.Contains(want, k) {
+			if _, err := f.s.Head(ctx, k); errors.Is(err, sbxdb.ErrBlobNotFound) && !slices.Contains(want, k) {
 				want = append(want, k)
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"math"
 	"os"
@@ -13,6 +12,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Check looks for damage in the blob store and calls report once per
@@ -84,7 +86,7 @@ func (s *Store) CheckPaced(ctx context.Context, deep bool, progress func(done, t
 			info, ok := remote.packs[id]
 			if !ok {
 				packGone[id] = true
-				report("", fmt.Errorf("%w: pack %016x: its object is missing", ErrCorrupt, id))
+				report("", fmt.Errorf("%w: pack %016x: its object is missing", sbxdb.ErrBlobCorrupt, id))
 				continue
 			}
 			size = info.Size
@@ -92,13 +94,13 @@ func (s *Store) CheckPaced(ctx context.Context, deep bool, progress func(done, t
 			fi, err := os.Stat(filepath.Join(s.dir, packPath(id)))
 			packGone[id] = os.IsNotExist(err)
 			if err != nil {
-				report("", fmt.Errorf("%w: pack %016x: %v", ErrCorrupt, id, err))
+				report("", fmt.Errorf("%w: pack %016x: %v", sbxdb.ErrBlobCorrupt, id, err))
 				continue
 			}
 			size = fi.Size()
 		}
 		if size < int64(st.total) {
-			report("", fmt.Errorf("%w: pack %016x holds %d bytes, the index says %d", ErrCorrupt, id, size, st.total))
+			report("", fmt.Errorf("%w: pack %016x holds %d bytes, the index says %d", sbxdb.ErrBlobCorrupt, id, size, st.total))
 		}
 		packSize[id] = size
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -22,7 +24,7 @@ func TestCheckFindsDamage(t *testing.T) {
 	check := func(deep bool) map[string]error {
 		found := map[string]error{}
 		if err := f.s.Check(ctx, deep, nil, func(key string, err error) {
-			if !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 				t.Errorf("%s: %v does not match ErrCorrupt", key, err)
 			}
 			found[key] = err

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
@@ -41,7 +42,7 @@ func deletionsOf(meta kv.Bucket) (uint64, error) {
 	}
 	n, k := binary.Uvarint(v)
 	if k != len(v) {
-		return 0, fmt.Errorf("%w: cas_meta/deletions is malformed", ErrCorrupt)
+		return 0, fmt.Errorf("%w: cas_meta/deletions is malformed", sbxdb.ErrBlobCorrupt)
 	}
 	return n, nil
 }

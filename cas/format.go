@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 )
 
@@ -187,20 +189,12 @@ func (ns Namespace) Key(sum [32]byte) string {
 // hex is a key, as in the contract's regular expressions.
 func ParseKey(key string) (Namespace, [32]byte, error) {
 	var sum [32]byte
-	var ns Namespace
-	var h string
-	switch {
-	case len(key) == len(chain.FilePrefix)+64 && key[:len(chain.FilePrefix)] == chain.FilePrefix:
-		ns, h = Files, key[len(chain.FilePrefix):]
-	case len(key) == len(chain.ArtifactPrefix)+64 && key[:len(chain.ArtifactPrefix)] == chain.ArtifactPrefix:
-		ns, h = Artifacts, key[len(chain.ArtifactPrefix):]
-	default:
-		return 0, sum, &Error{Key: key, Err: ErrInvalidKey, Detail: "want sandbox-files/sha256/<64 hex> or sandbox-artifacts/sha256/<64 hex>"}
+	if err := sbxdb.CheckBlobKey(key); err != nil {
+		return 0, sum, err
 	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return 0, sum, &Error{Key: key, Err: ErrInvalidKey, Detail: "digest must be lowercase hex"}
-		}
+	ns, h := Files, key[len(chain.FilePrefix):]
+	if strings.HasPrefix(key, chain.ArtifactPrefix) {
+		ns, h = Artifacts, key[len(chain.ArtifactPrefix):]
 	}
 	hex.Decode(sum[:], []byte(h))
 	return ns, sum, nil

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/sbxdb/sbxdb"
 )
 
 // packFile returns an open pack file for reading. With Remote, a pack
@@ -133,7 +135,7 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
 		}
-		return nil, header{}, &Error{Key: key, Err: err}
+		return nil, header{}, &sbxdb.BlobError{Key: key, Err: err}
 	}
 	fb := getBuf(headerSize + int(e.stored))
 	if n, err := f.ReadAt(*fb, int64(e.offset)); n != len(*fb) {
@@ -142,7 +144,7 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 		case ranged && errors.Is(err, fs.ErrNotExist):
 			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
 		case ranged && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
-			return nil, header{}, &Error{Key: key, Err: err} // could not read, not damage
+			return nil, header{}, &sbxdb.BlobError{Key: key, Err: err} // could not read, not damage
 		}
 		return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is truncated: %v", e.pack, err))
 	}

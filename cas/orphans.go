@@ -3,10 +3,12 @@ package cas
 import (
 	"context"
 	"encoding/hex"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Orphan blob files: large files no index entry names. They are left when a
@@ -133,7 +135,7 @@ func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int
 		}
 		s.pins.unmarkDying([]string{o.key})
 		if err != nil && !os.IsNotExist(err) {
-			return removed, &Error{Key: o.key, Err: err, Detail: "removing an orphan file"}
+			return removed, &sbxdb.BlobError{Key: o.key, Err: err, Detail: "removing an orphan file"}
 		}
 	}
 	return removed, nil

@@ -3,10 +3,12 @@ package cas
 import (
 	"context"
 	"errors"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Pins keep a sweep away from keys a writer is about to rely on.
@@ -213,7 +215,7 @@ func (s *Store) DeleteUnused(ctx context.Context, keys []string, inUse InUse) ([
 	for _, f := range files {
 		ns, sum, _ := ParseKey(f.key)
 		if err := s.removeLarge(ctx, ns, sum, &f.e); err != nil {
-			return deleted, &Error{Key: f.key, Err: err, Detail: "index entry removed, file left behind"}
+			return deleted, &sbxdb.BlobError{Key: f.key, Err: err, Detail: "index entry removed, file left behind"}
 		}
 	}
 	return deleted, nil

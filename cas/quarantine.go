@@ -6,13 +6,15 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Quarantine and healing.
@@ -284,9 +286,9 @@ func (s *Store) indexedIntact(ctx context.Context, key string) (intact, busy boo
 	switch err := s.verifyIndexed(ctx, key); {
 	case err == nil:
 		return true, false, nil
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, sbxdb.ErrBlobNotFound):
 		return false, false, nil
-	case !errors.Is(err, ErrCorrupt):
+	case !errors.Is(err, sbxdb.ErrBlobCorrupt):
 		return false, false, err
 	}
 	if !s.pins.markDying(key) {
@@ -355,9 +357,9 @@ func (s *Store) DropDamaged(ctx context.Context, keys []string) (DropStats, erro
 			continue
 		}
 		switch err := s.verifyIndexed(ctx, key); {
-		case err == nil, errors.Is(err, ErrNotFound):
+		case err == nil, errors.Is(err, sbxdb.ErrBlobNotFound):
 			continue
-		case !errors.Is(err, ErrCorrupt):
+		case !errors.Is(err, sbxdb.ErrBlobCorrupt):
 			return st, err
 		}
 		drop = append(drop, damagedEntry{key: key, raw: raw})
@@ -482,7 +484,7 @@ func (s *Store) dropEntries(ds []damagedEntry) ([]string, error) {
 			continue
 		}
 		if err != nil {
-			return moved, &Error{Key: f.ns.Key(f.sum), Err: err, Detail: "index entry dropped, moving its file into quarantine"}
+			return moved, &sbxdb.BlobError{Key: f.ns.Key(f.sum), Err: err, Detail: "index entry dropped, moving its file into quarantine"}
 		}
 		moved = append(moved, rel)
 	}
@@ -596,7 +598,7 @@ func (s *Store) eachFrameBlob(ctx context.Context, path string, fn func(key stri
 	call := func(key string, ns Namespace, r *Reader) error {
 		err := fn(key, ns, r)
 		r.Close()
-		if errors.Is(err, ErrCorrupt) {
+		if errors.Is(err, sbxdb.ErrBlobCorrupt) {
 			damaged++
 			return nil
 		}

@@ -5,10 +5,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // ReadEach reads the blobs that keys name, each once however often it is
@@ -188,7 +190,7 @@ func (s *Store) lookupAll(keys []string, workers int) (items []item, gen uint64,
 				b := tx.Bucket(bucketIndex)
 				if b == nil {
 					for _, i := range order[lo:hi] {
-						fail(i, &Error{Key: keys[i], Err: ErrNotFound})
+						fail(i, &sbxdb.BlobError{Key: keys[i], Err: sbxdb.ErrBlobNotFound})
 					}
 					return nil
 				}
@@ -200,7 +202,7 @@ func (s *Store) lookupAll(keys []string, workers int) (items []item, gen uint64,
 					case err != nil:
 						fail(i, err)
 					case v == nil:
-						fail(i, &Error{Key: key, Err: ErrNotFound})
+						fail(i, &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobNotFound})
 					default:
 						e, err := decodeEntry(key, v)
 						if err != nil {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 )
 
@@ -74,8 +75,8 @@ func TestReadEachLooksUpInParallel(t *testing.T) {
 	first := keyBefore(t, second)
 	for range 10 {
 		err := f.s.ReadEach(ctx, append(keys, second, first), 3, func(string, *Reader) error { return nil })
-		var ce *Error
-		if !errors.Is(err, ErrNotFound) || !errors.As(err, &ce) || ce.Key != first {
+		var ce *sbxdb.BlobError
+		if !errors.Is(err, sbxdb.ErrBlobNotFound) || !errors.As(err, &ce) || ce.Key != first {
 			t.Fatalf("ReadEach with two missing keys = %v, want ErrNotFound naming %s", err, first)
 		}
 	}
@@ -141,7 +142,7 @@ func TestReaderWriteTo(t *testing.T) {
 	}
 	_, err = r.WriteTo(&countingWriter{err: boom})
 	r.Close()
-	var ce *Error
+	var ce *sbxdb.BlobError
 	if err != boom || errors.As(err, &ce) {
 		t.Fatalf("WriteTo into a failing writer = %v, want its error", err)
 	}
@@ -161,7 +162,7 @@ func TestReaderWriteTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.WriteTo(io.Discard); !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.Key != keyOf(Files, large) {
+	if _, err := r.WriteTo(io.Discard); !errors.Is(err, sbxdb.ErrBlobCorrupt) || !errors.As(err, &ce) || ce.Key != keyOf(Files, large) {
 		t.Fatalf("WriteTo of a damaged large blob = %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb"
 )
 
 // Open returns a reader of key's verified bytes. For a large blob the bytes
@@ -69,7 +70,7 @@ func (s *Store) openLarge(ctx context.Context, key string, ns Namespace, sum [32
 			if os.IsNotExist(err) {
 				return nil, corrupt(key, "indexed file is missing")
 			}
-			return nil, &Error{Key: key, Err: err}
+			return nil, &sbxdb.BlobError{Key: key, Err: err}
 		}
 		f = file
 	}
@@ -77,7 +78,7 @@ func (s *Store) openLarge(ctx context.Context, key string, ns Namespace, sum [32
 	if _, err := io.ReadFull(f, hb[:]); err != nil {
 		f.Close()
 		if src != nil && src.err != nil {
-			return nil, &Error{Key: key, Err: src.err}
+			return nil, &sbxdb.BlobError{Key: key, Err: src.err}
 		}
 		return nil, corrupt(key, "truncated frame header")
 	}
@@ -181,11 +182,11 @@ func (r *Reader) Read(p []byte) (int, error) {
 		return n, r.err
 	case err != nil && err != io.EOF:
 		if r.src != nil && r.src.err != nil {
-			err = &Error{Key: r.key, Err: r.src.err}
+			err = &sbxdb.BlobError{Key: r.key, Err: r.src.err}
 		} else if r.zstd {
 			err = corrupt(r.key, "zstd: "+err.Error())
 		} else {
-			err = &Error{Key: r.key, Err: err}
+			err = &sbxdb.BlobError{Key: r.key, Err: err}
 		}
 		r.err = err
 	}

@@ -44,6 +44,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 )
@@ -59,7 +60,7 @@ func remoteUnsupported(op string) error {
 // errInObjectStorage is what a store without Remote says of an entry
 // naming a remote object.
 func errInObjectStorage(key string) error {
-	return &Error{Key: key, Err: ErrFormat, Detail: "this store's blobs are in object storage; open it with its bucket"}
+	return &sbxdb.BlobError{Key: key, Err: ErrFormat, Detail: "this store's blobs are in object storage; open it with its bucket"}
 }
 
 // DefaultRemotePackSize is the pack size of a store with remote blobs: a
@@ -323,7 +324,7 @@ func (s *Store) openObject(ctx context.Context, key string, ns Namespace, sum [3
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, corrupt(key, "indexed object is missing")
 		}
-		return nil, &Error{Key: key, Err: err}
+		return nil, &sbxdb.BlobError{Key: key, Err: err}
 	}
 	return rc, nil
 }
@@ -468,7 +469,7 @@ func (s *Store) removeRemoteOrphans(ctx context.Context, olderThan time.Duration
 		}
 		s.pins.unmarkDying([]string{o.key})
 		if err != nil {
-			return removed, &Error{Key: o.key, Err: err, Detail: "removing an orphan object"}
+			return removed, &sbxdb.BlobError{Key: o.key, Err: err, Detail: "removing an orphan object"}
 		}
 	}
 	return removed, nil

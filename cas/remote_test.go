@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/internal/objstore/s3"
@@ -306,7 +307,7 @@ func TestRemoteUploadFailure(t *testing.T) {
 	srv.Stop()
 	err := b.Commit(ctx)
 	b.Close()
-	if !errors.Is(err, objstore.ErrUnavailable) {
+	if !errors.Is(err, sbxdb.ErrBlobsUnavailable) {
 		t.Fatalf("Commit with the server stopped = %v; want ErrUnavailable", err)
 	}
 	if list, _ := f.s.List(ctx, ""); len(list) != 0 {
@@ -441,7 +442,7 @@ func TestRemoteCheckAndDamage(t *testing.T) {
 	if err := f.remote.Put(ctx, name, bytes.NewReader(obj), int64(len(obj)), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Get(ctx, keyOf(Files, large)); !errors.Is(err, ErrCorrupt) {
+	if _, err := f.s.Get(ctx, keyOf(Files, large)); !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		t.Fatalf("Get of a damaged object = %v; want ErrCorrupt", err)
 	}
 	// Damage to a pack, read by a server that has no cached copy.
@@ -452,7 +453,7 @@ func TestRemoteCheckAndDamage(t *testing.T) {
 	rc.Close()
 	pack[len(pack)-3] ^= 0xff
 	f.remote.Put(ctx, packName, bytes.NewReader(pack), int64(len(pack)), objstore.PutOptions{})
-	if _, err := f.server(t).Get(ctx, keyOf(Files, small)); !errors.Is(err, ErrCorrupt) {
+	if _, err := f.server(t).Get(ctx, keyOf(Files, small)); !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		t.Fatalf("Get from a damaged pack = %v; want ErrCorrupt", err)
 	}
 
@@ -461,14 +462,14 @@ func TestRemoteCheckAndDamage(t *testing.T) {
 	f.remote.Delete(ctx, packName)
 	got := check(f.s, false)
 	for _, k := range []string{keyOf(Files, small), keyOf(Files, large)} {
-		if err := got[k]; !errors.Is(err, ErrCorrupt) {
+		if err := got[k]; !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 			t.Errorf("Check of %s: %v; want ErrCorrupt", k, err)
 		}
 	}
 	if err := got[""]; err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("Check of the pack: %v; want it missing", err)
 	}
-	if _, err := f.s.Open(ctx, keyOf(Files, large)); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "missing") {
+	if _, err := f.s.Open(ctx, keyOf(Files, large)); !errors.Is(err, sbxdb.ErrBlobCorrupt) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("Open of a missing object = %v; want ErrCorrupt, missing", err)
 	}
 }
@@ -541,12 +542,12 @@ func TestRemoteReadOnly(t *testing.T) {
 	}
 	// A server that does not answer is not damage; a missing pack is.
 	srv.Stop()
-	if _, err := ro.Get(ctx, keyOf(Files, small)); err == nil || errors.Is(err, ErrCorrupt) {
+	if _, err := ro.Get(ctx, keyOf(Files, small)); err == nil || errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		t.Errorf("Get with the server stopped = %v; want an error that is not ErrCorrupt", err)
 	}
 	srv.Start()
 	f.remote.List(ctx, "packs/", func(i objstore.Info) error { return f.remote.Delete(ctx, i.Name) })
-	if _, err := ro.Get(ctx, keyOf(Files, small)); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "missing") {
+	if _, err := ro.Get(ctx, keyOf(Files, small)); !errors.Is(err, sbxdb.ErrBlobCorrupt) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("Get from a deleted pack = %v; want ErrCorrupt, missing", err)
 	}
 }

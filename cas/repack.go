@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"maps"
 	"os"
@@ -19,6 +18,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -62,40 +64,11 @@ type RepackOptions struct {
 	ColdBefore time.Time
 }
 
-// RepackStats says what Repack did.
-type RepackStats struct {
-	Packs  int   `json:"packs"`  // packs (and large files) rewritten or, with nothing live, removed
-	Blobs  int   `json:"blobs"`  // live blobs copied
-	Before int64 `json:"before"` // bytes of the packs rewritten
-	After  int64 `json:"after"`  // bytes of the packs written in their place
-	// Recompressed counts the packs and large files among Packs that were
-	// rewritten for their level alone, and RecompressedBytes their bytes
-	// (in Before).
-	Recompressed      int   `json:"recompressed"`
-	RecompressedBytes int64 `json:"recompressedBytes"`
-	// Damaged lists the packs left as they were because a blob in them
-	// could not be read back intact; sbxdb check --verify-blobs names it.
-	Damaged []string `json:"damaged,omitempty"`
-}
-
-// Usage is what the blob directory holds, from the index.
-type Usage struct {
-	Packs      int   `json:"packs"`
-	PackBytes  int64 `json:"packBytes"` // pack files' sizes
-	DeadBytes  int64 `json:"deadBytes"` // of which no entry names any more
-	Blobs      int   `json:"blobs"`     // entries in the index
-	LargeBytes int64 `json:"largeBytes"`
-	RawBytes   int64 `json:"rawBytes"` // uncompressed bytes of every blob
-	// Damaged counts index entries and pack records that do not decode;
-	// they are left out of the sums (Check names them).
-	Damaged int `json:"damaged,omitempty"`
-}
-
 // Usage sums the index: packs, their dead bytes, blobs and large files. A
 // damaged record is counted in Damaged, not an error: Check, which reports
 // damage, needs the sums too.
-func (s *Store) Usage(ctx context.Context) (Usage, error) {
-	var u Usage
+func (s *Store) Usage(ctx context.Context) (sbxdb.BlobUsage, error) {
+	var u sbxdb.BlobUsage
 	err := s.db.View(func(tx kv.Tx) error {
 		if err := forEachPack(tx, func(id uint64, st packStats, err error) error {
 			if err != nil {
@@ -128,7 +101,7 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 // repackPlan picks the packs Repack rewrites, and the level it writes them
 // at: RecompressLevel if any is picked for its level, else the highest
 // level any of them was written at, so a repack never compresses worse.
-func (s *Store) repackPlan(tx kv.Tx, opts RepackOptions, st *RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
+func (s *Store) repackPlan(tx kv.Tx, opts RepackOptions, st *sbxdb.RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
 	old := map[uint64]packStats{}
 	level := CaptureLevel
 	err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
@@ -176,8 +149,8 @@ func checkRepackOptions(opts RepackOptions) error {
 
 // RepackPlan reports what Repack with opts would rewrite now (Packs,
 // Before, Recompressed, RecompressedBytes), changing nothing.
-func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (RepackStats, error) {
-	var st RepackStats
+func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (sbxdb.RepackStats, error) {
+	var st sbxdb.RepackStats
 	if s.opts.Remote != nil {
 		return st, remoteUnsupported("repack")
 	}
@@ -287,7 +260,7 @@ func (s *Store) setLargeStored(l largeItem) error {
 // and 4, an entry whose stored size is the old frame's, which only Usage
 // reads. A file that does not read back intact is left alone and reported
 // in st.Damaged.
-func (s *Store) recompressLarges(ctx context.Context, t time.Time, st *RepackStats) error {
+func (s *Store) recompressLarges(ctx context.Context, t time.Time, st *sbxdb.RepackStats) error {
 	cold, stale, err := s.coldLarges(ctx, t)
 	if err != nil {
 		return err
@@ -329,7 +302,7 @@ func (s *Store) recompressLarges(ctx context.Context, t time.Time, st *RepackSta
 				s.pins.unpin([]string{l.key})
 				mu.Lock()
 				switch {
-				case errors.Is(err, ErrCorrupt):
+				case errors.Is(err, sbxdb.ErrBlobCorrupt):
 					st.Damaged = append(st.Damaged, fmt.Sprintf("large blob %s: %v", l.key, err))
 				case err != nil:
 					first = cmp.Or(first, err)
@@ -355,7 +328,7 @@ func (s *Store) recompressLarges(ctx context.Context, t time.Time, st *RepackSta
 func (s *Store) recompressLarge(ctx context.Context, enc *zstd.Encoder, l largeItem) (int64, error) {
 	ns, sum, _ := ParseKey(l.key)
 	cur, err := s.entry(l.key)
-	if errors.Is(err, ErrNotFound) || err == nil && cur.where != whereLarge {
+	if errors.Is(err, sbxdb.ErrBlobNotFound) || err == nil && cur.where != whereLarge {
 		return 0, nil // deleted or moved since it was listed
 	} else if err != nil {
 		return 0, err
@@ -431,8 +404,8 @@ func (s *Store) recompressLarge(ctx context.Context, enc *zstd.Encoder, l largeI
 // with opts.Recompress, every cold pack written at a level below
 // RecompressLevel. Readers and writers go on meanwhile; one Repack runs at
 // a time.
-func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, error) {
-	var st RepackStats
+func (s *Store) Repack(ctx context.Context, opts RepackOptions) (sbxdb.RepackStats, error) {
+	var st sbxdb.RepackStats
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
 	}
@@ -457,7 +430,7 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (RepackStats, er
 	}
 	var old map[uint64]packStats
 	var level zstd.EncoderLevel
-	var plan RepackStats
+	var plan sbxdb.RepackStats
 	var moves []move
 	err := s.db.View(func(tx kv.Tx) error {
 		var err error
@@ -728,7 +701,7 @@ func forEachPack(tx kv.Tx, fn func(id uint64, st packStats, err error) error) er
 	return b.ForEach(func(k, v []byte) error {
 		st, err := decodePackStats(v)
 		if err != nil || len(k) != 8 {
-			return fn(0, st, fmt.Errorf("%w: pack stats %x do not decode", ErrCorrupt, k))
+			return fn(0, st, fmt.Errorf("%w: pack stats %x do not decode", sbxdb.ErrBlobCorrupt, k))
 		}
 		return fn(binary.BigEndian.Uint64(k), st, nil)
 	})

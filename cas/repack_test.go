@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -210,7 +212,7 @@ func TestRepackLeavesADamagedPack(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the damaged pack was removed: %v", err)
 	}
-	if _, err := f.s.Get(ctx, keys[7]); !errors.Is(err, ErrCorrupt) {
+	if _, err := f.s.Get(ctx, keys[7]); !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		t.Fatalf("Get of the damaged blob = %v", err)
 	}
 	good := 0

@@ -20,7 +20,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"math"
 	"os"
@@ -29,6 +28,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/internal/objstore"
@@ -322,7 +324,7 @@ func (s *Store) entry(key string) (e entry, err error) {
 		var ok bool
 		e, ok, err = lookup(tx, key)
 		if err == nil && !ok {
-			err = &Error{Key: key, Err: ErrNotFound}
+			err = &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobNotFound}
 		}
 		return err
 	})
@@ -565,7 +567,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 		return err
 	}
 	if sha256.Sum256(data) != sum {
-		return &Error{Key: key, Err: ErrKeyMismatch}
+		return &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobKeyMismatch}
 	}
 	b := s.NewBatch()
 	defer b.Close()
@@ -589,11 +591,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if s.opts.ReadOnly {
-		return &Error{Key: key, Err: ErrReadOnly}
+		return &sbxdb.BlobError{Key: key, Err: ErrReadOnly}
 	}
 	deleted, err := s.DeleteUnused(ctx, []string{key}, nil)
 	if err == nil && len(deleted) == 0 && s.Pinned(key) {
-		return &Error{Key: key, Err: ErrPinned}
+		return &sbxdb.BlobError{Key: key, Err: ErrPinned}
 	}
 	return err
 }
@@ -603,7 +605,7 @@ func addDead(tx kv.Tx, pack uint64, n uint64) error {
 	k := packKey(pack)
 	st, err := decodePackStats(b.Get(k))
 	if err != nil {
-		return fmt.Errorf("%w: pack %016x stats: %v", ErrCorrupt, pack, err)
+		return fmt.Errorf("%w: pack %016x stats: %v", sbxdb.ErrBlobCorrupt, pack, err)
 	}
 	st.dead += n
 	return b.Put(k, st.encode())

@@ -3,10 +3,12 @@ package cas
 import (
 	"context"
 	"errors"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/vfs/faultfs"
@@ -68,7 +70,7 @@ func TestSyncFailureRefusesWrites(t *testing.T) {
 			if got, err := s.Get(ctx, keyOf(Files, old)); err != nil || string(got) != string(old) {
 				t.Errorf("Get after a failed sync: %q, %v", got, err)
 			}
-			if _, err := s.Get(ctx, keyOf(Files, fresh)); !errors.Is(err, ErrNotFound) {
+			if _, err := s.Get(ctx, keyOf(Files, fresh)); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 				t.Errorf("the blob whose sync failed: %v; want ErrNotFound", err)
 			}
 

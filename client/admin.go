@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -34,8 +33,8 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 
 // Stats returns what the store holds and what it costs on disk
 // (engine.DB.Stats).
-func (c *Client) Stats(ctx context.Context) (*engine.StoreStats, error) {
-	var st engine.StoreStats
+func (c *Client) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
+	var st sbxdb.StoreStats
 	if err := c.call(ctx, "/v1/stats", nil, &st); err != nil {
 		return nil, err
 	}
@@ -45,13 +44,13 @@ func (c *Client) Stats(ctx context.Context) (*engine.StoreStats, error) {
 // GC runs retention, the sweep and repacking on the server (engine.DB.GC).
 // Durations travel in milliseconds: a positive OlderThan is rounded up to
 // the next one.
-func (c *Client) GC(ctx context.Context, opts engine.GCOptions) (*engine.GCResult, error) {
+func (c *Client) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error) {
 	in := map[string]any{
 		"retain": opts.Retain, "keep": opts.Keep, "threads": adminStrings(opts.Threads),
 		"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate,
 		"repackThreshold": opts.RepackThreshold, "recompress": opts.Recompress, "dryRun": opts.DryRun,
 	}
-	var res engine.GCResult
+	var res sbxdb.GCResult
 	if err := c.call(ctx, "/v1/gc", in, &res); err != nil {
 		return nil, err
 	}
@@ -60,16 +59,16 @@ func (c *Client) GC(ctx context.Context, opts engine.GCOptions) (*engine.GCResul
 
 // Sweep deletes the blobs nothing references that are older than
 // opts.OlderThan (engine.DB.Sweep), rounded up to a millisecond.
-func (c *Client) Sweep(ctx context.Context, opts engine.SweepOptions) (gc.SweepResult, error) {
+func (c *Client) Sweep(ctx context.Context, opts sbxdb.SweepOptions) (sbxdb.SweepResult, error) {
 	in := map[string]any{"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate, "dryRun": opts.DryRun}
-	var res gc.SweepResult
+	var res sbxdb.SweepResult
 	err := c.call(ctx, "/v1/sweep", in, &res)
 	return res, err
 }
 
 // Check verifies the store (engine.DB.Check). With opts.Progress set, the
 // response is a progress stream whose reports it receives.
-func (c *Client) Check(ctx context.Context, opts engine.CheckStoreOptions) (*engine.CheckReport, error) {
+func (c *Client) Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxdb.CheckReport, error) {
 	in := map[string]any{"verifyBlobs": opts.VerifyBlobs, "repair": opts.Repair}
 	var progress func(json.RawMessage) error
 	if opts.Progress != nil {
@@ -82,7 +81,7 @@ func (c *Client) Check(ctx context.Context, opts engine.CheckStoreOptions) (*eng
 			return nil
 		}
 	}
-	var rep engine.CheckReport
+	var rep sbxdb.CheckReport
 	if err := c.maintain(ctx, "/v1/check", in, progress, &rep); err != nil {
 		return nil, err
 	}
@@ -114,14 +113,14 @@ type CaptureRequest struct {
 	// SkipUnsupported and RequireFiles are engine.CaptureInput's.
 	SkipUnsupported, RequireFiles bool
 	// Progress, if set, receives the server's progress reports.
-	Progress func(engine.Progress)
+	Progress func(sbxdb.Progress)
 }
 
 // Capture records the directory in.Dir of the server's machine as a new
 // checkpoint on the head of the writer's thread (engine.DB.Capture). If
 // ctx ends before the server answers, the server cancels the capture,
 // which then appends nothing unless its commit had begun.
-func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.CaptureResult, error) {
+func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*sbxdb.CaptureResult, error) {
 	body := map[string]any{
 		"writer": in.Writer, "dir": text(in.Dir), "id": chain.WireString(in.ID), "label": chain.WireString(in.Label),
 		"reason": chain.WireString(in.Reason), "createdAt": in.CreatedAt, "sourceRunId": chain.WireString(in.SourceRunID),
@@ -136,14 +135,14 @@ func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*engine.Captur
 		body["artifacts"] = in.Artifacts
 	}
 	var out struct {
-		Checkpoint *chain.Checkpoint   `json:"checkpoint"`
-		Stats      engine.CaptureStats `json:"stats"`
-		Warnings   []warning           `json:"warnings"`
+		Checkpoint *chain.Checkpoint  `json:"checkpoint"`
+		Stats      sbxdb.CaptureStats `json:"stats"`
+		Warnings   []warning          `json:"warnings"`
 	}
 	if err := c.maintain(ctx, "/v1/capture", body, workProgress(in.Progress), &out); err != nil {
 		return nil, err
 	}
-	return &engine.CaptureResult{Checkpoint: out.Checkpoint, Stats: out.Stats, Warnings: engineWarnings(out.Warnings)}, nil
+	return &sbxdb.CaptureResult{Checkpoint: out.Checkpoint, Stats: out.Stats, Warnings: engineWarnings(out.Warnings)}, nil
 }
 
 // RestoreRequest asks the server to restore a checkpoint into a directory
@@ -160,12 +159,12 @@ type RestoreRequest struct {
 	AllowEscapingSymlinks bool
 	// NoDefaultExcludes must be what the capture said.
 	NoDefaultExcludes bool
-	Progress          func(engine.Progress)
+	Progress          func(sbxdb.Progress)
 }
 
 // Restore writes the tree of a checkpoint into in.Dir on the server's
 // machine (engine.DB.Restore).
-func (c *Client) Restore(ctx context.Context, in RestoreRequest) (engine.RestoreStats, error) {
+func (c *Client) Restore(ctx context.Context, in RestoreRequest) (sbxdb.RestoreStats, error) {
 	body := map[string]any{
 		"checkpointId": chain.WireString(in.CheckpointID), "dir": text(in.Dir), "excludes": texts(in.Excludes), "includes": texts(in.Includes),
 		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "noDefaultExcludes": in.NoDefaultExcludes,
@@ -173,14 +172,14 @@ func (c *Client) Restore(ctx context.Context, in RestoreRequest) (engine.Restore
 	if len(in.Paths) > 0 {
 		body["paths"] = texts(in.Paths)
 	}
-	var st engine.RestoreStats
+	var st sbxdb.RestoreStats
 	err := c.maintain(ctx, "/v1/restore", body, workProgress(in.Progress), &st)
 	return st, err
 }
 
 // workProgress decodes the progress lines of capture and restore for fn;
 // nil when fn is.
-func workProgress(fn func(engine.Progress)) func(json.RawMessage) error {
+func workProgress(fn func(sbxdb.Progress)) func(json.RawMessage) error {
 	if fn == nil {
 		return nil
 	}
@@ -195,7 +194,7 @@ func workProgress(fn func(engine.Progress)) func(json.RawMessage) error {
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return err
 		}
-		fn(engine.Progress{Files: p.Files, TotalFiles: p.TotalFiles, Bytes: p.Bytes, TotalBytes: p.TotalBytes, Done: p.Done})
+		fn(sbxdb.Progress{Files: p.Files, TotalFiles: p.TotalFiles, Bytes: p.Bytes, TotalBytes: p.TotalBytes, Done: p.Done})
 		return nil
 	}
 }
@@ -306,10 +305,10 @@ func texts(ss []string) []text {
 }
 
 // engineWarnings is the engine's form of a capture's warnings off the wire.
-func engineWarnings(ws []warning) []engine.CaptureWarning {
-	var out []engine.CaptureWarning
+func engineWarnings(ws []warning) []sbxdb.CaptureWarning {
+	var out []sbxdb.CaptureWarning
 	for _, w := range ws {
-		out = append(out, engine.CaptureWarning{Path: string(w.Path), What: engine.EntryChange(w.What), Detail: string(w.Detail)})
+		out = append(out, sbxdb.CaptureWarning{Path: string(w.Path), What: sbxdb.EntryChange(w.What), Detail: string(w.Detail)})
 	}
 	return out
 }

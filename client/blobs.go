@@ -13,15 +13,14 @@ import (
 	"sync"
 	"unicode/utf16"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 // Blobs, plain objects and artifact records over the API (docs/API.md).
 // Each method gives the error the engine's method of the same name gives:
 // a key (and a put's attributes) is checked here first
-// (engine.CheckObjectKey, engine.CheckPutObject: a key with an empty, "."
+// (sbxdb.CheckObjectKey, sbxdb.CheckPutObject: a key with an empty, "."
 // or ".." segment cannot travel in a URL unchanged, nor can a header value
 // with surrounding blanks), a refused request
 // (SBXDB_BAD_REQUEST) matches engine.ErrInvalidObject, and a body that is
@@ -51,7 +50,7 @@ func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) 
 // blobErr makes a refused blob request match the engine's sentinel.
 func blobErr(err error) error {
 	if errors.Is(err, ErrBadRequest) {
-		return fmt.Errorf("%w: %w", engine.ErrInvalidObject, err)
+		return fmt.Errorf("%w: %w", sbxdb.ErrInvalidObject, err)
 	}
 	return err
 }
@@ -76,23 +75,23 @@ func (c *Client) doBlob(req *http.Request) (*http.Response, error) {
 
 // PutObject stores the bytes of r under key (PUT /v1/blobs/{key}), sent
 // with opts.Size as their Content-Length, or chunked when it is -1.
-func (c *Client) PutObject(ctx context.Context, key string, r io.Reader, opts engine.PutObjectOptions) (engine.ObjectInfo, error) {
+func (c *Client) PutObject(ctx context.Context, key string, r io.Reader, opts sbxdb.PutObjectOptions) (sbxdb.ObjectInfo, error) {
 	// Checked here too: a header value loses surrounding blanks, for one.
-	if err := engine.CheckPutObject(key, opts); err != nil {
-		return engine.ObjectInfo{}, err
+	if err := sbxdb.CheckPutObject(key, opts); err != nil {
+		return sbxdb.ObjectInfo{}, err
 	}
 	body := &sizedBody{r: r, key: key, want: opts.Size}
 	var rb io.Reader = body
 	if opts.Size == 0 {
 		// An empty body travels as none: what r holds is checked here.
 		if _, err := body.Read(make([]byte, 1)); err != io.EOF {
-			return engine.ObjectInfo{}, err
+			return sbxdb.ObjectInfo{}, err
 		}
 		rb = http.NoBody
 	}
 	req, err := c.newRequest(ctx, http.MethodPut, blobPath(key), rb)
 	if err != nil {
-		return engine.ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	req.ContentLength = opts.Size
 	if opts.ContentType != "" {
@@ -108,15 +107,15 @@ func (c *Client) PutObject(ctx context.Context, key string, r io.Reader, opts en
 		if resp != nil {
 			resp.Body.Close()
 		}
-		return engine.ObjectInfo{}, body.err
+		return sbxdb.ObjectInfo{}, body.err
 	}
 	if err != nil {
-		return engine.ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	defer resp.Body.Close()
-	var info engine.ObjectInfo
+	var info sbxdb.ObjectInfo
 	if err := decodeJSON(resp.Body, &info); err != nil {
-		return engine.ObjectInfo{}, fmt.Errorf("client: the response to PUT %s: %w", key, err)
+		return sbxdb.ObjectInfo{}, fmt.Errorf("client: the response to PUT %s: %w", key, err)
 	}
 	return info, nil
 }
@@ -138,7 +137,7 @@ func (b *sizedBody) fail(err error) (int, error) {
 }
 
 func (b *sizedBody) mismatch(what string) (int, error) {
-	return b.fail(&cas.Error{Key: b.key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body is %s the %d bytes declared", what, b.want)})
+	return b.fail(&sbxdb.BlobError{Key: b.key, Err: sbxdb.ErrBlobKeyMismatch, Detail: fmt.Sprintf("the body is %s the %d bytes declared", what, b.want)})
 }
 
 func (b *sizedBody) Read(p []byte) (int, error) {
@@ -198,12 +197,12 @@ func (b *sizedBody) Read(p []byte) (int, error) {
 // the end reads nothing. n == 0 reads nothing and asks only for the
 // description (a HEAD, which refreshes a blob's upload time as
 // StatObject does).
-func (c *Client) OpenObject(ctx context.Context, key string, off, n int64) (io.ReadCloser, engine.ObjectInfo, error) {
-	if err := engine.CheckObjectKey(key); err != nil {
-		return nil, engine.ObjectInfo{}, err
+func (c *Client) OpenObject(ctx context.Context, key string, off, n int64) (io.ReadCloser, sbxdb.ObjectInfo, error) {
+	if _, err := sbxdb.CheckObjectKey(key); err != nil {
+		return nil, sbxdb.ObjectInfo{}, err
 	}
 	if off < 0 {
-		return nil, engine.ObjectInfo{}, fmt.Errorf("%w: offset %d", ErrRange, off)
+		return nil, sbxdb.ObjectInfo{}, fmt.Errorf("%w: offset %d", ErrRange, off)
 	}
 	if n == 0 {
 		info, err := c.StatObject(ctx, key)
@@ -211,13 +210,13 @@ func (c *Client) OpenObject(ctx context.Context, key string, off, n int64) (io.R
 			err = fmt.Errorf("%w: offset %d is past the %d bytes of %s", ErrRange, off, info.Size, key)
 		}
 		if err != nil {
-			return nil, engine.ObjectInfo{}, err
+			return nil, sbxdb.ObjectInfo{}, err
 		}
 		return io.NopCloser(strings.NewReader("")), info, nil
 	}
 	req, err := c.newRequest(ctx, http.MethodGet, blobPath(key), nil)
 	if err != nil {
-		return nil, engine.ObjectInfo{}, err
+		return nil, sbxdb.ObjectInfo{}, err
 	}
 	ranged := off > 0 || n > 0
 	switch {
@@ -235,7 +234,7 @@ func (c *Client) OpenObject(ctx context.Context, key string, off, n int64) (io.R
 		}
 	}
 	if err != nil {
-		return nil, engine.ObjectInfo{}, err
+		return nil, sbxdb.ObjectInfo{}, err
 	}
 	info, err := infoOf(key, resp)
 	if err == nil && ranged != (resp.StatusCode == http.StatusPartialContent) {
@@ -243,7 +242,7 @@ func (c *Client) OpenObject(ctx context.Context, key string, off, n int64) (io.R
 	}
 	if err != nil {
 		resp.Body.Close()
-		return nil, engine.ObjectInfo{}, err
+		return nil, sbxdb.ObjectInfo{}, err
 	}
 	return blobBody{resp.Body}, info, nil
 }
@@ -263,9 +262,9 @@ func (b blobBody) WriteTo(w io.Writer) (int64, error) {
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
 
 // infoOf reads the description of key from a response's headers.
-func infoOf(key string, resp *http.Response) (engine.ObjectInfo, error) {
+func infoOf(key string, resp *http.Response) (sbxdb.ObjectInfo, error) {
 	h := resp.Header
-	info := engine.ObjectInfo{Key: key, SHA256: strings.Trim(h.Get("ETag"), `"`)}
+	info := sbxdb.ObjectInfo{Key: key, SHA256: strings.Trim(h.Get("ETag"), `"`)}
 	info.Size = resp.ContentLength // of a HEAD too: the length a GET would have
 	if resp.StatusCode == http.StatusPartialContent {
 		_, total, _ := strings.Cut(h.Get("Content-Range"), "/")
@@ -281,7 +280,7 @@ func infoOf(key string, resp *http.Response) (engine.ObjectInfo, error) {
 	if info.Uploaded, err = strconv.ParseInt(h.Get(headerUploaded), 10, 64); err != nil {
 		return info, fmt.Errorf("client: %s: no upload time in the response: %w", key, err)
 	}
-	if _, _, err := cas.ParseKey(key); err != nil { // a plain object: its own attributes
+	if sbxdb.CheckBlobKey(key) != nil { // a plain object: its own attributes
 		info.ContentType = h.Get("Content-Type")
 		if v := h.Get(headerMetadata); v != "" {
 			if err := json.Unmarshal([]byte(v), &info.CustomMetadata); err != nil {
@@ -317,17 +316,17 @@ func encodeMetadata(md map[string]string) string {
 
 // StatObject describes key (HEAD /v1/blobs/{key}), refreshing a blob's
 // upload time.
-func (c *Client) StatObject(ctx context.Context, key string) (engine.ObjectInfo, error) {
-	if err := engine.CheckObjectKey(key); err != nil {
-		return engine.ObjectInfo{}, err
+func (c *Client) StatObject(ctx context.Context, key string) (sbxdb.ObjectInfo, error) {
+	if _, err := sbxdb.CheckObjectKey(key); err != nil {
+		return sbxdb.ObjectInfo{}, err
 	}
 	req, err := c.newRequest(ctx, http.MethodHead, blobPath(key), nil)
 	if err != nil {
-		return engine.ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	resp, err := c.doBlob(req)
 	if err != nil {
-		return engine.ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	resp.Body.Close()
 	return infoOf(key, resp)
@@ -336,7 +335,7 @@ func (c *Client) StatObject(ctx context.Context, key string) (engine.ObjectInfo,
 // DeleteObject deletes key (DELETE /v1/blobs/{key}); a key not stored is
 // not an error, a blob in use is engine.ErrBlobInUse.
 func (c *Client) DeleteObject(ctx context.Context, key string) error {
-	if err := engine.CheckObjectKey(key); err != nil {
+	if _, err := sbxdb.CheckObjectKey(key); err != nil {
 		return err
 	}
 	req, err := c.newRequest(ctx, http.MethodDelete, blobPath(key), nil)
@@ -354,7 +353,7 @@ func (c *Client) DeleteObject(ctx context.Context, key string) error {
 // ListObjects lists up to limit (0 to engine.MaxListObjects) keys starting
 // with prefix and after cursor, in key byte order, and returns the cursor
 // of the next page, "" after the last (GET /v1/blobs).
-func (c *Client) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]engine.ObjectInfo, string, error) {
+func (c *Client) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]sbxdb.ObjectInfo, string, error) {
 	q := url.Values{"prefix": {prefix}, "cursor": {cursor}, "limit": {strconv.Itoa(limit)}}
 	req, err := c.newRequest(ctx, http.MethodGet, "/v1/blobs?"+q.Encode(), nil)
 	if err != nil {
@@ -366,8 +365,8 @@ func (c *Client) ListObjects(ctx context.Context, prefix, cursor string, limit i
 	}
 	defer resp.Body.Close()
 	var out struct {
-		Objects []engine.ObjectInfo `json:"objects"`
-		Cursor  *string             `json:"cursor"`
+		Objects []sbxdb.ObjectInfo `json:"objects"`
+		Cursor  *string            `json:"cursor"`
 	}
 	if err := decodeJSON(resp.Body, &out); err != nil {
 		return nil, "", fmt.Errorf("client: the response to GET /v1/blobs: %w", err)
@@ -380,11 +379,11 @@ func (c *Client) ListObjects(ctx context.Context, prefix, cursor string, limit i
 }
 
 // ArtifactRecords returns the server's artifact records.
-func (c *Client) ArtifactRecords() engine.ArtifactRecords { return artifactRecords{c} }
+func (c *Client) ArtifactRecords() sbxdb.ArtifactRecords { return artifactRecords{c} }
 
 type artifactRecords struct{ c *Client }
 
-var _ engine.ArtifactRecords = artifactRecords{}
+var _ sbxdb.ArtifactRecords = artifactRecords{}
 
 // wireRecord is an artifact record as a request carries it: strings as
 // chain.WireString, so that a lone surrogate reaches the server's checks
@@ -409,38 +408,38 @@ func optional(s string) *chain.WireString {
 	return &w
 }
 
-func (a artifactRecords) Save(ctx context.Context, rec engine.ArtifactRecord) error {
+func (a artifactRecords) Save(ctx context.Context, rec sbxdb.ArtifactRecord) error {
 	in := wireRecord{ArtifactID: chain.WireString(rec.ArtifactID), RunID: chain.WireString(rec.RunID),
 		ThreadID: chain.WireString(rec.ThreadID), BlobKey: optional(rec.BlobKey), Name: chain.WireString(rec.Name),
 		MimeType: chain.WireString(rec.MimeType), Size: rec.Size, SourceURL: optional(rec.SourceURL), CreatedAt: rec.CreatedAt}
 	return a.c.call(ctx, "/v1/artifacts/save", in, nil)
 }
 
-func (a artifactRecords) Get(ctx context.Context, artifactID string) (*engine.ArtifactRecord, error) {
+func (a artifactRecords) Get(ctx context.Context, artifactID string) (*sbxdb.ArtifactRecord, error) {
 	var out struct {
-		Artifact *engine.ArtifactRecord `json:"artifact"`
+		Artifact *sbxdb.ArtifactRecord `json:"artifact"`
 	}
 	err := a.c.call(ctx, "/v1/artifacts/get", map[string]chain.WireString{"artifactId": chain.WireString(artifactID)}, &out)
 	return out.Artifact, err
 }
 
-func (a artifactRecords) ListForRun(ctx context.Context, runID string) ([]engine.ArtifactRecord, error) {
+func (a artifactRecords) ListForRun(ctx context.Context, runID string) ([]sbxdb.ArtifactRecord, error) {
 	return a.list(ctx, "runId", runID)
 }
 
-func (a artifactRecords) ListForThread(ctx context.Context, threadID string) ([]engine.ArtifactRecord, error) {
+func (a artifactRecords) ListForThread(ctx context.Context, threadID string) ([]sbxdb.ArtifactRecord, error) {
 	return a.list(ctx, "threadId", threadID)
 }
 
-func (a artifactRecords) list(ctx context.Context, field, id string) ([]engine.ArtifactRecord, error) {
+func (a artifactRecords) list(ctx context.Context, field, id string) ([]sbxdb.ArtifactRecord, error) {
 	var out struct {
-		Artifacts []engine.ArtifactRecord `json:"artifacts"`
+		Artifacts []sbxdb.ArtifactRecord `json:"artifacts"`
 	}
 	if err := a.c.call(ctx, "/v1/artifacts/list", map[string]chain.WireString{field: chain.WireString(id)}, &out); err != nil {
 		return nil, err
 	}
 	if out.Artifacts == nil {
-		out.Artifacts = []engine.ArtifactRecord{}
+		out.Artifacts = []sbxdb.ArtifactRecord{}
 	}
 	return out.Artifacts, nil
 }

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -18,7 +18,7 @@ import (
 // transcripts and instances, over the API; and it renews and releases the
 // leases it hands out.
 var (
-	_ engine.Store  = (*Client)(nil)
+	_ sbxdb.Store   = (*Client)(nil)
 	_ lease.Backend = (*Client)(nil)
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
@@ -106,13 +106,13 @@ func TestStringsThatAreNotText(t *testing.T) {
 	if th, _ := db.Threads(ctx); len(th) != 0 {
 		t.Errorf("refused appends left threads %q", th)
 	}
-	rec := engine.InstanceRecord{Key: "\xff\x00", Provider: "\xed\xa0\x80", ProviderSandboxID: "\xed\xa0\xbd\xed\xb8\x80", ThreadID: "é", UpdatedAt: 1 << 60}
+	rec := sbxdb.InstanceRecord{Key: "\xff\x00", Provider: "\xed\xa0\x80", ProviderSandboxID: "\xed\xa0\xbd\xed\xb8\x80", ThreadID: "é", UpdatedAt: 1 << 60}
 	if err := c.Instances().Upsert(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	for what, get := range map[string]func() (*engine.InstanceRecord, error){
-		"client": func() (*engine.InstanceRecord, error) { return c.Instances().Get(ctx, rec.Key) },
-		"engine": func() (*engine.InstanceRecord, error) { return db.Instances().Get(ctx, rec.Key) },
+	for what, get := range map[string]func() (*sbxdb.InstanceRecord, error){
+		"client": func() (*sbxdb.InstanceRecord, error) { return c.Instances().Get(ctx, rec.Key) },
+		"engine": func() (*sbxdb.InstanceRecord, error) { return db.Instances().Get(ctx, rec.Key) },
 	} {
 		if got, err := get(); err != nil || got == nil || *got != rec {
 			t.Errorf("%s Get of the record = %+v, %v; want %+v", what, got, err, rec)

@@ -8,9 +8,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 // Errors for the server's own codes (docs/API.md, Errors) that no engine
@@ -53,20 +52,20 @@ var byCode = map[string]error{
 	chain.CodeInvalidArtifactBytes:      chain.ErrInvalidArtifactBytes,
 
 	"SBXDB_BAD_REQUEST":        ErrBadRequest,
-	"SBXDB_BLOB_MISMATCH":      cas.ErrKeyMismatch,
+	"SBXDB_BLOB_MISMATCH":      sbxdb.ErrBlobKeyMismatch,
 	"SBXDB_UNAUTHORIZED":       ErrUnauthorized,
 	"SBXDB_FORBIDDEN":          ErrForbidden,
-	"SBXDB_NOT_FOUND":          cas.ErrNotFound,
+	"SBXDB_NOT_FOUND":          sbxdb.ErrBlobNotFound,
 	"SBXDB_METHOD_NOT_ALLOWED": ErrBadRequest,
-	"SBXDB_BLOB_IN_USE":        engine.ErrBlobInUse,
+	"SBXDB_BLOB_IN_USE":        sbxdb.ErrBlobInUse,
 	"SBXDB_TOO_LARGE":          chain.ErrTooLarge,
 	"SBXDB_RANGE":              ErrRange,
 	"SBXDB_CORRUPT":            chain.ErrCorrupt,
 	"SBXDB_INTERNAL":           ErrInternal,
 	"SBXDB_UNAVAILABLE":        ErrUnavailable,
-	"SBXDB_READ_ONLY":          engine.ErrReadOnly,
-	"SBXDB_AMBIGUOUS":          engine.ErrAmbiguousRef,
-	"SBXDB_EMPTY_CAPTURE":      engine.ErrEmptyCapture,
+	"SBXDB_READ_ONLY":          sbxdb.ErrReadOnly,
+	"SBXDB_AMBIGUOUS":          sbxdb.ErrAmbiguousRef,
+	"SBXDB_EMPTY_CAPTURE":      sbxdb.ErrEmptyCapture,
 }
 
 // Error is a failure the server reported. It matches the sentinel of its

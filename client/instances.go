@@ -3,14 +3,14 @@ package client
 import (
 	"context"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // Instances returns the server's instance store (SPEC §4) over
 // /v1/instances/*. Like the embedded one it validates nothing: any key,
 // the empty one and ones that are not UTF-8 included, and every field
 // travels unchanged (text, wire.go).
-func (c *Client) Instances() engine.InstanceStore { return instanceStore{c} }
+func (c *Client) Instances() sbxdb.InstanceStore { return instanceStore{c} }
 
 type instanceStore struct{ c *Client }
 
@@ -19,7 +19,7 @@ type keyArg struct {
 }
 
 // Get returns the record of key, or nil and no error when there is none.
-func (s instanceStore) Get(ctx context.Context, key string) (*engine.InstanceRecord, error) {
+func (s instanceStore) Get(ctx context.Context, key string) (*sbxdb.InstanceRecord, error) {
 	var out struct {
 		Instance *instanceJSON `json:"instance"`
 	}
@@ -37,7 +37,7 @@ func (s instanceStore) Get(ctx context.Context, key string) (*engine.InstanceRec
 }
 
 // Upsert inserts or fully replaces the record of rec.Key.
-func (s instanceStore) Upsert(ctx context.Context, rec engine.InstanceRecord) error {
+func (s instanceStore) Upsert(ctx context.Context, rec sbxdb.InstanceRecord) error {
 	return s.c.call(ctx, "/v1/instances/upsert", fromInstance(rec), nil)
 }
 

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 // Options.CheckPeer vets every new connection on a unix socket, the JSON
@@ -39,7 +39,7 @@ func TestCheckPeerRefusesBeforeAnyRequest(t *testing.T) {
 	calls := map[string]func() error{
 		"health (a JSON exchange)": func() error { _, err := f.c.Health(ctx); return err },
 		"put object (a streamed body)": func() error {
-			_, err := f.c.PutObject(ctx, "k", strings.NewReader("secret bytes"), engine.PutObjectOptions{Size: int64(len("secret bytes"))})
+			_, err := f.c.PutObject(ctx, "k", strings.NewReader("secret bytes"), sbxdb.PutObjectOptions{Size: int64(len("secret bytes"))})
 			return err
 		},
 	}

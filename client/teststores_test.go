@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/server"
 )
 
@@ -88,14 +87,14 @@ func TestTestStores(t *testing.T) {
 				t.Fatalf("acquire at 1000: %+v, %v", l, err)
 			}
 			clock.Store(1101)
-			info, err := c.PutObject(ctx, "obj/a", strings.NewReader("hi"), engine.PutObjectOptions{Size: 2})
+			info, err := c.PutObject(ctx, "obj/a", strings.NewReader("hi"), sbxdb.PutObjectOptions{Size: 2})
 			if err != nil || info.Uploaded != 1101 {
 				t.Errorf("put at 1101: %+v, %v", info, err)
 			}
 			if l2, err := c.AcquireWriter(ctx, "t"); err != nil || l2.Fence != 2 || !l2.ExpiresAt().Equal(time.UnixMilli(1201)) {
 				t.Errorf("takeover at 1101: %+v, %v", l2, err)
 			}
-			if _, err := admin.StatObject(ctx, "obj/a"); !errors.Is(err, cas.ErrNotFound) {
+			if _, err := admin.StatObject(ctx, "obj/a"); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 				t.Errorf("the served store holds the test store's object: %v", err)
 			}
 

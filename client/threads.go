@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // ResolveCheckpoint returns the id of the checkpoint ref names: an exact
@@ -27,10 +27,10 @@ func (c *Client) ResolveCheckpoint(ctx context.Context, ref string) (string, err
 // ThreadSummary returns the number of the thread's checkpoints and their
 // newest createdAt, as engine.DB.ThreadSummary does (POST
 // /v1/threads/summary): an unknown thread is the zero summary.
-func (c *Client) ThreadSummary(ctx context.Context, threadID string) (engine.ThreadSummary, error) {
-	var out engine.ThreadSummary
+func (c *Client) ThreadSummary(ctx context.Context, threadID string) (sbxdb.ThreadSummary, error) {
+	var out sbxdb.ThreadSummary
 	if err := c.call(ctx, "/v1/threads/summary", threadArg{text(threadID)}, &out); err != nil {
-		return engine.ThreadSummary{}, err
+		return sbxdb.ThreadSummary{}, err
 	}
 	return out, nil
 }
@@ -39,7 +39,7 @@ func (c *Client) ThreadSummary(ctx context.Context, threadID string) (engine.Thr
 // lease and artifact records, as engine.DB.DeleteThread does (POST
 // /v1/threads/delete): a live writer is WRITER_CONFLICT unless force, and
 // a thread with nothing stored is a result with nothing deleted.
-func (c *Client) DeleteThread(ctx context.Context, threadID string, force bool) (engine.DeleteThreadResult, error) {
+func (c *Client) DeleteThread(ctx context.Context, threadID string, force bool) (sbxdb.DeleteThreadResult, error) {
 	var out struct {
 		Checkpoints     []text `json:"checkpoints"`
 		Transcript      bool   `json:"transcript"`
@@ -51,8 +51,8 @@ func (c *Client) DeleteThread(ctx context.Context, threadID string, force bool) 
 		Force    bool `json:"force,omitempty"`
 	}{text(threadID), force}, &out)
 	if err != nil {
-		return engine.DeleteThreadResult{}, err
+		return sbxdb.DeleteThreadResult{}, err
 	}
-	return engine.DeleteThreadResult{Checkpoints: strs(out.Checkpoints), Transcript: out.Transcript,
+	return sbxdb.DeleteThreadResult{Checkpoints: strs(out.Checkpoints), Transcript: out.Transcript,
 		Lease: out.Lease, ArtifactRecords: out.ArtifactRecords}, nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
@@ -227,7 +227,7 @@ func TestCheckpointDefectsSurviveTheTrip(t *testing.T) {
 }
 
 func TestInstanceRoundTrip(t *testing.T) {
-	for _, rec := range []engine.InstanceRecord{
+	for _, rec := range []sbxdb.InstanceRecord{
 		{Key: "\xff", Provider: "", ProviderSandboxID: high + low, ThreadID: "\x00", UpdatedAt: -1 << 62},
 		{Key: "k", Provider: "p", ProviderSandboxID: "sb", LatestSnapshotID: "s", ThreadID: "t", LatestRunID: "r", UpdatedAt: 1},
 	} {

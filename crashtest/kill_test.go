@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -140,11 +141,11 @@ func child(dir string) int {
 			var err error
 			switch op {
 			case "sweep":
-				_, err = db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+				_, err = db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 			case "repack":
 				_, err = db.Repack(ctx, cas.RepackOptions{Threshold: 0.01})
 			case "gc":
-				_, err = db.GC(ctx, engine.GCOptions{Immediate: true, RepackThreshold: 0.2})
+				_, err = db.GC(ctx, sbxdb.GCOptions{Immediate: true, RepackThreshold: 0.2})
 			}
 			if err != nil {
 				fatal <- fmt.Sprintf("%s: %v", op, err)
@@ -249,7 +250,7 @@ func maintainer(dir string, r *rand.Rand, now func() time.Time, send func(report
 		} else {
 			var db *engine.DB
 			if db, err = engine.Open(dir, sharedOpts(now)); err == nil {
-				_, err = db.GC(ctx, engine.GCOptions{Immediate: true, RepackThreshold: 0.2})
+				_, err = db.GC(ctx, sbxdb.GCOptions{Immediate: true, RepackThreshold: 0.2})
 				if cerr := db.Close(); err == nil {
 					err = cerr
 				}
@@ -353,7 +354,7 @@ func captureOp(ctx context.Context, db *engine.DB, w lease.Writer, ws string, r 
 	rep.Op, rep.ID, rep.Tree = "capture", lease.NewToken(), digest(tree)
 	rep.After, rep.Head = append(slices.Clone(rep.Before), rep.ID), rep.ID
 	send(rep)
-	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w, Dir: ws, ID: rep.ID})
+	_, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: w, Dir: ws, ID: rep.ID})
 	return finish(send, rep, err)
 }
 
@@ -731,7 +732,7 @@ func (d *driver) verify(cycle int, offset time.Duration, reports []report) {
 
 	// The check sbxdb check runs: counts recomputed, every referenced
 	// blob present and read back.
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 	if err != nil {
 		t.Fatalf("cycle %d: check: %v", cycle, err)
 	}

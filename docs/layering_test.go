@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,4 +142,37 @@ func byteStringLit(e ast.Expr) string {
 func isIdent(e ast.Expr, name string) bool {
 	id, ok := e.(*ast.Ident)
 	return ok && id.Name == name
+}
+
+// TestDeps checks, on everything each package links (go list -deps), that
+// the contract and what is built on it alone stay off the implementations:
+// the contract package (the module root), the Go client, the in-memory
+// reference store and the conformance kit link no storage engine (bbolt,
+// pgx, minio-go), no Prometheus and none of sbxdb's store packages. A host
+// that talks to a server links the contract and the client only.
+func TestDeps(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skipf("no go command to list dependencies with: %v", err)
+	}
+	forbidden := []string{
+		"go.etcd.io/bbolt", "github.com/jackc/pgx", "github.com/minio/minio-go", "github.com/prometheus/",
+		"github.com/sbxdb/sbxdb/engine", "github.com/sbxdb/sbxdb/cas", "github.com/sbxdb/sbxdb/gc",
+		"github.com/sbxdb/sbxdb/server", "github.com/sbxdb/sbxdb/internal/meta", "github.com/sbxdb/sbxdb/internal/kv",
+		"github.com/sbxdb/sbxdb/internal/objstore",
+	}
+	for _, pkg := range []string{".", "./client", "./memstore", "./storetest"} {
+		cmd := exec.Command("go", "list", "-deps", pkg)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for dep := range strings.FieldsSeq(string(out)) {
+			for _, bad := range forbidden {
+				if strings.HasPrefix(dep, bad) {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			}
+		}
+	}
 }

@@ -2,11 +2,12 @@ package engine
 
 import (
 	"context"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
+
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
 )
@@ -15,57 +16,19 @@ import (
 // and sourceUrl, in bytes.
 const MaxArtifactTextBytes = 64 << 10
 
-// ArtifactRecord is the metadata a host keeps beside a generated file
-// (docs/API.md, Artifact records).
-type ArtifactRecord struct {
-	ArtifactID string `json:"artifactId"`
-	RunID      string `json:"runId"`
-	ThreadID   string `json:"threadId"`
-	// BlobKey, when set, is a content-addressed blob key; the record holds
-	// the blob for the garbage collector while it exists.
-	BlobKey   string `json:"blobKey,omitempty"`
-	Name      string `json:"name"`
-	MimeType  string `json:"mimeType"`
-	Size      int64  `json:"size"`
-	SourceURL string `json:"sourceUrl,omitempty"`
-	CreatedAt int64  `json:"createdAt"` // epoch ms
-}
-
-// ArtifactRecords is the store of artifact records. Every method first
-// validates its identifiers (SANDBOX_SNAPSHOT_INVALID_ID); a write that
-// fails changes nothing.
-type ArtifactRecords interface {
-	// Save inserts or overwrites the record of rec.ArtifactID. Checks, in
-	// order: artifactId, runId, threadId (INVALID_ID); then blobKey (empty
-	// or a content-addressed key), name and mimeType (non-empty text),
-	// sourceUrl (text), size (0 to 2^53−1) and createdAt (±(2^53−1)), each
-	// SANDBOX_SNAPSHOT_INVALID_ENTRY. The blob need not be stored.
-	Save(ctx context.Context, rec ArtifactRecord) error
-	// Get returns the record, or nil and no error when the id is unknown.
-	Get(ctx context.Context, artifactID string) (*ArtifactRecord, error)
-	// ListForRun and ListForThread return the records of a run or a
-	// thread by createdAt, then artifactId bytes; [] when there are none.
-	ListForRun(ctx context.Context, runID string) ([]ArtifactRecord, error)
-	ListForThread(ctx context.Context, threadID string) ([]ArtifactRecord, error)
-	// Delete removes the record; a missing id is not an error.
-	Delete(ctx context.Context, artifactID string) error
-	// DeleteForRun removes every record of the run and says how many.
-	DeleteForRun(ctx context.Context, runID string) (int, error)
-}
-
 // ArtifactRecords returns the artifact records kept in the same file. A
 // record's thread counts as destination state for Fork (SPEC §3.2).
-func (db *DB) ArtifactRecords() ArtifactRecords { return artifactRecords{db} }
+func (db *DB) ArtifactRecords() sbxdb.ArtifactRecords { return artifactRecords{db} }
 
 type artifactRecords struct{ db *DB }
 
 // checkArtifactRecord runs Save's checks, in its order.
-func checkArtifactRecord(r *ArtifactRecord) error {
+func checkArtifactRecord(r *sbxdb.ArtifactRecord) error {
 	if err := chain.CheckIDs("artifactId", r.ArtifactID, "runId", r.RunID, "threadId", r.ThreadID); err != nil {
 		return err
 	}
 	if r.BlobKey != "" {
-		if _, _, err := cas.ParseKey(r.BlobKey); err != nil && CheckObjectKey(r.BlobKey) != nil {
+		if _, err := sbxdb.CheckObjectKey(r.BlobKey); err != nil {
 			return chain.Errorf(chain.ErrInvalidEntry, "artifact record %q: blobKey %q is neither a blob key nor an object key", r.ArtifactID, r.BlobKey)
 		}
 	}
@@ -88,17 +51,17 @@ func checkArtifactRecord(r *ArtifactRecord) error {
 	return chain.CheckCreatedAt("artifact record createdAt", r.CreatedAt)
 }
 
-func toStored(r *ArtifactRecord) *meta.ArtifactRecord {
+func toStored(r *sbxdb.ArtifactRecord) *meta.ArtifactRecord {
 	return &meta.ArtifactRecord{ArtifactID: r.ArtifactID, RunID: r.RunID, ThreadID: r.ThreadID, BlobKey: r.BlobKey,
 		Name: r.Name, MimeType: r.MimeType, SourceURL: r.SourceURL, Size: r.Size, CreatedAt: r.CreatedAt}
 }
 
-func fromStored(r *meta.ArtifactRecord) ArtifactRecord {
-	return ArtifactRecord{ArtifactID: r.ArtifactID, RunID: r.RunID, ThreadID: r.ThreadID, BlobKey: r.BlobKey,
+func fromStored(r *meta.ArtifactRecord) sbxdb.ArtifactRecord {
+	return sbxdb.ArtifactRecord{ArtifactID: r.ArtifactID, RunID: r.RunID, ThreadID: r.ThreadID, BlobKey: r.BlobKey,
 		Name: r.Name, MimeType: r.MimeType, SourceURL: r.SourceURL, Size: r.Size, CreatedAt: r.CreatedAt}
 }
 
-func (s artifactRecords) Save(ctx context.Context, rec ArtifactRecord) error {
+func (s artifactRecords) Save(ctx context.Context, rec sbxdb.ArtifactRecord) error {
 	if err := checkArtifactRecord(&rec); err != nil {
 		return err
 	}
@@ -106,11 +69,11 @@ func (s artifactRecords) Save(ctx context.Context, rec ArtifactRecord) error {
 	return s.db.write(ctx, func(tx kv.Tx) error { return meta.PutArtifactRecord(tx, stored) })
 }
 
-func (s artifactRecords) Get(ctx context.Context, artifactID string) (*ArtifactRecord, error) {
+func (s artifactRecords) Get(ctx context.Context, artifactID string) (*sbxdb.ArtifactRecord, error) {
 	if err := firstErr(ctx.Err(), chain.CheckID("artifactId", artifactID)); err != nil {
 		return nil, err
 	}
-	var out *ArtifactRecord
+	var out *sbxdb.ArtifactRecord
 	err := s.db.view(func(tx kv.Tx) error {
 		r, err := meta.GetArtifactRecord(tx, artifactID)
 		if r != nil {
@@ -122,19 +85,19 @@ func (s artifactRecords) Get(ctx context.Context, artifactID string) (*ArtifactR
 	return out, err
 }
 
-func (s artifactRecords) ListForRun(ctx context.Context, runID string) ([]ArtifactRecord, error) {
+func (s artifactRecords) ListForRun(ctx context.Context, runID string) ([]sbxdb.ArtifactRecord, error) {
 	return s.list(ctx, "runId", runID, meta.ArtifactRecordsOfRun)
 }
 
-func (s artifactRecords) ListForThread(ctx context.Context, threadID string) ([]ArtifactRecord, error) {
+func (s artifactRecords) ListForThread(ctx context.Context, threadID string) ([]sbxdb.ArtifactRecord, error) {
 	return s.list(ctx, "threadId", threadID, meta.ArtifactRecordsOfThread)
 }
 
-func (s artifactRecords) list(ctx context.Context, field, owner string, read func(kv.Tx, string) ([]*meta.ArtifactRecord, error)) ([]ArtifactRecord, error) {
+func (s artifactRecords) list(ctx context.Context, field, owner string, read func(kv.Tx, string) ([]*meta.ArtifactRecord, error)) ([]sbxdb.ArtifactRecord, error) {
 	if err := firstErr(ctx.Err(), chain.CheckID(field, owner)); err != nil {
 		return nil, err
 	}
-	out := []ArtifactRecord{}
+	out := []sbxdb.ArtifactRecord{}
 	err := s.db.view(func(tx kv.Tx) error {
 		recs, err := read(tx, owner)
 		for _, r := range recs {

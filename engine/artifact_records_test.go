@@ -7,17 +7,18 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
-func record(id, run, thread string, createdAt int64) engine.ArtifactRecord {
-	return engine.ArtifactRecord{ArtifactID: id, RunID: run, ThreadID: thread, Name: "file-" + id, MimeType: "text/plain",
+func record(id, run, thread string, createdAt int64) sbxdb.ArtifactRecord {
+	return sbxdb.ArtifactRecord{ArtifactID: id, RunID: run, ThreadID: thread, Name: "file-" + id, MimeType: "text/plain",
 		Size: 3, CreatedAt: createdAt}
 }
 
-func idsOf(recs []engine.ArtifactRecord) []string {
+func idsOf(recs []sbxdb.ArtifactRecord) []string {
 	out := []string{}
 	for _, r := range recs {
 		out = append(out, r.ArtifactID)
@@ -27,13 +28,13 @@ func idsOf(recs []engine.ArtifactRecord) []string {
 
 // recordsView is everything the artifact records of a test say.
 type recordsView struct {
-	Runs, Threads map[string][]engine.ArtifactRecord
+	Runs, Threads map[string][]sbxdb.ArtifactRecord
 }
 
-func viewRecords(t *testing.T, recs engine.ArtifactRecords, runs, threads []string) recordsView {
+func viewRecords(t *testing.T, recs sbxdb.ArtifactRecords, runs, threads []string) recordsView {
 	t.Helper()
 	ctx := context.Background()
-	v := recordsView{Runs: map[string][]engine.ArtifactRecord{}, Threads: map[string][]engine.ArtifactRecord{}}
+	v := recordsView{Runs: map[string][]sbxdb.ArtifactRecord{}, Threads: map[string][]sbxdb.ArtifactRecord{}}
 	for _, r := range runs {
 		l, err := recs.ListForRun(ctx, r)
 		if err != nil {
@@ -57,7 +58,7 @@ func TestArtifactRecords(t *testing.T) {
 	recs := f.db.ArtifactRecords()
 	// Same createdAt: artifactId bytes decide (UTF-8 byte order, not
 	// UTF-16 or locale order); then createdAt first, negative ones too.
-	for _, r := range []engine.ArtifactRecord{
+	for _, r := range []sbxdb.ArtifactRecord{
 		record("😀", "r1", "t1", 5), record("é", "r1", "t1", 5), record("a", "r1", "t1", 5), record("B", "r1", "t1", 5),
 		record("late", "r1", "t2", 6), record("early", "r1", "t1", -7), record("other", "r2", "t1", 1),
 	} {
@@ -67,7 +68,7 @@ func TestArtifactRecords(t *testing.T) {
 	}
 	list := func(run, thread string) []string {
 		t.Helper()
-		var l []engine.ArtifactRecord
+		var l []sbxdb.ArtifactRecord
 		var err error
 		if run != "" {
 			l, err = recs.ListForRun(ctx, run)
@@ -135,7 +136,7 @@ func TestArtifactRecords(t *testing.T) {
 	if got := list("", "t1"); !slices.Equal(got, []string{"other"}) {
 		t.Errorf("t1 after the deletes: %v", got)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{}, "after artifact records")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{}, "after artifact records")
 }
 
 func TestArtifactRecordRefused(t *testing.T) {
@@ -149,33 +150,33 @@ func TestArtifactRecordRefused(t *testing.T) {
 	}
 	runs, threads := []string{"run", "r"}, []string{"thread", "t"}
 	before := viewRecords(t, recs, runs, threads)
-	with := func(fn func(*engine.ArtifactRecord)) engine.ArtifactRecord {
+	with := func(fn func(*sbxdb.ArtifactRecord)) sbxdb.ArtifactRecord {
 		r := record("kept", "r", "t", 2) // an overwrite of kept, were it valid
 		fn(&r)
 		return r
 	}
 	for _, c := range []struct {
 		name string
-		rec  engine.ArtifactRecord
+		rec  sbxdb.ArtifactRecord
 		code string
 		in   string // what the message names
 	}{
-		{"empty id", with(func(r *engine.ArtifactRecord) { r.ArtifactID, r.RunID = "", "" }), chain.CodeInvalidID, "artifactId"},
-		{"NUL id", with(func(r *engine.ArtifactRecord) { r.ArtifactID = "a\x00" }), chain.CodeInvalidID, "artifactId"},
-		{"lone surrogate id", with(func(r *engine.ArtifactRecord) { r.ArtifactID = "\xed\xa0\x80" }), chain.CodeInvalidID, "artifactId"},
-		{"long id", with(func(r *engine.ArtifactRecord) { r.ArtifactID = strings.Repeat("i", chain.MaxIDBytes+1) }), chain.CodeInvalidID, "artifactId"},
-		{"run before thread", with(func(r *engine.ArtifactRecord) { r.RunID, r.ThreadID = "", "" }), chain.CodeInvalidID, "runId"},
-		{"thread", with(func(r *engine.ArtifactRecord) { r.ThreadID, r.Size = "\xff", -1 }), chain.CodeInvalidID, "threadId"},
-		{"blob key", with(func(r *engine.ArtifactRecord) { r.BlobKey = "sandbox-files/sha256/xyz" }), chain.CodeInvalidEntry, "blobKey"},
-		{"blob key that is no key", with(func(r *engine.ArtifactRecord) { r.BlobKey = "docs//readme.md" }), chain.CodeInvalidEntry, "blobKey"},
-		{"empty name", with(func(r *engine.ArtifactRecord) { r.Name = "" }), chain.CodeInvalidEntry, "name"},
-		{"empty mimeType", with(func(r *engine.ArtifactRecord) { r.MimeType = "" }), chain.CodeInvalidEntry, "mimeType"},
-		{"name not text", with(func(r *engine.ArtifactRecord) { r.Name = "\xed\xa0\x80" }), chain.CodeInvalidEntry, "name"},
-		{"sourceUrl NUL", with(func(r *engine.ArtifactRecord) { r.SourceURL = "http://x/\x00" }), chain.CodeInvalidEntry, "sourceUrl"},
-		{"long sourceUrl", with(func(r *engine.ArtifactRecord) { r.SourceURL = strings.Repeat("u", engine.MaxArtifactTextBytes+1) }), chain.CodeInvalidEntry, "sourceUrl"},
-		{"negative size", with(func(r *engine.ArtifactRecord) { r.Size = -1 }), chain.CodeInvalidEntry, "size"},
-		{"huge size", with(func(r *engine.ArtifactRecord) { r.Size = chain.MaxSafeInteger + 1 }), chain.CodeInvalidEntry, "size"},
-		{"createdAt", with(func(r *engine.ArtifactRecord) { r.CreatedAt = -chain.MaxSafeInteger - 1 }), chain.CodeInvalidEntry, "createdAt"},
+		{"empty id", with(func(r *sbxdb.ArtifactRecord) { r.ArtifactID, r.RunID = "", "" }), chain.CodeInvalidID, "artifactId"},
+		{"NUL id", with(func(r *sbxdb.ArtifactRecord) { r.ArtifactID = "a\x00" }), chain.CodeInvalidID, "artifactId"},
+		{"lone surrogate id", with(func(r *sbxdb.ArtifactRecord) { r.ArtifactID = "\xed\xa0\x80" }), chain.CodeInvalidID, "artifactId"},
+		{"long id", with(func(r *sbxdb.ArtifactRecord) { r.ArtifactID = strings.Repeat("i", chain.MaxIDBytes+1) }), chain.CodeInvalidID, "artifactId"},
+		{"run before thread", with(func(r *sbxdb.ArtifactRecord) { r.RunID, r.ThreadID = "", "" }), chain.CodeInvalidID, "runId"},
+		{"thread", with(func(r *sbxdb.ArtifactRecord) { r.ThreadID, r.Size = "\xff", -1 }), chain.CodeInvalidID, "threadId"},
+		{"blob key", with(func(r *sbxdb.ArtifactRecord) { r.BlobKey = "sandbox-files/sha256/xyz" }), chain.CodeInvalidEntry, "blobKey"},
+		{"blob key that is no key", with(func(r *sbxdb.ArtifactRecord) { r.BlobKey = "docs//readme.md" }), chain.CodeInvalidEntry, "blobKey"},
+		{"empty name", with(func(r *sbxdb.ArtifactRecord) { r.Name = "" }), chain.CodeInvalidEntry, "name"},
+		{"empty mimeType", with(func(r *sbxdb.ArtifactRecord) { r.MimeType = "" }), chain.CodeInvalidEntry, "mimeType"},
+		{"name not text", with(func(r *sbxdb.ArtifactRecord) { r.Name = "\xed\xa0\x80" }), chain.CodeInvalidEntry, "name"},
+		{"sourceUrl NUL", with(func(r *sbxdb.ArtifactRecord) { r.SourceURL = "http://x/\x00" }), chain.CodeInvalidEntry, "sourceUrl"},
+		{"long sourceUrl", with(func(r *sbxdb.ArtifactRecord) { r.SourceURL = strings.Repeat("u", engine.MaxArtifactTextBytes+1) }), chain.CodeInvalidEntry, "sourceUrl"},
+		{"negative size", with(func(r *sbxdb.ArtifactRecord) { r.Size = -1 }), chain.CodeInvalidEntry, "size"},
+		{"huge size", with(func(r *sbxdb.ArtifactRecord) { r.Size = chain.MaxSafeInteger + 1 }), chain.CodeInvalidEntry, "size"},
+		{"createdAt", with(func(r *sbxdb.ArtifactRecord) { r.CreatedAt = -chain.MaxSafeInteger - 1 }), chain.CodeInvalidEntry, "createdAt"},
 	} {
 		err := recs.Save(ctx, c.rec)
 		if chain.Code(err) != c.code || !strings.Contains(err.Error(), c.in) {
@@ -206,11 +207,11 @@ func TestArtifactRecordRefused(t *testing.T) {
 		t.Errorf("kept = %+v", got)
 	}
 	// A blobKey need not be stored: check warns, a sweep runs.
-	rep := checkNoErrors(t, f.db, engine.CheckStoreOptions{}, "a record naming bytes not stored")
-	if w := findings(rep, engine.FindingMissingBlob); len(w) != 1 || w[0].Severity != engine.SeverityWarning {
+	rep := checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{}, "a record naming bytes not stored")
+	if w := findings(rep, sbxdb.FindingMissingBlob); len(w) != 1 || w[0].Severity != sbxdb.SeverityWarning {
 		t.Errorf("check of a record naming bytes not stored: %v", rep.Findings)
 	}
-	if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+	if _, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil {
 		t.Errorf("sweep with a record naming bytes not stored: %v", err)
 	}
 }
@@ -223,7 +224,7 @@ func TestArtifactRecordNamingAnObject(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	key := "artifacts/run-1/a1"
-	info, err := f.db.PutObject(ctx, key, strings.NewReader("report"), engine.PutObjectOptions{Size: -1, ContentType: "text/plain"})
+	info, err := f.db.PutObject(ctx, key, strings.NewReader("report"), sbxdb.PutObjectOptions{Size: -1, ContentType: "text/plain"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +236,8 @@ func TestArtifactRecordNamingAnObject(t *testing.T) {
 	if got, err := f.db.ArtifactRecords().Get(ctx, "a1"); err != nil || got == nil || got.BlobKey != key {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "a record naming an object")
-	if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "a record naming an object")
+	if _, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil {
 		t.Fatal(err)
 	}
 	r, _, err := f.db.OpenObject(ctx, key)
@@ -287,13 +288,13 @@ func TestObjectChurnCheck(t *testing.T) {
 		key := "obj/" + string(rune('a'+i%9))
 		switch i % 5 {
 		case 0, 1:
-			putObject(t, f.db, key, body, engine.PutObjectOptions{ContentType: "text/plain", CustomMetadata: map[string]string{"i": "x"}})
+			putObject(t, f.db, key, body, sbxdb.PutObjectOptions{ContentType: "text/plain", CustomMetadata: map[string]string{"i": "x"}})
 		case 2:
 			if err := f.db.DeleteObject(ctx, key); err != nil {
 				t.Fatal(err)
 			}
 		case 3:
-			putObject(t, f.db, artifactKey(body), body, engine.PutObjectOptions{})
+			putObject(t, f.db, artifactKey(body), body, sbxdb.PutObjectOptions{})
 			r := record(string(rune('A'+i%6)), "run"+string(rune('0'+i%3)), "t"+string(rune('0'+i%2)), int64(i%4))
 			r.BlobKey = artifactKey(body)
 			if err := recs.Save(ctx, r); err != nil {
@@ -307,12 +308,12 @@ func TestObjectChurnCheck(t *testing.T) {
 			} else if _, err := recs.DeleteForRun(ctx, "run"+string(rune('0'+i%3))); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+			if _, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	rep := checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after churn")
+	rep := checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after churn")
 	if rep.Objects == 0 || rep.HeldKeys == 0 {
 		t.Errorf("check counted %d objects, %d held keys", rep.Objects, rep.HeldKeys)
 	}
@@ -331,16 +332,16 @@ func TestObjectChurnCheck(t *testing.T) {
 	if err := f.db.SetHoldCount(testkit.FileKey(3), 1); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := f.db.Check(ctx, engine.CheckStoreOptions{})
+	rep, err := f.db.Check(ctx, sbxdb.CheckStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := findings(rep, engine.FindingHold); len(got) != 2 || rep.Clean() {
+	if got := findings(rep, sbxdb.FindingHold); len(got) != 2 || rep.Clean() {
 		t.Fatalf("check of two wrong hold counts: %v", rep.Findings)
 	}
-	rep, err = f.db.Check(ctx, engine.CheckStoreOptions{Repair: true})
+	rep, err = f.db.Check(ctx, sbxdb.CheckStoreOptions{Repair: true})
 	if err != nil || rep.Repaired != 2 {
 		t.Fatalf("repair = %+v, %v; want 2 repaired", rep, err)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after the repair")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after the repair")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -48,7 +49,7 @@ func benchTree(b *testing.B) string {
 	return ws
 }
 
-func benchStore(b *testing.B) (*engine.DB, *engine.CaptureInput) {
+func benchStore(b *testing.B) (*engine.DB, *sbxdb.CaptureInput) {
 	b.Helper()
 	db, err := engine.Open(filepath.Join(b.TempDir(), "store"), &engine.Options{NoSync: true})
 	if err != nil {
@@ -58,7 +59,7 @@ func benchStore(b *testing.B) (*engine.DB, *engine.CaptureInput) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return db, &engine.CaptureInput{Writer: l.Writer}
+	return db, &sbxdb.CaptureInput{Writer: l.Writer}
 }
 
 // BenchmarkCaptureCold captures the tree into an empty store: every file

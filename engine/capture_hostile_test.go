@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -155,7 +156,7 @@ func TestCaptureNeverReadsThroughSwappedSymlinks(t *testing.T) {
 		// Escaping symlinks allowed: a capture that meets a swapped-in
 		// symlink in the walk records it (its target is a path, not the
 		// secret) instead of refusing, so every capture gets to read.
-		res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: h.ws, AllowEscapingSymlinks: true})
+		res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: h.ws, AllowEscapingSymlinks: true})
 		if err != nil {
 			failed++
 			t.Errorf("capture under the swaps: %v", err)
@@ -186,7 +187,7 @@ func TestCaptureFileAndDirSwappedAfterWalk(t *testing.T) {
 	})()
 	res := f.capture(t, h.ws)
 	assertNoSecret(t, f.db, h.secret)
-	want := map[string]engine.EntryChange{"dir/big": engine.EntryVanished, "dir/one": engine.EntryVanished, "file": engine.EntryVanished}
+	want := map[string]sbxdb.EntryChange{"dir/big": sbxdb.EntryVanished, "dir/one": sbxdb.EntryVanished, "file": sbxdb.EntryVanished}
 	if got := warningsByPath(res.Warnings); !maps.Equal(got, want) {
 		t.Fatalf("warnings %v, want %v", res.Warnings, want)
 	}
@@ -223,7 +224,7 @@ func TestCaptureDirSwappedBeforeItIsRead(t *testing.T) {
 	os.RemoveAll(filepath.Join(h.ws, "pad"))
 	res := f.capture(t, h.ws)
 	assertNoSecret(t, f.db, h.secret)
-	if got := warningsByPath(res.Warnings); !maps.Equal(got, map[string]engine.EntryChange{"dir": engine.EntryVanished}) {
+	if got := warningsByPath(res.Warnings); !maps.Equal(got, map[string]sbxdb.EntryChange{"dir": sbxdb.EntryVanished}) {
 		t.Fatalf("warnings %v", res.Warnings)
 	}
 	for _, e := range res.Checkpoint.Files {
@@ -262,8 +263,8 @@ func TestCaptureVanishedEntriesAreLeftOut(t *testing.T) {
 	t.Run("warned", func(t *testing.T) {
 		f, ws := setup(t)
 		res := f.capture(t, ws)
-		want := map[string]engine.EntryChange{
-			"gone": engine.EntryVanished, "only/gone": engine.EntryVanished, "big/gone": engine.EntryVanished,
+		want := map[string]sbxdb.EntryChange{
+			"gone": sbxdb.EntryVanished, "only/gone": sbxdb.EntryVanished, "big/gone": sbxdb.EntryVanished,
 		}
 		if got := warningsByPath(res.Warnings); !maps.Equal(got, want) {
 			t.Fatalf("warnings %v, want %v", res.Warnings, want)
@@ -283,12 +284,12 @@ func TestCaptureVanishedEntriesAreLeftOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, FailOnChange: true})
-		if !errors.Is(err, engine.ErrWorkspaceChanged) || !errors.Is(err, chain.ErrInvalidWorkspace) || chain.Code(err) != chain.CodeInvalidWorkspace {
+		res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, FailOnChange: true})
+		if !errors.Is(err, sbxdb.ErrWorkspaceChanged) || !errors.Is(err, chain.ErrInvalidWorkspace) || chain.Code(err) != chain.CodeInvalidWorkspace {
 			t.Fatalf("Capture = %v, %v; want ErrWorkspaceChanged and INVALID_WORKSPACE", res, err)
 		}
-		var wce *engine.WorkspaceChangedError
-		if !errors.As(err, &wce) || wce.Warning.What != engine.EntryVanished {
+		var wce *sbxdb.WorkspaceChangedError
+		if !errors.As(err, &wce) || wce.Warning.What != sbxdb.EntryVanished {
 			t.Fatalf("error %v is not a *WorkspaceChangedError naming a vanished entry", err)
 		}
 		if head, _ := f.db.Head(ctx, "t1"); head != "" {
@@ -317,7 +318,7 @@ func TestCaptureDirVanishedDuringWalk(t *testing.T) {
 		return nil
 	})()
 	res := f.capture(t, ws)
-	if got := warningsByPath(res.Warnings); !maps.Equal(got, map[string]engine.EntryChange{"walk/vanishing": engine.EntryVanished}) {
+	if got := warningsByPath(res.Warnings); !maps.Equal(got, map[string]sbxdb.EntryChange{"walk/vanishing": sbxdb.EntryVanished}) {
 		t.Fatalf("warnings %v", res.Warnings)
 	}
 	if !hasEntry(res.Checkpoint, "walk", chain.KindDir) || len(res.Checkpoint.Files) != 2 || res.Stats.Vanished != 1 {
@@ -352,7 +353,7 @@ func TestCaptureFileChangedWhileRead(t *testing.T) {
 			if got := blobOf(t, res.Checkpoint, "f"); got != cas.Files.Key(sha(version(1))) {
 				t.Fatalf("recorded %s, want the version written during the read", got)
 			}
-			if res.Stats.Changed != 1 || len(res.Warnings) != 1 || res.Warnings[0].Path != "f" || res.Warnings[0].What != engine.EntryChanged {
+			if res.Stats.Changed != 1 || len(res.Warnings) != 1 || res.Warnings[0].Path != "f" || res.Warnings[0].What != sbxdb.EntryChanged {
 				t.Fatalf("stats %+v, warnings %v", res.Stats, res.Warnings)
 			}
 
@@ -369,7 +370,7 @@ func TestCaptureFileChangedWhileRead(t *testing.T) {
 				}
 				return os.Chtimes(p, old, old)
 			})
-			res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+			res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 			remove()
 			if err != nil {
 				t.Fatal(err)
@@ -418,7 +419,7 @@ func TestCaptureCancelledInALargeFile(t *testing.T) {
 		}
 		return nil
 	})()
-	_, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+	_, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Capture = %v, want context.Canceled", err)
 	}
@@ -450,12 +451,12 @@ func TestCaptureFIFOSwappedIn(t *testing.T) {
 		return unix.Mkfifo(p, 0o644)
 	})()
 	type result struct {
-		res *engine.CaptureResult
+		res *sbxdb.CaptureResult
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+		res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 		done <- result{res, err}
 	}()
 	var r result
@@ -473,7 +474,7 @@ func TestCaptureFIFOSwappedIn(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if got := warningsByPath(r.res.Warnings); !maps.Equal(got, map[string]engine.EntryChange{"f": engine.EntryVanished}) {
+	if got := warningsByPath(r.res.Warnings); !maps.Equal(got, map[string]sbxdb.EntryChange{"f": sbxdb.EntryVanished}) {
 		t.Fatalf("warnings %v", r.res.Warnings)
 	}
 	if hasEntry(r.res.Checkpoint, "f", chain.KindFile) {
@@ -481,8 +482,8 @@ func TestCaptureFIFOSwappedIn(t *testing.T) {
 	}
 }
 
-func warningsByPath(ws []engine.CaptureWarning) map[string]engine.EntryChange {
-	m := map[string]engine.EntryChange{}
+func warningsByPath(ws []sbxdb.CaptureWarning) map[string]sbxdb.EntryChange {
+	m := map[string]sbxdb.EntryChange{}
 	for _, w := range ws {
 		m[w.Path] = w.What
 	}
@@ -564,7 +565,7 @@ func TestCaptureUnderChurn(t *testing.T) {
 	}()
 	var changed, vanished, mixed int
 	for range captures {
-		res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+		res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 		if err != nil {
 			close(stop)
 			wg.Wait()
@@ -613,10 +614,10 @@ func TestCaptureFailOnChangeRefusesAChangedFile(t *testing.T) {
 			defer f.db.OnPoint("capture.fileRead", func() error {
 				return os.WriteFile(p, bytes.Repeat([]byte("b"), size+1), 0o644)
 			})()
-			_, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, FailOnChange: true})
-			var wce *engine.WorkspaceChangedError
-			if !errors.As(err, &wce) || wce.Warning.What != engine.EntryChanged || wce.Warning.Path != "f" ||
-				!errors.Is(err, engine.ErrWorkspaceChanged) || !errors.Is(err, chain.ErrInvalidWorkspace) {
+			_, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, FailOnChange: true})
+			var wce *sbxdb.WorkspaceChangedError
+			if !errors.As(err, &wce) || wce.Warning.What != sbxdb.EntryChanged || wce.Warning.Path != "f" ||
+				!errors.Is(err, sbxdb.ErrWorkspaceChanged) || !errors.Is(err, chain.ErrInvalidWorkspace) {
 				t.Fatalf("Capture = %v, want a *WorkspaceChangedError naming f changed", err)
 			}
 			if head, _ := f.db.Head(ctx, "t1"); head != "" {
@@ -647,8 +648,8 @@ func TestCaptureFileThatStatsAsEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.Capture(t.Context(), engine.CaptureInput{Writer: l.Writer, Dir: dir, FailOnChange: true})
-	if !errors.Is(err, engine.ErrWorkspaceChanged) {
+	_, err = db.Capture(t.Context(), sbxdb.CaptureInput{Writer: l.Writer, Dir: dir, FailOnChange: true})
+	if !errors.Is(err, sbxdb.ErrWorkspaceChanged) {
 		t.Fatalf("capture of %s with FailOnChange: %v, want ErrWorkspaceChanged", dir, err)
 	}
 }

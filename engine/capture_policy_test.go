@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/workspace"
@@ -45,7 +46,7 @@ func TestCaptureExcludedByRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestCaptureExcludedByRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
+	res, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestCaptureExcludedByRule(t *testing.T) {
 	// Nothing excluded: an empty map, not null, in the JSON.
 	clean := filepath.Join(t.TempDir(), "clean")
 	write(t, clean, "a", []byte("a"), 0o644)
-	res, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: clean})
+	res, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: clean})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestCaptureExcludedByRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: inner})
+	res, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: inner})
 	if err != nil || res.Stats.Excluded != 0 || res.Stats.Files != 1 {
 		t.Errorf("capture around its store: %+v (%v)", res, err)
 	}
@@ -123,7 +124,7 @@ func TestCaptureStoreIsWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		res, err := db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: dir})
+		res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,13 +157,13 @@ func TestCaptureLeavesOutOtherStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := other.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: filepath.Join(ws, "src")}); err != nil {
+		if _, err := other.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: filepath.Join(ws, "src")}); err != nil {
 			t.Fatal(err)
 		}
 		other.Close()
 	}
 	for _, pol := range []workspace.Policy{{}, {NoDefaultExclude: true}} {
-		res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
+		res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +179,7 @@ func TestCaptureLeavesOutOtherStores(t *testing.T) {
 
 	// A workspace that is another store's directory keeps its own files
 	// only, as one that is the capturing store's does.
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: filepath.Join(ws, ".sbxdb"), Policy: workspace.Policy{NoDefaultExclude: true}})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: filepath.Join(ws, ".sbxdb"), Policy: workspace.Policy{NoDefaultExclude: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestCaptureNoDefaultExclude(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: def})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: def})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestCaptureNoDefaultExclude(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: all, ID: "nm"})
+	res, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: all, ID: "nm"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestCaptureNoDefaultExclude(t *testing.T) {
 	}
 
 	// Everything the defaults leave out, the marker excepted.
-	res, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, ID: "all",
+	res, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, ID: "all",
 		Policy: workspace.Policy{WorkspaceHash: "h1", NoDefaultExclude: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func TestCaptureNoDefaultExclude(t *testing.T) {
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused restore left %s (%v)", out, err)
 	}
-	st, err := f.db.Restore(ctx, "all", out, &engine.RestoreOptions{Policy: workspace.Policy{WorkspaceHash: "h1", NoDefaultExclude: true}})
+	st, err := f.db.Restore(ctx, "all", out, &sbxdb.RestoreOptions{Policy: workspace.Policy{WorkspaceHash: "h1", NoDefaultExclude: true}})
 	if err != nil || st.Files != 45 {
 		t.Fatalf("restore with no default exclusions: %+v, %v", st, err)
 	}
@@ -269,11 +270,11 @@ func TestCaptureRequireFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, ID: "first"}); err != nil {
+	if _, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, ID: "first"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol, RequireFiles: true, ID: "empty"})
-	if !errors.Is(err, engine.ErrEmptyCapture) {
+	_, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol, RequireFiles: true, ID: "empty"})
+	if !errors.Is(err, sbxdb.ErrEmptyCapture) {
 		t.Fatalf("capture matching nothing: %v, want ErrEmptyCapture", err)
 	}
 	for _, s := range []string{`includes "nothing/**", "*.rs" match no file in ` + ws, "excluded by policy"} {
@@ -295,8 +296,8 @@ func TestCaptureRequireFiles(t *testing.T) {
 	bare := filepath.Join(t.TempDir(), "bare")
 	os.MkdirAll(filepath.Join(bare, ".git"), 0o755)
 	os.MkdirAll(filepath.Join(bare, "d"), 0o755)
-	_, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: bare, RequireFiles: true})
-	if !errors.Is(err, engine.ErrEmptyCapture) || !strings.Contains(err.Error(), bare+" holds no file the policy records (1 entry excluded by policy)") {
+	_, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: bare, RequireFiles: true})
+	if !errors.Is(err, sbxdb.ErrEmptyCapture) || !strings.Contains(err.Error(), bare+" holds no file the policy records (1 entry excluded by policy)") {
 		t.Fatalf("empty workspace: %v", err)
 	}
 
@@ -304,18 +305,18 @@ func TestCaptureRequireFiles(t *testing.T) {
 	link := filepath.Join(t.TempDir(), "link")
 	os.MkdirAll(link, 0o755)
 	os.Symlink("elsewhere", filepath.Join(link, "l"))
-	if _, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: link, RequireFiles: true}); err != nil {
+	if _, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: link, RequireFiles: true}); err != nil {
 		t.Errorf("a workspace of one symlink: %v", err)
 	}
 	pol, _ = workspace.Policy{}.WithGlobs(nil, []string{"*.go"})
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol, RequireFiles: true})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol, RequireFiles: true})
 	if err != nil || res.Stats.Files != 2 {
 		t.Errorf("an include that matches: %+v, %v", res, err)
 	}
 
 	// Without RequireFiles, the empty checkpoint of before.
 	pol, _ = workspace.Policy{}.WithGlobs(nil, []string{"nothing/**"})
-	res, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol, ID: "empty"})
+	res, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol, ID: "empty"})
 	if err != nil || res.Stats.Files != 0 {
 		t.Fatalf("an empty capture without RequireFiles: %+v, %v", res, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/workspace"
 )
@@ -43,9 +44,9 @@ func TestCaptureRehash(t *testing.T) {
 		}
 		os.Chtimes(p, old, old) // outside the racy window
 	}
-	capture := func(rehash bool) *CaptureResult {
+	capture := func(rehash bool) *sbxdb.CaptureResult {
 		t.Helper()
-		res, err := db.Capture(ctx, CaptureInput{Writer: l.Writer, Dir: ws, Rehash: rehash})
+		res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: ws, Rehash: rehash})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +110,7 @@ func TestCaptureRehash(t *testing.T) {
 	}
 }
 
-func keyOf(res *CaptureResult, path string) string {
+func keyOf(res *sbxdb.CaptureResult, path string) string {
 	for _, e := range res.Checkpoint.Files {
 		if e.Path == path {
 			return e.BlobKey

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/workspace"
@@ -78,7 +79,7 @@ func TestCaptureUnsupportedEntries(t *testing.T) {
 				t.Skipf("cannot make %s here", e.path)
 			}
 			head, _ := f.db.Head(ctx, "t1")
-			_, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+			_, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 			if !errors.Is(err, e.err) || !strings.Contains(err.Error(), e.msg) {
 				t.Fatalf("Capture = %v, want %v saying %q", err, e.err, e.msg)
 			}
@@ -88,11 +89,11 @@ func TestCaptureUnsupportedEntries(t *testing.T) {
 			if h, _ := f.db.Head(ctx, "t1"); h != head {
 				t.Fatal("a refused capture moved the head")
 			}
-			res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
+			res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := []engine.CaptureWarning{{Path: e.path, What: engine.EntrySkipped, Detail: e.detail}}
+			want := []sbxdb.CaptureWarning{{Path: e.path, What: sbxdb.EntrySkipped, Detail: e.detail}}
 			if !slices.Equal(res.Warnings, want) || res.Stats.Skipped != 1 || res.Stats.Files != 1 {
 				t.Errorf("warnings %v, stats %+v; want %v", res.Warnings, res.Stats, want)
 			}
@@ -111,13 +112,13 @@ func TestCaptureUnsupportedEntries(t *testing.T) {
 		e.make(t, filepath.Join(ws, e.path))
 		want[e.path] = e.detail
 	}
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true, FailOnChange: true})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true, FailOnChange: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
 	for _, w := range res.Warnings {
-		if w.What != engine.EntrySkipped {
+		if w.What != sbxdb.EntrySkipped {
 			t.Errorf("warning %v is not a skip", w)
 		}
 		got[w.Path] = w.Detail
@@ -139,7 +140,7 @@ func TestCaptureUnsupportedEntries(t *testing.T) {
 	if !slices.Equal(paths, wantPaths) {
 		t.Errorf("manifest %q, want %q", paths, wantPaths)
 	}
-	if s := (engine.CaptureWarning{Path: "a/fifo", What: engine.EntrySkipped, Detail: "a named pipe"}).String(); s != `"a/fifo" skipped: a named pipe` {
+	if s := (sbxdb.CaptureWarning{Path: "a/fifo", What: sbxdb.EntrySkipped, Detail: "a named pipe"}).String(); s != `"a/fifo" skipped: a named pipe` {
 		t.Errorf("warning string %q", s)
 	}
 }
@@ -159,7 +160,7 @@ func TestCaptureUnsupportedNotIncluded(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol, _ := workspace.Policy{}.WithGlobs([]string{"*.pipe"}, []string{"src/"})
-	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
+	res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Policy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestCaptureUnreadable(t *testing.T) {
 	write(t, ws, "locked", []byte("secret"), 0o644)
 	eio := &fs.PathError{Op: "open", Path: "locked", Err: syscall.EIO}
 	remove := f.db.OnPoint("capture.open", func() error { return eio })
-	_, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+	_, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 	// The message names the path once: not the *fs.PathError's op and path.
 	if !errors.Is(err, chain.ErrInvalidWorkspace) || !engine.IsUnreadableEntry(err) || err.Error() != chain.CodeInvalidWorkspace+`: reading "locked": input/output error` {
 		t.Fatalf("capture of an unreadable file: %v", err)
@@ -197,12 +198,12 @@ func TestCaptureUnreadable(t *testing.T) {
 	if h, _ := f.db.Head(ctx, "t1"); h != head {
 		t.Fatal("a refused capture moved the head")
 	}
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
 	remove()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []engine.CaptureWarning{{Path: "locked", What: engine.EntrySkipped, Detail: "cannot be read: input/output error"}}
+	want := []sbxdb.CaptureWarning{{Path: "locked", What: sbxdb.EntrySkipped, Detail: "cannot be read: input/output error"}}
 	if !slices.Equal(res.Warnings, want) || res.Stats.Skipped != 1 || res.Stats.Files != 1 || hasEntry(res.Checkpoint, "locked", chain.KindFile) {
 		t.Errorf("warnings %v, stats %+v; want %v and only ok recorded", res.Warnings, res.Stats, want)
 	}
@@ -212,18 +213,18 @@ func TestCaptureUnreadable(t *testing.T) {
 	write(t, ws, "sub/a", []byte("a"), 0o644)
 	head, _ = f.db.Head(ctx, "t1")
 	defer f.db.OnPoint("capture.openDir", func() error { return &fs.PathError{Op: "openat", Path: "sub", Err: syscall.EIO} })()
-	_, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+	_, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 	if !errors.Is(err, chain.ErrInvalidWorkspace) || !engine.IsUnreadableEntry(err) || err.Error() != chain.CodeInvalidWorkspace+`: reading directory "sub": input/output error` {
 		t.Fatalf("capture of an unreadable directory: %v", err)
 	}
 	if h, _ := f.db.Head(ctx, "t1"); h != head {
 		t.Fatal("a refused capture moved the head")
 	}
-	res, err = f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
+	res, err = f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []engine.CaptureWarning{{Path: "sub", What: engine.EntrySkipped, Detail: "the directory cannot be read: input/output error"}}
+	want = []sbxdb.CaptureWarning{{Path: "sub", What: sbxdb.EntrySkipped, Detail: "the directory cannot be read: input/output error"}}
 	if !slices.Equal(res.Warnings, want) || len(res.Checkpoint.Files) != 1 {
 		t.Errorf("warnings %v, manifest %v; want %v and only ok recorded", res.Warnings, res.Checkpoint.Files, want)
 	}
@@ -234,7 +235,7 @@ func TestCaptureUnreadable(t *testing.T) {
 func TestCaptureMissingWorkspace(t *testing.T) {
 	f := newCaptureFixture(t)
 	ws := filepath.Join(t.TempDir(), "nonexist")
-	_, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+	_, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 	if want := chain.CodeInvalidWorkspace + ": workspace " + ws + ": no such file or directory"; err == nil || err.Error() != want || engine.IsUnreadableEntry(err) {
 		t.Fatalf("capture of a missing workspace: %v; want %s", err, want)
 	}
@@ -257,19 +258,19 @@ func TestCaptureUnreadableEACCES(t *testing.T) {
 	write(t, ws, "closed/a", []byte("a"), 0o644)
 	os.Chmod(filepath.Join(ws, "closed"), 0o000)
 	t.Cleanup(func() { os.Chmod(filepath.Join(ws, "closed"), 0o755) })
-	if _, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws}); !errors.Is(err, chain.ErrInvalidWorkspace) {
+	if _, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws}); !errors.Is(err, chain.ErrInvalidWorkspace) {
 		t.Fatalf("capture with unreadable entries: %v", err)
 	}
 	if h, _ := f.db.Head(ctx, "t1"); h != "" {
 		t.Fatal("a refused capture moved the head")
 	}
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []engine.CaptureWarning{
-		{Path: "closed", What: engine.EntrySkipped, Detail: "the directory cannot be read: permission denied"},
-		{Path: "locked", What: engine.EntrySkipped, Detail: "cannot be read: permission denied"},
+	want := []sbxdb.CaptureWarning{
+		{Path: "closed", What: sbxdb.EntrySkipped, Detail: "the directory cannot be read: permission denied"},
+		{Path: "locked", What: sbxdb.EntrySkipped, Detail: "cannot be read: permission denied"},
 	}
 	if !slices.Equal(res.Warnings, want) || res.Stats.Files != 1 {
 		t.Errorf("warnings %v, stats %+v; want %v", res.Warnings, res.Stats, want)
@@ -285,8 +286,8 @@ func TestCaptureSkippedRequireFiles(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(ws, "fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true, RequireFiles: true})
-	if !errors.Is(err, engine.ErrEmptyCapture) {
+	_, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, SkipUnsupported: true, RequireFiles: true})
+	if !errors.Is(err, sbxdb.ErrEmptyCapture) {
 		t.Fatalf("capture of a lone named pipe: %v", err)
 	}
 	if h, _ := f.db.Head(context.Background(), "t1"); h != "" {

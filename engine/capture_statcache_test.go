@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 )
@@ -131,7 +132,7 @@ func TestCaptureFailedAppendKeepsStatCache(t *testing.T) {
 		}
 		os.Chtimes(p, old, old)
 	}
-	first, err := db.Capture(ctx, CaptureInput{Writer: l.Writer, Dir: ws})
+	first, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestCaptureFailedAppendKeepsStatCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The checkpoint id is taken: the append fails after every file was read.
-	_, err = db.Capture(ctx, CaptureInput{Writer: l.Writer, Dir: ws, ID: first.Checkpoint.ID})
+	_, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: ws, ID: first.Checkpoint.ID})
 	if !errors.Is(err, chain.ErrDuplicateID) {
 		t.Fatalf("capture with a duplicate id: %v", err)
 	}
@@ -159,7 +160,7 @@ func TestCaptureFailedAppendKeepsStatCache(t *testing.T) {
 	if _, err := os.Stat(cachePath + ".tmp"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a failed capture left its stat cache's temporary file: %v", err)
 	}
-	res, err := db.Capture(ctx, CaptureInput{Writer: l.Writer, Dir: ws})
+	res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestCaptureResultIsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := CaptureInput{Writer: l.Writer, Dir: ws, Conversation: []json.RawMessage{json.RawMessage(`{"role":"user"}`)},
+	in := sbxdb.CaptureInput{Writer: l.Writer, Dir: ws, Conversation: []json.RawMessage{json.RawMessage(`{"role":"user"}`)},
 		Artifacts: []chain.Artifact{art}}
 	res, err := db.Capture(ctx, in)
 	if err != nil {

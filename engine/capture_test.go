@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -80,9 +81,9 @@ func newCaptureFixture(t *testing.T) *captureFixture {
 	return &captureFixture{db: db, dir: dir, w: w}
 }
 
-func (f *captureFixture) capture(t *testing.T, ws string) *engine.CaptureResult {
+func (f *captureFixture) capture(t *testing.T, ws string) *sbxdb.CaptureResult {
 	t.Helper()
-	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws})
+	res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws})
 	if err != nil {
 		t.Fatalf("Capture: %v", err)
 	}
@@ -231,7 +232,7 @@ func TestCaptureSecretsAreZeroed(t *testing.T) {
 	write(t, ws, "config", []byte("x=secret"), 0o644)
 	big := append(bytes.Repeat([]byte("a"), 3<<20), []byte("token=secret!")...)
 	write(t, ws, "big", big, 0o644)
-	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Secrets: []string{"secret", ""}})
+	res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Secrets: []string{"secret", ""}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,11 +260,11 @@ func TestCaptureRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(ws string)
-		in    func(in *engine.CaptureInput)
+		in    func(in *sbxdb.CaptureInput)
 		want  error
 	}{
-		{"missing workspace", nil, func(in *engine.CaptureInput) { in.Dir = filepath.Join(f.dir, "nope") }, chain.ErrInvalidWorkspace},
-		{"workspace is a file", nil, func(in *engine.CaptureInput) { in.Dir = filepath.Join(ws, "ok") }, chain.ErrInvalidWorkspace},
+		{"missing workspace", nil, func(in *sbxdb.CaptureInput) { in.Dir = filepath.Join(f.dir, "nope") }, chain.ErrInvalidWorkspace},
+		{"workspace is a file", nil, func(in *sbxdb.CaptureInput) { in.Dir = filepath.Join(ws, "ok") }, chain.ErrInvalidWorkspace},
 		{"escaping symlink", func(ws string) { os.Symlink("../../etc/passwd", filepath.Join(ws, "esc")) }, nil, chain.ErrUnsupportedEntry},
 		{"symlink escaping on paper through a loop", func(ws string) { os.Symlink("a/../..", filepath.Join(ws, "a")) }, nil, chain.ErrUnsupportedEntry},
 		{"absolute symlink", func(ws string) { os.Symlink("/etc/passwd", filepath.Join(ws, "abs")) }, nil, chain.ErrUnsupportedEntry},
@@ -273,7 +274,7 @@ func TestCaptureRefusals(t *testing.T) {
 		}, nil, chain.ErrUnsupportedEntry},
 		{"backslash name", func(ws string) { os.WriteFile(filepath.Join(ws, `a\b`), nil, 0o644) }, nil, chain.ErrUnsupportedEntry},
 		{"drive-like root name", func(ws string) { write(t, ws, "C:/x", nil, 0o644) }, nil, chain.ErrInvalidWorkspace},
-		{"lost lease", nil, func(in *engine.CaptureInput) { in.Writer.Fence++ }, chain.ErrWriterLost},
+		{"lost lease", nil, func(in *sbxdb.CaptureInput) { in.Writer.Fence++ }, chain.ErrWriterLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ws")
@@ -281,7 +282,7 @@ func TestCaptureRefusals(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(dir)
 			}
-			in := engine.CaptureInput{Writer: f.w.Writer, Dir: dir}
+			in := sbxdb.CaptureInput{Writer: f.w.Writer, Dir: dir}
 			if tc.in != nil {
 				tc.in(&in)
 			}
@@ -299,7 +300,7 @@ func TestCaptureRefusals(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ws")
 	write(t, dir, "ok", []byte("ok"), 0o644)
 	os.Symlink("/etc/passwd", filepath.Join(dir, "abs"))
-	if _, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: dir, AllowEscapingSymlinks: true}); err != nil {
+	if _, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: dir, AllowEscapingSymlinks: true}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -468,7 +469,7 @@ func TestArtifacts(t *testing.T) {
 	}
 	ws := filepath.Join(f.dir, "ws")
 	write(t, ws, "x", []byte("x"), 0o644)
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Artifacts: []chain.Artifact{a}})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Artifacts: []chain.Artifact{a}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +512,7 @@ func TestCaptureOverADamagedIndexEntry(t *testing.T) {
 	write(t, ws, "kept.txt", kept, 0o644)
 	write(t, ws, "other.txt", []byte("unchanged\n"), 0o644)
 	age(t, ws)
-	capture := func(id string) (*engine.CaptureResult, error) {
+	capture := func(id string) (*sbxdb.CaptureResult, error) {
 		db, err := engine.Open(dir, &engine.Options{NoSync: true})
 		if err != nil {
 			t.Fatal(err)
@@ -522,7 +523,7 @@ func TestCaptureOverADamagedIndexEntry(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Release(ctx)
-		return db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: id, CreatedAt: 1})
+		return db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws, ID: id, CreatedAt: 1})
 	}
 	if _, err := capture("cp1"); err != nil {
 		t.Fatal(err)

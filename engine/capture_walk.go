@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/workspace"
@@ -278,7 +279,7 @@ func (w *walker) dir(n *dirNode) {
 // vanished reports an entry of the walk that is gone, or no longer what
 // the directory listing said it was.
 func (w *walker) vanished(p, detail string) error {
-	return w.in.changes.report(p, EntryVanished, detail)
+	return w.in.changes.report(p, sbxdb.EntryVanished, detail)
 }
 
 // unsupported returns err, the refusal of the entry p, unless unsupported

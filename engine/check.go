@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -12,135 +11,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
+
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
 )
-
-// CheckStoreOptions configures DB.Check. (CheckOptions validates Options.)
-type CheckStoreOptions struct {
-	// VerifyBlobs reads every blob back and checks it against its key.
-	VerifyBlobs bool
-	// Repair rewrites the blob and chunk reference counts from the
-	// checkpoints when they disagree (SPEC §10 Q15), deleting chunks no
-	// checkpoint uses, and the hold counts from the objects and artifact
-	// records when they disagree; drops from the blob index every blob the check found
-	// damaged or missing (read again first: see cas.Store.DropDamaged), so
-	// that the next capture of the same bytes stores them again, and
-	// forgets packs whose files are gone; stores again every intact blob
-	// in quarantine that the index lacks, then empties the quarantine
-	// (cas.Store.Reindex); and clears a meta-page note once reported.
-	// The checkpoints naming a dropped blob are kept: CheckReport.Dropped
-	// names them, and they restore again once the blob is stored again.
-	// With VerifyBlobs every blob's bytes are checked; without, only what
-	// the index says of its files (missing or truncated ones).
-	Repair bool
-	// Progress, if set, is called while blobs are verified with the number
-	// read so far and the total.
-	Progress func(done, total int)
-	// BytesPerSecond, if positive, bounds the rate at which VerifyBlobs
-	// reads blobs back, so that a background check (sbxdb serve
-	// --scrub-every) takes a bounded share of the disk. The page walk and
-	// the metadata checks are not paced: each runs in one read
-	// transaction, and a long one delays a commit that grows the file
-	// (bbolt remaps it only once every read transaction has ended).
-	BytesPerSecond int64
-}
-
-// Severity of a finding: errors make a store unclean; warnings are states
-// the contract allows but an operator may want to know of; notes are what
-// ordinary operation leaves (a parent retention deleted), said so that
-// nothing goes unexplained.
-const (
-	SeverityError   = "error"
-	SeverityWarning = "warning"
-	SeverityNote    = "note"
-)
-
-// Finding kinds.
-const (
-	FindingRecord         = "damaged-record" // a record that does not decode
-	FindingIndex          = "thread-index"   // index and records disagree
-	FindingHead           = "head"           // a head names a missing checkpoint
-	FindingDanglingParent = "dangling-parent"
-	FindingOffChain       = "off-chain" // a checkpoint no head chain reaches
-	FindingRefCount       = "refcount"  // stored count ≠ recomputed count
-	FindingChunk          = "chunk"     // a chunk missing, damaged, unused or miscounted
-	FindingMissingBlob    = "missing-blob"
-	FindingBlob           = "blob"       // damage found by the blob store's check
-	FindingMetaPage       = "meta-page"  // the database opened on its older meta page
-	FindingPending        = "pending"    // the pending set's weight or threads are off (a warning: they only time folds)
-	FindingQuarantine     = "quarantine" // blob files moved aside because the database may be older than them (a warning)
-	FindingHold           = "hold"       // stored hold count ≠ recount from the objects and artifact records
-	FindingArtifactIndex  = "artifact-index"
-)
-
-// Finding is one problem Check found.
-type Finding struct {
-	Severity string `json:"severity"`
-	Kind     string `json:"kind"`
-	Subject  string `json:"subject"` // a checkpoint id, thread id or blob key
-	Detail   string `json:"detail"`
-}
-
-func (f Finding) String() string {
-	return fmt.Sprintf("%s: %s %s: %s", f.Severity, f.Kind, f.Subject, f.Detail)
-}
-
-// CheckReport is what Check found.
-type CheckReport struct {
-	Threads     int `json:"threads"`
-	Checkpoints int `json:"checkpoints"`
-	Chunks      int `json:"chunks"`   // distinct chunks the checkpoints use
-	BlobKeys    int `json:"blobKeys"` // distinct keys checkpoints reference
-	Blobs       int `json:"blobs"`    // blobs stored
-	// Objects and ArtifactRecords count the plain objects and artifact
-	// records, and HeldKeys the distinct blob keys they name.
-	Objects         int `json:"objects"`
-	ArtifactRecords int `json:"artifactRecords"`
-	HeldKeys        int `json:"heldKeys"`
-	// Unreferenced counts stored blobs no checkpoint, object or artifact
-	// record names: what a sweep deletes once they are older than its
-	// window. Not a problem.
-	Unreferenced int `json:"unreferenced"`
-	// OrphanFiles counts large blob files no index entry names (left by
-	// a crash); gc removes them. Not a problem either.
-	OrphanFiles int       `json:"orphanFiles"`
-	Verified    bool      `json:"verified"` // every blob was read back
-	Repaired    int       `json:"repaired"` // findings Repair fixed: wrong counts, or the pending set
-	Findings    []Finding `json:"findings"`
-	// Dropped lists the damaged or missing blobs Repair removed from the
-	// index that nothing in quarantine replaced, each with the checkpoints
-	// naming it: they cannot be restored until the same bytes are stored
-	// again (a capture of the same files does), and check reports them as
-	// missing blobs until then.
-	Dropped []DroppedBlob `json:"dropped,omitempty"`
-	// Reindexed counts the blobs Repair stored again from quarantine, and
-	// ReindexedFiles the quarantined files it emptied and removed.
-	Reindexed      int `json:"reindexed,omitempty"`
-	ReindexedFiles int `json:"reindexedFiles,omitempty"`
-	// Left names what Repair had to leave for a later run: damaged blobs
-	// a capture in progress relies on, and quarantined files holding a
-	// blob that could not be replaced meanwhile.
-	Left []string `json:"left,omitempty"`
-}
-
-// DroppedBlob is a blob Repair removed from the index, and the ids of the
-// checkpoints that name it.
-type DroppedBlob struct {
-	Key         string   `json:"key"`
-	Checkpoints []string `json:"checkpoints"`
-}
-
-// Clean reports whether the check found no errors (warnings allowed).
-func (r *CheckReport) Clean() bool {
-	for _, f := range r.Findings {
-		if f.Severity == SeverityError {
-			return false
-		}
-	}
-	return true
-}
 
 // Check verifies the store (sbxdb check, SPEC §10 Q15): every record
 // decodes; the thread index and the records agree; heads name stored
@@ -154,18 +30,18 @@ func (r *CheckReport) Clean() bool {
 // the blob store's quarantine (with how many blobs it holds). The error
 // result is for a check that could not run; what it found is in the
 // report.
-func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, error) {
+func (db *DB) Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxdb.CheckReport, error) {
 	if opts.Repair && db.c == nil {
-		return nil, ErrReadOnly
+		return nil, sbxdb.ErrReadOnly
 	}
 	// Every page, whatever this Open trusted (cleanclose.go): a damaged
 	// one fails the check, as it fails an Open that walks them.
 	if err := db.verifyLive(nil); err != nil {
 		return nil, err
 	}
-	r := &CheckReport{Findings: []Finding{}}
+	r := &sbxdb.CheckReport{Findings: []sbxdb.Finding{}}
 	add := func(sev, kind, subject, format string, args ...any) {
-		r.Findings = append(r.Findings, Finding{sev, kind, subject, fmt.Sprintf(format, args...)})
+		r.Findings = append(r.Findings, sbxdb.Finding{Severity: sev, Kind: kind, Subject: subject, Detail: fmt.Sprintf(format, args...)})
 	}
 	var recount, objects, records map[string]int64
 	var recovered string
@@ -186,11 +62,11 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	})
 	switch {
 	case recovered != "":
-		add(SeverityWarning, FindingMetaPage, DBFile, "%s", recovered)
+		add(sbxdb.SeverityWarning, sbxdb.FindingMetaPage, DBFile, "%s", recovered)
 	case db.metaNote != "" && db.c == nil:
 		// A read-only open, which stores nothing. A writable one stored
 		// the note, and a repair may have cleared it since.
-		add(SeverityWarning, FindingMetaPage, DBFile, "%s", db.metaNote)
+		add(sbxdb.SeverityWarning, sbxdb.FindingMetaPage, DBFile, "%s", db.metaNote)
 	}
 	if err != nil {
 		return nil, err
@@ -219,13 +95,13 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	for _, k := range missing {
 		switch {
 		case !held[k]:
-			add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints, not stored: %s (storing the same bytes again, as a capture of them does, heals them)",
+			add(sbxdb.SeverityError, sbxdb.FindingMissingBlob, k, "referenced by %d checkpoints, not stored: %s (storing the same bytes again, as a capture of them does, heals them)",
 				recount[k], listIDs(naming[k]))
 		case recount[k] == 0 && objects[k] == 0:
 			// A host may save the record before (or without) its bytes.
-			add(SeverityWarning, FindingMissingBlob, k, "named by %d artifact records, not stored", records[k])
+			add(sbxdb.SeverityWarning, sbxdb.FindingMissingBlob, k, "named by %d artifact records, not stored", records[k])
 		default:
-			add(SeverityError, FindingMissingBlob, k, "referenced by %d checkpoints and held by %d objects and %d artifact records, not stored: %s (storing the same bytes again heals them)",
+			add(sbxdb.SeverityError, sbxdb.FindingMissingBlob, k, "referenced by %d checkpoints and held by %d objects and %d artifact records, not stored: %s (storing the same bytes again heals them)",
 				recount[k], objects[k], records[k], listIDs(naming[k]))
 		}
 	}
@@ -246,9 +122,9 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		pace = newPacer(ctx, opts.BytesPerSecond).pace
 	}
 	err = db.blobs.CheckPaced(ctx, opts.VerifyBlobs, opts.Progress, pace, func(key string, err error) {
-		add(SeverityError, FindingBlob, key, "%v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingBlob, key, "%v", err)
 		blobProblems = true
-		if key != "" && errors.Is(err, cas.ErrCorrupt) {
+		if key != "" && errors.Is(err, sbxdb.ErrBlobCorrupt) {
 			damaged = append(damaged, key)
 		}
 	})
@@ -257,7 +133,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 	}
 	// The blob store reports from several readers at once: its findings
 	// are put in key order, so that two checks of one store read alike.
-	slices.SortStableFunc(r.Findings[blobsFrom:], func(a, b Finding) int { return strings.Compare(a.Subject, b.Subject) })
+	slices.SortStableFunc(r.Findings[blobsFrom:], func(a, b sbxdb.Finding) int { return strings.Compare(a.Subject, b.Subject) })
 	r.Verified = opts.VerifyBlobs
 	quarantined, err := db.blobs.Quarantined(ctx)
 	if err != nil {
@@ -268,11 +144,11 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 		if q.Damaged > 0 {
 			detail += fmt.Sprintf(", damaged: %d", q.Damaged)
 		}
-		add(SeverityWarning, FindingQuarantine, filepath.Join(BlobDir, q.Name),
+		add(sbxdb.SeverityWarning, sbxdb.FindingQuarantine, filepath.Join(BlobDir, q.Name),
 			"%s: moved aside because the database may be older than the blob files; check --repair indexes what the index lacks and removes the file", detail)
 	}
 
-	if wrong := len(findingsOf(r, FindingRefCount)) + len(findingsOf(r, FindingChunk)); opts.Repair && wrong > 0 {
+	if wrong := len(findingsOf(r, sbxdb.FindingRefCount)) + len(findingsOf(r, sbxdb.FindingChunk)); opts.Repair && wrong > 0 {
 		// Recount inside the write transaction: appends may have run since.
 		// Blob and chunk counts are rebuilt together: the blob rebuild
 		// empties the pending set, which holds both.
@@ -294,14 +170,14 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 			return r, fmt.Errorf("repairing reference counts: %w", err)
 		}
 		r.Repaired = wrong
-	} else if opts.Repair && len(findingsOf(r, FindingPending)) > 0 {
+	} else if opts.Repair && len(findingsOf(r, sbxdb.FindingPending)) > 0 {
 		// The rebuild above empties the pending set; alone, it is weighed anew.
 		if err := db.write(ctx, meta.WeighPending); err != nil {
 			return r, fmt.Errorf("weighing the pending set: %w", err)
 		}
-		r.Repaired = len(findingsOf(r, FindingPending))
+		r.Repaired = len(findingsOf(r, sbxdb.FindingPending))
 	}
-	if wrong := len(findingsOf(r, FindingHold)); opts.Repair && wrong > 0 {
+	if wrong := len(findingsOf(r, sbxdb.FindingHold)); opts.Repair && wrong > 0 {
 		err := db.write(ctx, func(tx kv.Tx) error {
 			objects, records, _, err := meta.CountHolds(tx, true) // a damaged record stops the repair
 			if err != nil {
@@ -332,7 +208,7 @@ func (db *DB) Check(ctx context.Context, opts CheckStoreOptions) (*CheckReport, 
 // repairBlobs drops the damaged blobs from the index (with blobProblems,
 // the keys in damaged), re-indexes the quarantine, and records in r what
 // was dropped for good and which checkpoints name it.
-func (db *DB) repairBlobs(ctx context.Context, r *CheckReport, blobProblems bool, damaged []string) error {
+func (db *DB) repairBlobs(ctx context.Context, r *sbxdb.CheckReport, blobProblems bool, damaged []string) error {
 	var dropped []string
 	if blobProblems {
 		st, err := db.blobs.DropDamaged(ctx, damaged)
@@ -361,7 +237,7 @@ func (db *DB) repairBlobs(ctx context.Context, r *CheckReport, blobProblems bool
 		return err
 	}
 	for _, k := range gone {
-		r.Dropped = append(r.Dropped, DroppedBlob{Key: k, Checkpoints: append([]string{}, naming[k]...)})
+		r.Dropped = append(r.Dropped, sbxdb.DroppedBlob{Key: k, Checkpoints: append([]string{}, naming[k]...)})
 	}
 	return nil
 }
@@ -421,8 +297,8 @@ func (db *DB) indexMayBeOlder() bool {
 	return noted
 }
 
-func findingsOf(r *CheckReport, kind string) []Finding {
-	var out []Finding
+func findingsOf(r *sbxdb.CheckReport, kind string) []sbxdb.Finding {
+	var out []sbxdb.Finding
 	for _, f := range r.Findings {
 		if f.Kind == kind {
 			out = append(out, f)
@@ -433,7 +309,7 @@ func findingsOf(r *CheckReport, kind string) []Finding {
 
 // checkChains checks the chain buckets in one read transaction and returns
 // the recomputed reference counts.
-func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (map[string]int64, error) {
+func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *sbxdb.CheckReport, add func(sev, kind, subject, format string, args ...any)) (map[string]int64, error) {
 	threadOf := map[string]string{} // checkpoint id → thread
 	parentOf := map[string]string{}
 	counts := map[string]int64{}
@@ -445,7 +321,7 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 			}
 		}
 		if err != nil {
-			add(SeverityError, FindingRecord, id, "%v", err)
+			add(sbxdb.SeverityError, sbxdb.FindingRecord, id, "%v", err)
 			return nil
 		}
 		threadOf[id], parentOf[id] = cp.ThreadID, cp.ParentID
@@ -465,21 +341,21 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 		t, ok := threadOf[id]
 		switch {
 		case !ok:
-			add(SeverityError, FindingIndex, id, "thread %q lists a checkpoint that is not stored", threadID)
+			add(sbxdb.SeverityError, sbxdb.FindingIndex, id, "thread %q lists a checkpoint that is not stored", threadID)
 		case t != threadID:
-			add(SeverityError, FindingIndex, id, "listed under thread %q, belongs to %q", threadID, t)
+			add(sbxdb.SeverityError, sbxdb.FindingIndex, id, "listed under thread %q, belongs to %q", threadID, t)
 		case indexed[id]:
-			add(SeverityError, FindingIndex, id, "listed twice")
+			add(sbxdb.SeverityError, sbxdb.FindingIndex, id, "listed twice")
 		}
 		indexed[id] = true
 		return nil
 	})
 	if err != nil {
-		add(SeverityError, FindingIndex, "", "%v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingIndex, "", "%v", err)
 	}
 	for id := range threadOf {
 		if !indexed[id] {
-			add(SeverityError, FindingIndex, id, "stored but not listed under thread %q", threadOf[id])
+			add(sbxdb.SeverityError, sbxdb.FindingIndex, id, "stored but not listed under thread %q", threadOf[id])
 		}
 	}
 
@@ -488,7 +364,7 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 	err = meta.ForEachHead(tx, func(threadID, id string) error {
 		t, ok := threadOf[id]
 		if !ok || t != threadID {
-			add(SeverityError, FindingHead, threadID, "head names checkpoint %q, which is not stored in the thread", id)
+			add(sbxdb.SeverityError, sbxdb.FindingHead, threadID, "head names checkpoint %q, which is not stored in the thread", id)
 			return nil
 		}
 		for id != "" && !reached[id] && threadOf[id] == threadID {
@@ -498,7 +374,7 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 		return nil
 	})
 	if err != nil {
-		add(SeverityError, FindingHead, "", "%v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingHead, "", "%v", err)
 	}
 	threads, err := meta.Threads(tx)
 	if err != nil {
@@ -508,11 +384,11 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 	for _, id := range slices.Sorted(maps.Keys(threadOf)) {
 		if p := parentOf[id]; p != "" {
 			if _, ok := threadOf[p]; !ok {
-				add(SeverityNote, FindingDanglingParent, id, "parent %q is not stored, as after retention deleted it", p)
+				add(sbxdb.SeverityNote, sbxdb.FindingDanglingParent, id, "parent %q is not stored, as after retention deleted it", p)
 			}
 		}
 		if !reached[id] {
-			add(SeverityWarning, FindingOffChain, id, "no head chain of thread %q reaches it", threadOf[id])
+			add(sbxdb.SeverityWarning, sbxdb.FindingOffChain, id, "no head chain of thread %q reaches it", threadOf[id])
 		}
 	}
 
@@ -524,24 +400,24 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 	r.Chunks = len(uses)
 	problems, err := meta.CheckChunks(tx, uses)
 	if err != nil {
-		add(SeverityError, FindingChunk, "", "chunks unreadable: %v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingChunk, "", "chunks unreadable: %v", err)
 	}
 	for _, p := range problems {
-		add(SeverityError, FindingChunk, p.Chunk, "%s", p.Detail)
+		add(sbxdb.SeverityError, sbxdb.FindingChunk, p.Chunk, "%s", p.Detail)
 	}
 
 	pending, err := meta.CheckPending(tx)
 	if err != nil {
-		add(SeverityError, FindingRefCount, "", "pending set unreadable: %v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingRefCount, "", "pending set unreadable: %v", err)
 	}
 	for _, p := range pending {
-		add(SeverityWarning, FindingPending, "refs_pending", "%s", p)
+		add(sbxdb.SeverityWarning, sbxdb.FindingPending, "refs_pending", "%s", p)
 	}
 
 	// Reference counts.
 	stored, err := meta.References(tx)
 	if err != nil {
-		add(SeverityError, FindingRefCount, "", "stored counts unreadable: %v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingRefCount, "", "stored counts unreadable: %v", err)
 		return counts, nil
 	}
 	seen := make(map[string]bool, len(stored))
@@ -560,7 +436,7 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 	slices.Sort(bad)
 	for _, b := range bad {
 		key, detail, _ := strings.Cut(b, "\x00")
-		add(SeverityError, FindingRefCount, key, "%s", detail)
+		add(sbxdb.SeverityError, sbxdb.FindingRefCount, key, "%s", detail)
 	}
 	return counts, nil
 }
@@ -569,7 +445,7 @@ func (db *DB) checkChains(ctx context.Context, tx kv.Tx, r *CheckReport, add fun
 // record decodes, the artifact indexes match the records, and the stored
 // hold counts equal a recount. It returns the recount: per blob key, how
 // many objects and how many artifact records name it.
-func checkHolds(ctx context.Context, tx kv.Tx, r *CheckReport, add func(sev, kind, subject, format string, args ...any)) (objects, records map[string]int64, err error) {
+func checkHolds(ctx context.Context, tx kv.Tx, r *sbxdb.CheckReport, add func(sev, kind, subject, format string, args ...any)) (objects, records map[string]int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -582,7 +458,7 @@ func checkHolds(ctx context.Context, tx kv.Tx, r *CheckReport, add func(sev, kin
 		counts[k] += n
 	}
 	for _, p := range damaged {
-		add(SeverityError, FindingRecord, p.Bucket+"/"+p.Key, "%s", p.Detail)
+		add(sbxdb.SeverityError, sbxdb.FindingRecord, p.Bucket+"/"+p.Key, "%s", p.Detail)
 	}
 	if r.Objects, err = kv.Count(tx.Bucket(meta.BucketObjects)); err != nil {
 		return nil, nil, err
@@ -592,26 +468,26 @@ func checkHolds(ctx context.Context, tx kv.Tx, r *CheckReport, add func(sev, kin
 	}
 	problems, err := meta.CheckArtifactIndexes(tx)
 	if err != nil {
-		add(SeverityError, FindingArtifactIndex, "", "artifact indexes unreadable: %v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingArtifactIndex, "", "artifact indexes unreadable: %v", err)
 	}
 	for _, p := range problems {
-		add(SeverityError, FindingArtifactIndex, p.Bucket+"/"+p.Key, "%s", p.Detail)
+		add(sbxdb.SeverityError, sbxdb.FindingArtifactIndex, p.Bucket+"/"+p.Key, "%s", p.Detail)
 	}
 	stored, err := meta.Holds(tx)
 	if err != nil {
-		add(SeverityError, FindingHold, "", "stored hold counts unreadable: %v", err)
+		add(sbxdb.SeverityError, sbxdb.FindingHold, "", "stored hold counts unreadable: %v", err)
 		return objects, records, nil
 	}
 	seen := make(map[string]bool, len(stored))
 	for _, h := range stored {
 		seen[h.Key] = true
 		if want := counts[h.Key]; h.References != want {
-			add(SeverityError, FindingHold, h.Key, "stored %d, objects and artifact records name it %d times", h.References, want)
+			add(sbxdb.SeverityError, sbxdb.FindingHold, h.Key, "stored %d, objects and artifact records name it %d times", h.References, want)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		if !seen[k] {
-			add(SeverityError, FindingHold, k, "stored 0, objects and artifact records name it %d times", counts[k])
+			add(sbxdb.SeverityError, sbxdb.FindingHold, k, "stored 0, objects and artifact records name it %d times", counts[k])
 		}
 	}
 	return objects, records, nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
@@ -22,14 +23,14 @@ import (
 // checkNoErrors runs Check and fails the test on every error finding
 // (warnings, such as the dangling parents retention leaves, are allowed);
 // when says at what point of the test.
-func checkNoErrors(t *testing.T, db *engine.DB, opts engine.CheckStoreOptions, when string) *engine.CheckReport {
+func checkNoErrors(t *testing.T, db *engine.DB, opts sbxdb.CheckStoreOptions, when string) *sbxdb.CheckReport {
 	t.Helper()
 	rep, err := db.Check(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("%s: check: %v", when, err)
 	}
 	for _, fd := range rep.Findings {
-		if fd.Severity == engine.SeverityError {
+		if fd.Severity == sbxdb.SeverityError {
 			t.Errorf("%s: check: %.300s", when, fd)
 		}
 	}
@@ -48,8 +49,8 @@ func restoreEqual(t *testing.T, db *engine.DB, id, out string, want map[string]f
 	}
 }
 
-func findings(rep *engine.CheckReport, kind string) []engine.Finding {
-	var out []engine.Finding
+func findings(rep *sbxdb.CheckReport, kind string) []sbxdb.Finding {
+	var out []sbxdb.Finding
 	for _, f := range rep.Findings {
 		if f.Kind == kind {
 			out = append(out, f)
@@ -68,7 +69,7 @@ func TestCheck(t *testing.T) {
 		write(t, ws, "same.txt", []byte("same"), 0o644)
 		ids = append(ids, f.capture(t, "th", ws).ID)
 	}
-	rep, err := f.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	rep, err := f.db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 	if err != nil || !rep.Clean() || len(rep.Findings) != 0 || rep.Checkpoints != 4 || rep.BlobKeys != 5 || !rep.Verified {
 		t.Fatalf("fresh store: %+v, %v", rep, err)
 	}
@@ -77,11 +78,11 @@ func TestCheck(t *testing.T) {
 	if _, err := gc.KeepNewest(ctx, f.db, "th", 2); err != nil {
 		t.Fatal(err)
 	}
-	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{})
+	rep, _ = f.db.Check(ctx, sbxdb.CheckStoreOptions{})
 	if rep.Unreferenced != 2 { // a.txt's first two versions
 		t.Fatalf("unreferenced after retention = %d, want 2", rep.Unreferenced)
 	}
-	if d := findings(rep, engine.FindingDanglingParent); !rep.Clean() || len(d) != 1 || d[0].Subject != ids[2] || d[0].Severity != engine.SeverityNote {
+	if d := findings(rep, sbxdb.FindingDanglingParent); !rep.Clean() || len(d) != 1 || d[0].Subject != ids[2] || d[0].Severity != sbxdb.SeverityNote {
 		t.Fatalf("after retention: %+v", rep.Findings)
 	}
 
@@ -90,19 +91,19 @@ func TestCheck(t *testing.T) {
 	f.db.SetRefCount(key, 3)
 	cp, _ := f.db.Get(ctx, ids[3])
 	f.db.SetRefCount(cp.Files[0].BlobKey, 7)
-	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{Repair: true})
-	if r := findings(rep, engine.FindingRefCount); rep.Clean() || len(r) != 2 || rep.Repaired == 0 {
+	rep, _ = f.db.Check(ctx, sbxdb.CheckStoreOptions{Repair: true})
+	if r := findings(rep, sbxdb.FindingRefCount); rep.Clean() || len(r) != 2 || rep.Repaired == 0 {
 		t.Fatalf("drifted counts: %+v", rep)
 	}
-	if rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{}); !rep.Clean() {
+	if rep, _ = f.db.Check(ctx, sbxdb.CheckStoreOptions{}); !rep.Clean() {
 		t.Fatalf("after repair: %+v", rep.Findings)
 	}
 
 	// A head naming nothing, and a checkpoint off every chain.
 	f.db.SetHead("ghost", "nobody")
 	f.db.InsertRaw(&chain.Checkpoint{ID: "stray", ThreadID: "th", CreatedAt: 1, Reason: chain.ReasonAutomatic, Files: []chain.Entry{}})
-	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{})
-	if h, o := findings(rep, engine.FindingHead), findings(rep, engine.FindingOffChain); rep.Clean() || len(h) != 1 || h[0].Subject != "ghost" || len(o) != 1 || o[0].Subject != "stray" {
+	rep, _ = f.db.Check(ctx, sbxdb.CheckStoreOptions{})
+	if h, o := findings(rep, sbxdb.FindingHead), findings(rep, sbxdb.FindingOffChain); rep.Clean() || len(h) != 1 || h[0].Subject != "ghost" || len(o) != 1 || o[0].Subject != "stray" {
 		t.Fatalf("bad head and stray checkpoint: %+v", rep.Findings)
 	}
 	f.db.SetHead("ghost", "")
@@ -114,16 +115,16 @@ func TestCheck(t *testing.T) {
 		data[len(data)-1] ^= 0xff
 		os.WriteFile(p, data, 0o644)
 	}
-	if rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{}); !rep.Clean() {
+	if rep, _ = f.db.Check(ctx, sbxdb.CheckStoreOptions{}); !rep.Clean() {
 		t.Fatalf("shallow check read blob bytes: %+v", rep.Findings)
 	}
-	rep, _ = f.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
-	b := findings(rep, engine.FindingBlob)
+	rep, _ = f.db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
+	b := findings(rep, sbxdb.FindingBlob)
 	if rep.Clean() || len(b) == 0 {
 		t.Fatalf("damaged packs not found: %+v", rep.Findings)
 	}
 	// Found by several readers at once, reported in key order.
-	if !slices.IsSortedFunc(b, func(x, y engine.Finding) int { return strings.Compare(x.Subject, y.Subject) }) {
+	if !slices.IsSortedFunc(b, func(x, y sbxdb.Finding) int { return strings.Compare(x.Subject, y.Subject) }) {
 		t.Errorf("blob findings out of key order: %+v", b)
 	}
 }
@@ -139,27 +140,27 @@ func TestCheckChunks(t *testing.T) {
 	}
 	defer db.Close()
 	before := viewOf(t, db)
-	checkNoErrors(t, db, engine.CheckStoreOptions{}, "before")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{}, "before")
 	if err := db.DamageChunks(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Check(context.Background(), engine.CheckStoreOptions{})
+	rep, err := db.Check(context.Background(), sbxdb.CheckStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var unused, miscounted bool
-	for _, f := range findings(rep, engine.FindingChunk) {
+	for _, f := range findings(rep, sbxdb.FindingChunk) {
 		unused = unused || f.Subject == "fffffffffffffffe" && strings.Contains(f.Detail, "no checkpoint uses it")
 		miscounted = miscounted || strings.Contains(f.Detail, "counted 0")
 	}
 	if !unused || !miscounted || rep.Clean() {
 		t.Fatalf("check missed the damage: %v", rep.Findings)
 	}
-	rep, err = db.Check(context.Background(), engine.CheckStoreOptions{Repair: true})
+	rep, err = db.Check(context.Background(), sbxdb.CheckStoreOptions{Repair: true})
 	if err != nil || rep.Repaired == 0 {
 		t.Fatalf("repair: %v, %+v", err, rep)
 	}
-	checkNoErrors(t, db, engine.CheckStoreOptions{}, "after repair")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{}, "after repair")
 	if s, err := db.Stats(context.Background()); err != nil || s.Chunks != rep.Chunks {
 		t.Errorf("after repair: %d chunks stored, %d used (%v)", s.Chunks, rep.Chunks, err)
 	}
@@ -179,22 +180,22 @@ func TestCheckPendingWeight(t *testing.T) {
 		}
 		return pb.SetSequence(7) // 1, but under any fold threshold: a write would fold past one
 	})
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{Repair: true})
+	rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{Repair: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, f := range rep.Findings {
-		if f.Kind == engine.FindingPending && f.Severity == engine.SeverityWarning {
+		if f.Kind == sbxdb.FindingPending && f.Severity == sbxdb.SeverityWarning {
 			got = append(got, f.Detail)
 		}
 	}
 	if len(got) != 2 || !rep.Clean() || rep.Repaired != 2 {
 		t.Fatalf("findings %q, clean %v, repaired %d; want the weight and the thread, as warnings, repaired", got, rep.Clean(), rep.Repaired)
 	}
-	rep = checkNoErrors(t, db, engine.CheckStoreOptions{}, "after repair")
+	rep = checkNoErrors(t, db, sbxdb.CheckStoreOptions{}, "after repair")
 	for _, f := range rep.Findings {
-		if f.Kind == engine.FindingPending {
+		if f.Kind == sbxdb.FindingPending {
 			t.Errorf("after repair: %s", f)
 		}
 	}
@@ -204,14 +205,14 @@ func TestCheckPendingWeight(t *testing.T) {
 // to leave none.
 func damagedThenRepaired(t *testing.T, db *engine.DB) {
 	t.Helper()
-	rep, err := db.Check(context.Background(), engine.CheckStoreOptions{})
+	rep, err := db.Check(context.Background(), sbxdb.CheckStoreOptions{})
 	if err != nil || rep.Clean() {
 		t.Fatalf("check: clean %v, %v; want an error finding", rep.Clean(), err)
 	}
-	if _, err := db.Check(context.Background(), engine.CheckStoreOptions{Repair: true}); err != nil {
+	if _, err := db.Check(context.Background(), sbxdb.CheckStoreOptions{Repair: true}); err != nil {
 		t.Fatal(err)
 	}
-	checkNoErrors(t, db, engine.CheckStoreOptions{}, "after repair")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{}, "after repair")
 }
 
 // onePending writes a store holding one pending checkpoint, "c1" of thread
@@ -277,5 +278,5 @@ func TestCheckPendingKeyTime(t *testing.T) {
 	if refs, err := db.BlobReferences(ctx); len(refs) != 0 || err != nil {
 		t.Fatalf("BlobReferences after DeleteHead = %v, %v; want none", refs, err)
 	}
-	checkNoErrors(t, db, engine.CheckStoreOptions{}, "after DeleteHead")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{}, "after DeleteHead")
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -121,7 +122,7 @@ func TestCleanCloseMissesSharedMappingWrite(t *testing.T) {
 		Files: []chain.Entry{{Path: "d", Kind: chain.KindDir}}}
 	_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer})
 	corrupt("an append on the damaged tree", err)
-	_, err = db.Check(ctx, engine.CheckStoreOptions{})
+	_, err = db.Check(ctx, sbxdb.CheckStoreOptions{})
 	corrupt("Check", err)
 	db.Close()
 	if _, err := os.Stat(filepath.Join(dir, engine.CleanCloseName)); !errors.Is(err, os.ErrNotExist) {

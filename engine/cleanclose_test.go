@@ -4,13 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -251,7 +253,7 @@ func probeDamaged(t *testing.T, dir, path, head string) {
 	}
 	corrupt("Get of the damaged records", getErr)
 	noPanic(t, "Check", func() {
-		_, err := db.Check(ctx, engine.CheckStoreOptions{})
+		_, err := db.Check(ctx, sbxdb.CheckStoreOptions{})
 		corrupt("Check", err)
 	})
 	noPanic(t, "Close", func() { db.Close() })

@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -65,7 +67,7 @@ func (db *DB) write(ctx context.Context, fn func(tx kv.Tx) error) error {
 		return err
 	}
 	if db.c == nil {
-		return ErrReadOnly
+		return sbxdb.ErrReadOnly
 	}
 	if err := db.writeRefused(); err != nil {
 		return err
@@ -78,7 +80,7 @@ func (c *committer) submit(ctx context.Context, fn func(tx kv.Tx) error) error {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return ErrClosed
+		return sbxdb.ErrClosed
 	}
 	c.queue <- req
 	c.mu.RUnlock()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sbxdb/sbxdb"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -28,7 +29,7 @@ const compactSuffix = ".compact"
 // opens the new file, never the one renamed away.
 func Compact(ctx context.Context, dir string, opts *Options) (before, after int64, err error) {
 	if opts != nil && opts.ReadOnly {
-		return 0, 0, ErrReadOnly
+		return 0, 0, sbxdb.ErrReadOnly
 	}
 	if opts != nil && opts.Metadata != "" {
 		return 0, 0, ErrNotFileMetadata

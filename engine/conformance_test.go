@@ -4,13 +4,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/enginetest"
+	"github.com/sbxdb/sbxdb/storetest"
 )
 
 // subject opens a bbolt store in a temporary directory with the kit's hooks.
-func subject(t *testing.T, opts engine.Options) *enginetest.Subject {
+func subject(t *testing.T, contract sbxdb.Options) *storetest.Subject {
+	return subjectWith(t, engineOptions(contract))
+}
+
+// subjectWith is subject with the engine's options.
+func subjectWith(t *testing.T, opts engine.Options) *storetest.Subject {
 	dir := t.TempDir()
 	db, err := engine.Open(dir, &opts)
 	if err != nil {
@@ -18,13 +24,13 @@ func subject(t *testing.T, opts engine.Options) *enginetest.Subject {
 	}
 	cur := db // the open handle; Reopen replaces it
 	t.Cleanup(func() { cur.Close() })
-	s := &enginetest.Subject{
+	s := &storetest.Subject{
 		Store:       db,
 		InsertRaw:   func(cp *chain.Checkpoint) error { return cur.InsertRaw(cp) },
 		SetRefCount: func(key string, n int64) error { return cur.SetRefCount(key, n) },
 		OnPoint:     func(name string, fn func() error) func() { return cur.OnPoint(name, fn) },
 	}
-	s.Reopen = func(t *testing.T) engine.Store {
+	s.Reopen = func(t *testing.T) sbxdb.Store {
 		if err := cur.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -47,6 +53,11 @@ func subject(t *testing.T, opts engine.Options) *enginetest.Subject {
 	return s
 }
 
-func TestConformance(t *testing.T)         { enginetest.RunConformance(t, subject) }
-func TestForkConformance(t *testing.T)     { enginetest.RunForkConformance(t, subject) }
-func TestInstanceConformance(t *testing.T) { enginetest.RunInstanceConformance(t, subject) }
+func TestConformance(t *testing.T)         { storetest.RunConformance(t, subject) }
+func TestForkConformance(t *testing.T)     { storetest.RunForkConformance(t, subject) }
+func TestInstanceConformance(t *testing.T) { storetest.RunInstanceConformance(t, subject) }
+
+// engineOptions are the engine's options holding the contract's.
+func engineOptions(c sbxdb.Options) engine.Options {
+	return engine.Options{Now: c.Now, LeaseDuration: c.LeaseDuration, RenewAfter: c.RenewAfter}
+}

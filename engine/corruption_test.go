@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -122,7 +123,7 @@ func newCorruptStore(t *testing.T) *corruptStore {
 			s.blobs[s.keyOf[p]] = b
 		}
 		s.marker[id] = "MARKER-" + id + "-d41d8cd98f00b204"
-		res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: id, Label: s.marker[id],
+		res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws, ID: id, Label: s.marker[id],
 			CreatedAt: int64(len(s.cps) + 1), SourceRunID: runID, Conversation: talk, Artifacts: arts})
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +147,7 @@ func newCorruptStore(t *testing.T) *corruptStore {
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true}); err != nil || len(rep.Findings) != 0 {
+	if rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true}); err != nil || len(rep.Findings) != 0 {
 		t.Fatalf("the undamaged store: %+v, %v", rep, err)
 	}
 	return s
@@ -726,11 +727,11 @@ func corruptProbe(t *testing.T, s *corruptStore, dir string, h harm, readOnly bo
 		got, err := db.Blobs().Get(ctx, k)
 		switch {
 		case h.damaged(k):
-			if got != nil || !errors.Is(err, cas.ErrCorrupt) || !strings.Contains(err.Error(), k) {
+			if got != nil || !errors.Is(err, sbxdb.ErrBlobCorrupt) || !strings.Contains(err.Error(), k) {
 				t.Errorf("Blobs().Get of damaged %s = %d bytes, %v; want cas.ErrCorrupt naming it", k, len(got), err)
 			}
 		case h.gone(k):
-			if got != nil || !errors.Is(err, cas.ErrNotFound) || !strings.Contains(err.Error(), k) {
+			if got != nil || !errors.Is(err, sbxdb.ErrBlobNotFound) || !strings.Contains(err.Error(), k) {
 				t.Errorf("Blobs().Get of missing %s = %d bytes, %v; want cas.ErrNotFound naming it", k, len(got), err)
 			}
 		case err != nil:
@@ -767,7 +768,7 @@ func corruptProbe(t *testing.T, s *corruptStore, dir string, h harm, readOnly bo
 	}
 
 	// The check.
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 	if err != nil {
 		t.Errorf("Check: %v", err)
 	} else {
@@ -846,11 +847,11 @@ func entryResult(t *testing.T, h harm, what, key, path string, got, want []byte,
 
 // corruptCheck checks a check report against the harm done: a finding names
 // every damaged thing, and no blob finding names an undamaged blob.
-func corruptCheck(t *testing.T, h harm, rep *engine.CheckReport) {
+func corruptCheck(t *testing.T, h harm, rep *sbxdb.CheckReport) {
 	t.Helper()
 	names := func(subject string) bool {
-		return slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
-			return f.Severity == engine.SeverityError && f.Subject == subject
+		return slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
+			return f.Severity == sbxdb.SeverityError && f.Subject == subject
 		})
 	}
 	var want []string
@@ -863,32 +864,32 @@ func corruptCheck(t *testing.T, h harm, rep *engine.CheckReport) {
 			t.Errorf("no check finding names %s: %v", subject, rep.Findings)
 		}
 	}
-	if h.pack != "" && !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
-		return f.Severity == engine.SeverityError && strings.Contains(f.Detail, strings.TrimSuffix(h.pack, ".pack"))
+	if h.pack != "" && !slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
+		return f.Severity == sbxdb.SeverityError && strings.Contains(f.Detail, strings.TrimSuffix(h.pack, ".pack"))
 	}) {
 		t.Errorf("no check finding names pack %s: %v", h.pack, rep.Findings)
 	}
-	if h.chunk && !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
-		return f.Kind == engine.FindingChunk && strings.Contains(f.Detail, "damaged")
+	if h.chunk && !slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
+		return f.Kind == sbxdb.FindingChunk && strings.Contains(f.Detail, "damaged")
 	}) {
 		t.Errorf("no check finding about the damaged chunk: %v", rep.Findings)
 	}
-	if h.metaPage && !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
-		return f.Kind == engine.FindingMetaPage && f.Severity == engine.SeverityWarning && f.Subject == engine.DBFile
+	if h.metaPage && !slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
+		return f.Kind == sbxdb.FindingMetaPage && f.Severity == sbxdb.SeverityWarning && f.Subject == engine.DBFile
 	}) {
 		t.Errorf("no check warning about the damaged meta page: %v", rep.Findings)
 	}
 	for _, f := range rep.Findings {
 		switch f.Kind {
-		case engine.FindingMetaPage:
+		case sbxdb.FindingMetaPage:
 			if !h.metaPage {
 				t.Errorf("unexpected finding: %v", f)
 			}
-		case engine.FindingBlob, engine.FindingMissingBlob:
+		case sbxdb.FindingBlob, sbxdb.FindingMissingBlob:
 			if f.Subject != "" && !slices.Contains(want, f.Subject) {
 				t.Errorf("finding about an undamaged blob: %v", f)
 			}
-		case engine.FindingRefCount, engine.FindingChunk, engine.FindingDanglingParent, engine.FindingOffChain:
+		case sbxdb.FindingRefCount, sbxdb.FindingChunk, sbxdb.FindingDanglingParent, sbxdb.FindingOffChain:
 			// A damaged record's keys and chunks go uncounted, its
 			// children dangle.
 			if len(h.records) == 0 && len(h.lost) == 0 {
@@ -944,8 +945,8 @@ func TestCorruptNewestMetaLosesLastTransaction(t *testing.T) {
 		}
 		// Open's own commit has overwritten the damaged page by now;
 		// check still says what happened.
-		rep, err := db.Check(ctx, engine.CheckStoreOptions{})
-		if err != nil || !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool { return f.Kind == engine.FindingMetaPage }) {
+		rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{})
+		if err != nil || !slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool { return f.Kind == sbxdb.FindingMetaPage }) {
 			t.Errorf("check = %+v, %v; want a meta-page warning", rep, err)
 		}
 	})
@@ -958,9 +959,9 @@ func TestCorruptNewestMetaLosesLastTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := db.Check(ctx, engine.CheckStoreOptions{Repair: pass.repair})
+		rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{Repair: pass.repair})
 		db.Close()
-		got := err == nil && slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool { return f.Kind == engine.FindingMetaPage })
+		got := err == nil && slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool { return f.Kind == sbxdb.FindingMetaPage })
 		if got != pass.want {
 			t.Errorf("check (read-only %v, repair %v): meta-page warning %v, want %v (%v)", pass.readOnly, pass.repair, got, pass.want, err)
 		}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,6 +18,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -38,38 +40,13 @@ const (
 	SocketName = "sbxdb.sock"
 )
 
-var (
-	// ErrLocked reports that another process holds the store.
-	ErrLocked = errors.New("sbxdb: store is in use")
-	// ErrFormat reports a store this build cannot read (a newer format,
-	// or not an sbxdb store).
-	ErrFormat = errors.New("sbxdb: unsupported store format")
-	// ErrClosed reports a call on a closed DB.
-	ErrClosed = errors.New("sbxdb: store is closed")
-	// ErrReadOnly reports a write on a store opened read-only.
-	ErrReadOnly = errors.New("sbxdb: store is opened read-only")
-	// ErrNoStore reports a read-only Open of a directory holding no store.
-	ErrNoStore = errors.New("sbxdb: no store")
-	// ErrPoisoned reports a write refused because an earlier fsync of the
-	// store failed: of the database at a commit, or of a pack, a large
-	// blob file or a directory of the blob store. What reached the disk is
-	// then unknown (the kernel may have dropped the pages it could not
-	// write), so every later write of the open store fails with it, naming
-	// the cause; reads go on. Close and Open the store again to write.
-	// A poisoned handle records no clean close, so the next Open treats
-	// the store as after an unclean shutdown: it walks the file's pages
-	// (cleanclose.go), and the blob store removes the packs and temporary
-	// files no index entry names.
-	ErrPoisoned = errors.New("sbxdb: store must be reopened: an earlier sync failed")
-)
-
 // poisonError is ErrPoisoned with the failure that caused it. It matches
 // both (errors.Is), so a caller sees the errno of the failed sync even when
 // another write of the same call is the one refused.
 type poisonError struct{ cause error }
 
-func (e *poisonError) Error() string   { return ErrPoisoned.Error() + ": " + e.cause.Error() }
-func (e *poisonError) Unwrap() []error { return []error{ErrPoisoned, e.cause} }
+func (e *poisonError) Error() string   { return sbxdb.ErrPoisoned.Error() + ": " + e.cause.Error() }
+func (e *poisonError) Unwrap() []error { return []error{sbxdb.ErrPoisoned, e.cause} }
 
 // DB is an open store. It is safe for concurrent use by many goroutines;
 // one process at a time may open a store for writing.
@@ -117,13 +94,13 @@ type DB struct {
 	// its last commit would (no last commit, no record): tests only.
 	crashed bool
 
-	// points holds test hooks by name (see enginetest.Subject.OnPoint);
+	// points holds test hooks by name (see storetest.Subject.OnPoint);
 	// empty in production.
 	pointsMu sync.RWMutex
 	points   map[string]func() error
 }
 
-var _ Store = (*DB)(nil)
+var _ sbxdb.Store = (*DB)(nil)
 
 // Open opens the store in dir, creating the directory and an empty store if
 // needed. opts may be nil for the defaults. When another process holds the
@@ -155,7 +132,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 			if err := checkEmptyFile(path); err != nil {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w at %s", ErrNoStore, dir)
+			return nil, fmt.Errorf("%w at %s", sbxdb.ErrNoStore, dir)
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -260,7 +237,7 @@ type blobIndex struct{ db *DB }
 func (b blobIndex) View(fn func(kv.Tx) error) error { return b.db.view(fn) }
 func (b blobIndex) Update(fn func(kv.Tx) error) error {
 	if b.db.c == nil {
-		return ErrReadOnly
+		return sbxdb.ErrReadOnly
 	}
 	return b.db.write(context.Background(), fn)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -243,7 +244,7 @@ func TestNewerFormatIsRefused(t *testing.T) {
 	})
 	b.Close()
 	_, err = engine.Open(dir, nil)
-	if want := fmt.Sprintf("reads format %d", engine.FormatVersion); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), want) {
+	if want := fmt.Sprintf("reads format %d", engine.FormatVersion); !errors.Is(err, sbxdb.ErrFormat) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open of a newer format: %v, want ErrFormat saying %q", err, want)
 	}
 }
@@ -253,7 +254,7 @@ func TestSecondOpenNamesHolder(t *testing.T) {
 	open(t, dir)
 	start := time.Now()
 	_, err := engine.Open(dir, &engine.Options{LockTimeout: 100 * time.Millisecond})
-	if !errors.Is(err, engine.ErrLocked) {
+	if !errors.Is(err, sbxdb.ErrLocked) {
 		t.Fatalf("second Open: %v, want ErrLocked", err)
 	}
 	if want := "pid " + strconv.Itoa(os.Getpid()); !strings.Contains(err.Error(), want) {
@@ -275,7 +276,7 @@ func TestReadOnlyAndClosed(t *testing.T) {
 	if _, err := db.Head(ctx, "th"); err == nil {
 		t.Error("read on a closed DB succeeded")
 	}
-	if _, err := db.AcquireWriter(ctx, "th2"); !errors.Is(err, engine.ErrClosed) {
+	if _, err := db.AcquireWriter(ctx, "th2"); !errors.Is(err, sbxdb.ErrClosed) {
 		t.Errorf("write on a closed DB: %v, want ErrClosed", err)
 	}
 
@@ -287,7 +288,7 @@ func TestReadOnlyAndClosed(t *testing.T) {
 	if h, err := ro.Head(ctx, "th"); h != "one" || err != nil {
 		t.Errorf("read-only Head = %q, %v", h, err)
 	}
-	if _, err := ro.AcquireWriter(ctx, "th"); !errors.Is(err, engine.ErrReadOnly) {
+	if _, err := ro.AcquireWriter(ctx, "th"); !errors.Is(err, sbxdb.ErrReadOnly) {
 		t.Errorf("read-only write: %v, want ErrReadOnly", err)
 	}
 	if _, err := engine.Open(t.TempDir(), &engine.Options{ReadOnly: true}); err == nil {
@@ -302,7 +303,7 @@ func TestSecondProcessIsRefused(t *testing.T) {
 	if dir := os.Getenv("SBXDB_CHILD_OPEN"); dir != "" {
 		start := time.Now()
 		_, err := engine.Open(dir, nil)
-		fmt.Printf("child: locked=%v waited=%s err=%v\n", errors.Is(err, engine.ErrLocked), time.Since(start).Round(time.Millisecond), err)
+		fmt.Printf("child: locked=%v waited=%s err=%v\n", errors.Is(err, sbxdb.ErrLocked), time.Since(start).Round(time.Millisecond), err)
 		return
 	}
 	dir := t.TempDir()
@@ -340,7 +341,7 @@ func TestLockedByReaderNamesNoStaleWriter(t *testing.T) {
 	}
 	defer ro.Close()
 	_, err = engine.Open(dir, &engine.Options{LockTimeout: 50 * time.Millisecond})
-	if !errors.Is(err, engine.ErrLocked) {
+	if !errors.Is(err, sbxdb.ErrLocked) {
 		t.Fatalf("writable Open beside a reader: %v, want ErrLocked", err)
 	}
 	if strings.Contains(err.Error(), "pid ") {

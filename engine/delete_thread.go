@@ -2,25 +2,14 @@ package engine
 
 import (
 	"context"
+
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/lease"
 )
-
-// DeleteThreadResult says what DeleteThread removed. A thread that had
-// nothing is the zero result with an empty Checkpoints.
-type DeleteThreadResult struct {
-	// Checkpoints are the deleted checkpoints' ids, in List order.
-	Checkpoints []string `json:"checkpoints"`
-	// Transcript reports whether a saved transcript was removed.
-	Transcript bool `json:"transcript"`
-	// Lease reports whether a writer lease, live or expired, was removed.
-	Lease bool `json:"lease"`
-	// ArtifactRecords counts the thread's artifact records removed.
-	ArtifactRecords int `json:"artifactRecords"`
-}
 
 // DeleteThread removes everything of the thread, in one write transaction:
 // its checkpoints (those List returns), its head, its saved transcript, its
@@ -38,13 +27,13 @@ type DeleteThreadResult struct {
 // thread id gets a higher fence than any before. An invalid threadId is
 // INVALID_ID; a thread with nothing stored is not an error: the result
 // says nothing was deleted.
-func (db *DB) DeleteThread(ctx context.Context, threadID string, force bool) (DeleteThreadResult, error) {
+func (db *DB) DeleteThread(ctx context.Context, threadID string, force bool) (sbxdb.DeleteThreadResult, error) {
 	if err := chain.CheckID("threadId", threadID); err != nil {
-		return DeleteThreadResult{}, err
+		return sbxdb.DeleteThreadResult{}, err
 	}
-	var res DeleteThreadResult
+	var res sbxdb.DeleteThreadResult
 	err := db.write(ctx, func(tx kv.Tx) error {
-		res = DeleteThreadResult{Checkpoints: []string{}} // the body may run twice (a shared transaction retried alone)
+		res = sbxdb.DeleteThreadResult{Checkpoints: []string{}} // the body may run twice (a shared transaction retried alone)
 		s, err := meta.LoadLease(tx, threadID)
 		if err != nil {
 			return err
@@ -82,7 +71,7 @@ func (db *DB) DeleteThread(ctx context.Context, threadID string, force bool) (De
 		return db.point("deleteThread.publish")
 	})
 	if err != nil {
-		return DeleteThreadResult{}, err
+		return sbxdb.DeleteThreadResult{}, err
 	}
 	return res, nil
 }

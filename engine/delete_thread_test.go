@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -92,7 +93,7 @@ func deleteFixture(t *testing.T) (f *gcFixture, a []*chain.Checkpoint, b *chain.
 	if err := f.db.SaveThread(ctx, "a", []json.RawMessage{json.RawMessage(`{"role":"user"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []engine.ArtifactRecord{
+	for _, r := range []sbxdb.ArtifactRecord{
 		{ArtifactID: "art-a", RunID: "run", ThreadID: "a", BlobKey: a[0].Files[0].BlobKey, Name: "n", MimeType: "text/plain", CreatedAt: 1},
 		{ArtifactID: "art-b", RunID: "run", ThreadID: "b", BlobKey: b.Files[0].BlobKey, Name: "n", MimeType: "text/plain", CreatedAt: 1},
 	} {
@@ -175,7 +176,7 @@ func testDeleteThread(t *testing.T, folded bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := engine.DeleteThreadResult{Checkpoints: before.Checkpoint["a"], Transcript: true, Lease: true, ArtifactRecords: 1}
+	want := sbxdb.DeleteThreadResult{Checkpoints: before.Checkpoint["a"], Transcript: true, Lease: true, ArtifactRecords: 1}
 	if d := cmp.Diff(want, res); d != "" {
 		t.Fatalf("result (-want +got):\n%s", d)
 	}
@@ -197,7 +198,7 @@ func testDeleteThread(t *testing.T, folded bool) {
 			t.Fatalf("Get(%s) after DeleteThread = %v, %v", cp.ID, got, err)
 		}
 	}
-	rep := checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after DeleteThread")
+	rep := checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after DeleteThread")
 	// a.txt's first two versions are no longer named, the first not even
 	// by art-a's hold; the third and same.txt are b's still.
 	if rep.Unreferenced != 2 || rep.Checkpoints != 1 || rep.ArtifactRecords != 1 {
@@ -225,7 +226,7 @@ func testDeleteThread(t *testing.T, folded bool) {
 		t.Fatalf("fork into the deleted thread: %v", err)
 	}
 	next.Release(ctx)
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after the fork")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after the fork")
 }
 
 // An expired lease does not refuse it, and is removed.
@@ -236,7 +237,7 @@ func TestDeleteThreadExpiredLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.advance(engine.DefaultLeaseDuration + time.Second)
+	f.advance(sbxdb.DefaultLeaseDuration + time.Second)
 	res, err := f.db.DeleteThread(ctx, "a", false)
 	if err != nil || len(res.Checkpoints) != 3 || !res.Lease {
 		t.Fatalf("DeleteThread over an expired lease = %+v, %v", res, err)
@@ -244,7 +245,7 @@ func TestDeleteThreadExpiredLease(t *testing.T) {
 	if _, err := f.db.RenewWriter(ctx, l.Writer); !errors.Is(err, chain.ErrWriterLost) {
 		t.Fatalf("renewal after DeleteThread: %v", err)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{}, "after DeleteThread")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{}, "after DeleteThread")
 }
 
 // A thread with nothing stored is not an error, and changes nothing; nor
@@ -329,5 +330,5 @@ func TestDeleteThreadRollsBack(t *testing.T) {
 	if d := cmp.Diff(before, threadStateOf(t, f.db, "a", "b")); d != "" {
 		t.Fatalf("a failed DeleteThread changed the store:\n%s", d)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{}, "after the failure")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{}, "after the failure")
 }

@@ -2,9 +2,10 @@ package engine
 
 import (
 	"context"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
+
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/boltcheck"

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -123,7 +124,7 @@ func (f *faultFixture) edit() {
 }
 
 func (f *faultFixture) capture(thread string) (*chain.Checkpoint, error) {
-	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.writer(thread), Dir: f.ws})
+	res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.writer(thread), Dir: f.ws})
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +167,8 @@ type storeState struct {
 	Blobs   []cas.Info
 	Writers map[string]lease.State
 	Packs   []string
-	Objects []engine.ObjectInfo
-	Records []engine.ArtifactRecord // of thread "art"
+	Objects []sbxdb.ObjectInfo
+	Records []sbxdb.ArtifactRecord // of thread "art"
 }
 
 func (f *faultFixture) state() storeState {
@@ -212,7 +213,7 @@ func (f *faultFixture) state() storeState {
 // checkConsistent fails on any error finding of a full check.
 func (f *faultFixture) checkConsistent(when string) {
 	f.t.Helper()
-	checkNoErrors(f.t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, when)
+	checkNoErrors(f.t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, when)
 }
 
 func (f *faultFixture) restoreEqual(id, out string) {
@@ -353,7 +354,7 @@ func faultCases() []faultCase {
 			prepare: func(f *faultFixture) { f.version++ },
 			run: func(f *faultFixture) error {
 				_, err := f.db.PutObject(ctx, "objects/big", bytes.NewReader(noiseBody(f.version)),
-					engine.PutObjectOptions{ContentType: "application/octet-stream", Size: -1})
+					sbxdb.PutObjectOptions{ContentType: "application/octet-stream", Size: -1})
 				return err
 			},
 			done: func(f *faultFixture) {
@@ -367,7 +368,7 @@ func faultCases() []faultCase {
 			prepare: func(f *faultFixture) { f.version++ },
 			run: func(f *faultFixture) error {
 				_, err := f.db.PutObject(ctx, "objects/small", strings.NewReader(fmt.Sprint("small ", f.version)),
-					engine.PutObjectOptions{CustomMetadata: map[string]string{"v": fmt.Sprint(f.version)}, Size: -1})
+					sbxdb.PutObjectOptions{CustomMetadata: map[string]string{"v": fmt.Sprint(f.version)}, Size: -1})
 				return err
 			},
 		},
@@ -375,7 +376,7 @@ func faultCases() []faultCase {
 			// Refreshing a blob's upload time: one index commit.
 			name: "stat-object",
 			prepare: func(f *faultFixture) {
-				putObject(f.t, f.db, fileKey([]byte("headed")), []byte("headed"), engine.PutObjectOptions{})
+				putObject(f.t, f.db, fileKey([]byte("headed")), []byte("headed"), sbxdb.PutObjectOptions{})
 			},
 			run: func(f *faultFixture) error {
 				_, err := f.db.StatObject(ctx, fileKey([]byte("headed")))
@@ -385,14 +386,14 @@ func faultCases() []faultCase {
 		{
 			name: "delete-object",
 			prepare: func(f *faultFixture) {
-				putObject(f.t, f.db, "objects/doomed", []byte("doomed"), engine.PutObjectOptions{})
+				putObject(f.t, f.db, "objects/doomed", []byte("doomed"), sbxdb.PutObjectOptions{})
 			},
 			run: func(f *faultFixture) error { return f.db.DeleteObject(ctx, "objects/doomed") },
 		},
 		{
 			name: "delete-blob",
 			prepare: func(f *faultFixture) {
-				putObject(f.t, f.db, fileKey([]byte("unused")), []byte("unused"), engine.PutObjectOptions{})
+				putObject(f.t, f.db, fileKey([]byte("unused")), []byte("unused"), sbxdb.PutObjectOptions{})
 			},
 			run: func(f *faultFixture) error { return f.db.DeleteObject(ctx, fileKey([]byte("unused"))) },
 		},
@@ -400,7 +401,7 @@ func faultCases() []faultCase {
 			name:    "save-artifact-record",
 			prepare: func(f *faultFixture) { f.version++ },
 			run: func(f *faultFixture) error {
-				r := engine.ArtifactRecord{ArtifactID: "rec", RunID: "run", ThreadID: "art", Name: "n", MimeType: "text/plain",
+				r := sbxdb.ArtifactRecord{ArtifactID: "rec", RunID: "run", ThreadID: "art", Name: "n", MimeType: "text/plain",
 					BlobKey: fileKey([]byte("headed")), Size: 6, CreatedAt: int64(f.version)}
 				return f.db.ArtifactRecords().Save(ctx, r)
 			},
@@ -468,7 +469,7 @@ func faultCases() []faultCase {
 			name: "sweep",
 			prepare: func(f *faultFixture) {
 				// Only the blobs made here are unreferenced.
-				if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+				if _, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil {
 					f.t.Fatal(err)
 				}
 				f.edit()
@@ -479,13 +480,13 @@ func faultCases() []faultCase {
 				doomed = cp.BlobKeys()
 			},
 			run: func(f *faultFixture) error {
-				_, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+				_, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 				return err
 			},
 			done: func(f *faultFixture) {
 				for _, k := range doomed {
 					if refs(f, k) == 0 {
-						if _, err := f.db.Blobs().Head(ctx, k); !errors.Is(err, cas.ErrNotFound) {
+						if _, err := f.db.Blobs().Head(ctx, k); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 							f.t.Errorf("swept blob %s: Head = %v, want not found", k, err)
 						}
 					}
@@ -513,7 +514,7 @@ func faultCases() []faultCase {
 				if err := f.db.DeleteHead(ctx, "p1", cp.ID, f.writer("p1")); err != nil {
 					f.t.Fatal(err)
 				}
-				if _, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+				if _, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil {
 					f.t.Fatal(err)
 				}
 			},
@@ -696,7 +697,7 @@ func (f *faultFixture) requirePoisoned(c faultCase, step faultfs.Event) {
 	f.t.Helper()
 	f.ffs.Reset()
 	err := c.run(f)
-	if !errors.Is(err, engine.ErrPoisoned) {
+	if !errors.Is(err, sbxdb.ErrPoisoned) {
 		f.t.Errorf("after %v failed, %s on the same handle: %v; want ErrPoisoned", step, c.name, err)
 	}
 	if ev := f.ffs.Events(); len(ev) != 0 {

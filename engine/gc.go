@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
-	"github.com/sbxdb/sbxdb/internal/kv"
-	"github.com/sbxdb/sbxdb/lease"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
+	"github.com/sbxdb/sbxdb/lease"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -30,36 +32,24 @@ import (
 // artifact records together; the contract's BlobReferences lists the
 // checkpoints' alone.
 
-// SweepOptions configures DB.Sweep; see gc.SweepInput.
-type SweepOptions struct {
-	// OlderThan: a blob goes only if it was last uploaded (or met by a
-	// capture) more than OlderThan ago. Must be > 0 unless Immediate.
-	OlderThan time.Duration
-	// Immediate allows OlderThan == 0. Pins keep it safe for captures in
-	// this process; nothing else writes to the store.
-	Immediate bool
-	// DryRun reports what would be deleted and deletes nothing.
-	DryRun bool
-}
-
 // Sweep deletes the blobs no checkpoint references that are older than
 // opts.OlderThan (SPEC §5.2) and returns what it deleted. It refuses to run,
 // with an error naming a key, when a referenced blob is missing: the store
 // is damaged, and sbxdb check says how. Deleted packed blobs leave dead
 // space in their packs until Repack.
-func (db *DB) Sweep(ctx context.Context, opts SweepOptions) (gc.SweepResult, error) {
+func (db *DB) Sweep(ctx context.Context, opts sbxdb.SweepOptions) (sbxdb.SweepResult, error) {
 	return db.sweep(ctx, opts, nil)
 }
 
 // sweep is Sweep with, for a dry run, the references a retention would
 // drop taken off first.
-func (db *DB) sweep(ctx context.Context, opts SweepOptions, without map[string]int64) (gc.SweepResult, error) {
+func (db *DB) sweep(ctx context.Context, opts sbxdb.SweepOptions, without map[string]int64) (sbxdb.SweepResult, error) {
 	if db.c == nil && !opts.DryRun {
-		return gc.SweepResult{}, ErrReadOnly
+		return sbxdb.SweepResult{}, sbxdb.ErrReadOnly
 	}
 	release, err := db.lockSweeps(ctx)
 	if err != nil {
-		return gc.SweepResult{}, err
+		return sbxdb.SweepResult{}, err
 	}
 	defer release()
 	// One clock reading for the listing's window and the re-check at
@@ -263,9 +253,9 @@ func (b *sweepBlobs) DeleteKeys(ctx context.Context, keys []string) ([]string, e
 // opts.Threshold (0 means cas.DefaultRepackThreshold), giving back the
 // space of swept blobs, and with opts.Recompress the cold packs written at
 // a level below cas.RecompressLevel (cas.Store.Repack).
-func (db *DB) Repack(ctx context.Context, opts cas.RepackOptions) (cas.RepackStats, error) {
+func (db *DB) Repack(ctx context.Context, opts cas.RepackOptions) (sbxdb.RepackStats, error) {
 	if db.c == nil {
-		return cas.RepackStats{}, ErrReadOnly
+		return sbxdb.RepackStats{}, sbxdb.ErrReadOnly
 	}
 	if opts.Threshold == 0 {
 		opts.Threshold = cas.DefaultRepackThreshold
@@ -273,53 +263,13 @@ func (db *DB) Repack(ctx context.Context, opts cas.RepackOptions) (cas.RepackSta
 	return db.blobs.Repack(ctx, opts)
 }
 
-// GCOptions configures DB.GC.
-type GCOptions struct {
-	// Retain runs retention: on each thread, keep the newest Keep
-	// checkpoints of its head chain, the head included, and delete the rest
-	// (gc.KeepNewest; Keep 0 acts as 1, SPEC §10 Q1).
-	Retain bool
-	Keep   int
-	// Threads limits retention to these threads; empty means all.
-	Threads []string
-	// OlderThan, Immediate: the sweep's window (SweepOptions).
-	OlderThan time.Duration
-	Immediate bool
-	// RepackThreshold is the dead share at which a pack is rewritten; 0
-	// means cas.DefaultRepackThreshold.
-	RepackThreshold float64
-	// Recompress also rewrites at cas.RecompressLevel the packs written
-	// at a lower level more than OlderThan ago (cas.RepackOptions).
-	Recompress bool
-	// DryRun changes nothing and reports what would be deleted. Its sweep
-	// counts the references the retention step would drop; its repack
-	// names the packs that would be rewritten as they are now, before the
-	// sweep (Packs, Before, Recompressed, RecompressedBytes).
-	DryRun bool
-}
-
-// GCResult is what DB.GC did (or, dry, would do).
-type GCResult struct {
-	Retention gc.RetentionResult `json:"retention"`
-	Sweep     gc.SweepResult     `json:"sweep"`
-	Repack    cas.RepackStats    `json:"repack"`
-	// Orphans counts blob files a crash left behind, removed once older
-	// than OlderThan; moved into quarantine instead while the database may
-	// be older than its blob files (after a meta-page fallback, until
-	// check --repair), where check reports them.
-	Orphans int `json:"orphans"`
-	// Blob store usage before and after.
-	Before cas.Usage `json:"before"`
-	After  cas.Usage `json:"after"`
-}
-
 // GC runs retention on every thread (or opts.Threads), then the sweep,
 // then repacking, then removes blob files a crash left behind. Threads whose
 // writer lease is held are skipped and listed in Retention.Busy. Nothing is
 // deleted when a referenced blob is missing.
-func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
+func (db *DB) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error) {
 	if db.c == nil && !opts.DryRun {
-		return nil, ErrReadOnly
+		return nil, sbxdb.ErrReadOnly
 	}
 	if opts.Retain && (opts.Keep < 0 || opts.Keep > chain.MaxSafeInteger) {
 		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be an integer from 0 to 2^53−1", opts.Keep)
@@ -328,7 +278,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if opts.Retain {
 		keep = max(opts.Keep, 1)
 	}
-	res := &GCResult{Retention: gc.RetentionResult{Deleted: map[string][]string{}}}
+	res := &sbxdb.GCResult{Retention: sbxdb.RetentionResult{Deleted: map[string][]string{}}}
 	var err error
 	if res.Before, err = db.blobs.Usage(ctx); err != nil {
 		return nil, err
@@ -348,7 +298,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweep := SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate, DryRun: opts.DryRun}
+	sweep := sbxdb.SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate, DryRun: opts.DryRun}
 	if opts.DryRun {
 		without, err := db.planRetention(ctx, keep, opts.Threads, res, true)
 		if err != nil {
@@ -366,7 +316,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if keep > 0 {
 		// Only threads with something to delete take a lease: most threads
 		// of a large store have nothing, and each lease is a write.
-		var plan GCResult
+		var plan sbxdb.GCResult
 		plan.Retention.Deleted = map[string][]string{}
 		if _, err := db.planRetention(ctx, keep, opts.Threads, &plan, false); err != nil {
 			return res, err
@@ -401,7 +351,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 // repackOptions returns the repack options of a GC with opts: cold packs
 // are those whose files were written more than opts.OlderThan ago, by the
 // wall clock that stamps files (as for RemoveOrphans).
-func (db *DB) repackOptions(opts GCOptions) cas.RepackOptions {
+func (db *DB) repackOptions(opts sbxdb.GCOptions) cas.RepackOptions {
 	ro := cas.RepackOptions{Threshold: opts.RepackThreshold, Recompress: opts.Recompress}
 	if ro.Threshold == 0 {
 		ro.Threshold = cas.DefaultRepackThreshold
@@ -416,7 +366,7 @@ func (db *DB) repackOptions(opts GCOptions) cas.RepackOptions {
 // delete, and res.Retention.Busy with the threads a live writer holds (they
 // are left alone). With refs, it also returns, per blob key, how many references
 // that would drop (decoding those checkpoints; without, only ids are read).
-func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res *GCResult, refs bool) (map[string]int64, error) {
+func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res *sbxdb.GCResult, refs bool) (map[string]int64, error) {
 	if keep == 0 {
 		return nil, nil
 	}

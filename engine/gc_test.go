@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
@@ -56,7 +57,7 @@ func (f *gcFixture) capture(t *testing.T, thread, ws string) *chain.Checkpoint {
 		t.Fatal(err)
 	}
 	defer w.Release(ctx)
-	res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws})
+	res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws})
 	if err != nil {
 		t.Fatalf("Capture: %v", err)
 	}
@@ -65,7 +66,7 @@ func (f *gcFixture) capture(t *testing.T, thread, ws string) *chain.Checkpoint {
 
 func (f *gcFixture) checkClean(t *testing.T) {
 	t.Helper()
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "gc fixture")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "gc fixture")
 }
 
 func (f *gcFixture) restoreEqual(t *testing.T, id string, want map[string]fstree.Node) {
@@ -97,7 +98,7 @@ func TestSweepDuringCapture(t *testing.T) {
 			f.advance(2 * time.Hour) // past cas.RefreshAfter
 
 			// Unreferenced and old: a sweep now would take them.
-			dry, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true, DryRun: true})
+			dry, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true, DryRun: true})
 			if err != nil || !slices.Equal(dry.Deleted, fileKeys(first)) {
 				t.Fatalf("dry sweep = %v, %v; want the first capture's keys", dry.Deleted, err)
 			}
@@ -110,7 +111,7 @@ func TestSweepDuringCapture(t *testing.T) {
 			}
 			var swept []string
 			remove := f.db.OnPoint("capture.beforeCommit", func() error {
-				res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+				res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 				swept = append(swept, res.Deleted...)
 				return err
 			})
@@ -130,7 +131,7 @@ func TestSweepDuringCapture(t *testing.T) {
 				}
 			}
 			f.restoreEqual(t, second.ID, snapshot(t, ws))
-			if res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil || len(res.Deleted) != 0 {
+			if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || len(res.Deleted) != 0 {
 				t.Fatalf("sweep after the capture = %v, %v", res.Deleted, err)
 			}
 			f.checkClean(t)
@@ -150,19 +151,19 @@ func TestSweepRefusesWhenAReferencedBlobIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.advance(time.Hour)
-	_, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Minute})
+	_, err := f.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Minute})
 	if chain.Code(err) != chain.CodeMissingBlob || !strings.Contains(err.Error(), lost) {
 		t.Fatalf("Sweep = %v; want MISSING_BLOB naming %s", err, lost)
 	}
-	rep, _ := f.db.Check(ctx, engine.CheckStoreOptions{})
-	if rep.Clean() || rep.Findings[0].Kind != engine.FindingMissingBlob || rep.Findings[0].Subject != lost {
+	rep, _ := f.db.Check(ctx, sbxdb.CheckStoreOptions{})
+	if rep.Clean() || rep.Findings[0].Kind != sbxdb.FindingMissingBlob || rep.Findings[0].Subject != lost {
 		t.Fatalf("check = %+v", rep.Findings)
 	}
 }
 
 func TestSweepOptions(t *testing.T) {
 	f := newGCFixture(t)
-	for _, o := range []engine.SweepOptions{{}, {OlderThan: -time.Second}, {OlderThan: -1, Immediate: true}} {
+	for _, o := range []sbxdb.SweepOptions{{}, {OlderThan: -time.Second}, {OlderThan: -1, Immediate: true}} {
 		if _, err := f.db.Sweep(context.Background(), o); !errors.Is(err, gc.ErrInvalidOptions) {
 			t.Errorf("Sweep(%+v) = %v, want ErrInvalidOptions", o, err)
 		}
@@ -197,7 +198,7 @@ func TestGCReclaimsSpace(t *testing.T) {
 		ids = append(ids, f.capture(t, "th", ws).ID)
 	}
 	f.advance(48 * time.Hour)
-	opts := engine.GCOptions{Retain: true, Keep: keep, OlderThan: 24 * time.Hour}
+	opts := sbxdb.GCOptions{Retain: true, Keep: keep, OlderThan: 24 * time.Hour}
 	dryOpts := opts
 	dryOpts.DryRun = true
 	before := dirBytes(t, filepath.Join(f.dir, "store"))
@@ -236,7 +237,7 @@ func TestGCReclaimsSpace(t *testing.T) {
 		if _, err := f.db.Restore(ctx, id, out, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fresh.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: out}); err != nil {
+		if _, err := fresh.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: out}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -344,7 +345,7 @@ func TestGCStress(t *testing.T) {
 						return
 					}
 				}
-				res, err := f.db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws})
+				res, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws})
 				w.Release(ctx)
 				if err != nil {
 					errs <- fmt.Errorf("%s round %d: %w", thread, round, err)
@@ -362,7 +363,7 @@ func TestGCStress(t *testing.T) {
 		defer close(collector)
 		r := rand.New(rand.NewPCG(7, 7))
 		for !done.Load() {
-			if _, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 2, Immediate: true, RepackThreshold: 0.01}); err != nil {
+			if _, err := f.db.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 2, Immediate: true, RepackThreshold: 0.01}); err != nil {
 				errs <- fmt.Errorf("gc: %w", err)
 				return
 			}
@@ -406,7 +407,7 @@ func TestGCStress(t *testing.T) {
 	}
 	// One last collection, then every checkpoint left must restore.
 	f.advance(time.Second)
-	if _, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 2, Immediate: true}); err != nil {
+	if _, err := f.db.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 2, Immediate: true}); err != nil {
 		t.Fatal(err)
 	}
 	left := 0
@@ -440,7 +441,7 @@ func TestCompact(t *testing.T) {
 		write(t, ws, "changing.txt", fmt.Appendf(nil, "version %d", i), 0o644)
 		f.capture(t, "th", ws)
 	}
-	if _, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 2, OlderThan: time.Hour}); err != nil {
+	if _, err := f.db.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 2, OlderThan: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	wantList, _ := f.db.List(ctx, "th")
@@ -468,7 +469,7 @@ func TestCompact(t *testing.T) {
 		t.Fatal("compaction changed the store's contents")
 	}
 	f.checkClean(t)
-	if _, _, err := engine.Compact(ctx, dir, &engine.Options{NoSync: true, LockTimeout: 50 * time.Millisecond}); !errors.Is(err, engine.ErrLocked) {
+	if _, _, err := engine.Compact(ctx, dir, &engine.Options{NoSync: true, LockTimeout: 50 * time.Millisecond}); !errors.Is(err, sbxdb.ErrLocked) {
 		t.Fatalf("Compact of an open store = %v, want ErrLocked", err)
 	}
 }
@@ -490,7 +491,7 @@ func TestSweepRechecksUploadTime(t *testing.T) {
 		_, err := f.db.Blobs().Head(ctx, key) // a dedup hit: refreshes
 		return err
 	})
-	res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour})
+	res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour})
 	remove()
 	if err != nil || len(res.Deleted) != 0 {
 		t.Fatalf("sweep with a dedup hit after its listing deleted %v (%v)", res.Deleted, err)
@@ -499,7 +500,7 @@ func TestSweepRechecksUploadTime(t *testing.T) {
 		t.Fatalf("the refreshed blob: %v", err)
 	}
 	f.advance(2 * time.Hour)
-	if res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
+	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
 		t.Fatalf("sweep past the window deleted %v (%v); want %s", res.Deleted, err, key)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -38,7 +39,7 @@ func healCapture(t *testing.T, db *engine.DB, ws, id string) {
 		t.Fatal(err)
 	}
 	defer w.Release(ctx)
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: id}); err != nil {
+	if _, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws, ID: id}); err != nil {
 		t.Fatalf("capture %s: %v", id, err)
 	}
 }
@@ -78,8 +79,8 @@ func flipNewestMeta(t *testing.T, dir string) {
 	testkit.FlipByte(t, filepath.Join(dir, engine.DBFile), newer+16+16)
 }
 
-func hasFinding(rep *engine.CheckReport, kind, subjectPart string) bool {
-	return slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
+func hasFinding(rep *sbxdb.CheckReport, kind, subjectPart string) bool {
+	return slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
 		return f.Kind == kind && strings.Contains(f.Subject, subjectPart)
 	})
 }
@@ -116,7 +117,7 @@ func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
 	os.Remove(filepath.Join(ws, "gone2.bin"))
 	healCapture(t, db, ws, "cp2") // writes no new blob
 	before := packNames(t, dir)
-	res, err := db.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+	res, err := db.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,18 +144,18 @@ func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
 	if got := db.Blobs().QuarantinedAtOpen(); !slices.Equal(got, []string{filepath.Join("quarantine", newPack)}) {
 		t.Errorf("QuarantinedAtOpen = %v, want the new pack", got)
 	}
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{})
+	rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !hasFinding(rep, engine.FindingQuarantine, newPack) || !hasFinding(rep, engine.FindingMetaPage, "") {
+	if !hasFinding(rep, sbxdb.FindingQuarantine, newPack) || !hasFinding(rep, sbxdb.FindingMetaPage, "") {
 		t.Errorf("check does not report the quarantined pack and the meta page: %v", rep.Findings)
 	}
 	if rep.Clean() {
 		t.Errorf("check finds the store clean while its index names a pack that is gone: %v", rep.Findings)
 	}
 
-	rep, err = db.Check(ctx, engine.CheckStoreOptions{Repair: true})
+	rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{Repair: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +165,8 @@ func TestMetaFallbackQuarantinesNewerPack(t *testing.T) {
 	if _, err := os.Stat(quarantined); !os.IsNotExist(err) {
 		t.Errorf("the quarantined pack is still there after the repair: %v", err)
 	}
-	rep, err = db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
-	if err != nil || !rep.Clean() || hasFinding(rep, engine.FindingQuarantine, "") || hasFinding(rep, engine.FindingMetaPage, "") {
+	rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
+	if err != nil || !rep.Clean() || hasFinding(rep, sbxdb.FindingQuarantine, "") || hasFinding(rep, sbxdb.FindingMetaPage, "") {
 		t.Errorf("check after the repair: %v, %v", rep.Findings, err)
 	}
 	if err := healRestore(t, db, "cp2", ws); err != nil {
@@ -225,15 +226,15 @@ func TestCrashLeftoverPack(t *testing.T) {
 		if q := db.Blobs().QuarantinedAtOpen(); !slices.Equal(q, []string{filepath.Join("quarantine", leftover)}) {
 			t.Errorf("QuarantinedAtOpen = %v, want the leftover", q)
 		}
-		rep, err := db.Check(ctx, engine.CheckStoreOptions{})
-		if err != nil || !hasFinding(rep, engine.FindingQuarantine, leftover) || !rep.Clean() {
+		rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{})
+		if err != nil || !hasFinding(rep, sbxdb.FindingQuarantine, leftover) || !rep.Clean() {
 			t.Fatalf("check: %v, %v", rep, err)
 		}
-		rep, err = db.Check(ctx, engine.CheckStoreOptions{Repair: true})
+		rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{Repair: true})
 		if err != nil || rep.Reindexed != 0 || rep.ReindexedFiles != 1 {
 			t.Fatalf("repair: %+v, %v", rep, err)
 		}
-		rep, err = db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+		rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 		if err != nil || len(rep.Findings) != 0 {
 			t.Fatalf("check after the repair: %v, %v", rep.Findings, err)
 		}
@@ -278,7 +279,7 @@ func TestRepairDropsDamagedBlobsAndRecaptureHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true, Repair: true})
+	rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true, Repair: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,18 +293,18 @@ func TestRepairDropsDamagedBlobsAndRecaptureHeals(t *testing.T) {
 	if !slices.Equal(dropped, damaged) {
 		t.Errorf("dropped %v, want the damaged blobs %v", dropped, damaged)
 	}
-	rep, err = db.Check(ctx, engine.CheckStoreOptions{})
+	rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range damaged {
-		if !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
-			return f.Kind == engine.FindingMissingBlob && f.Subject == k && strings.Contains(f.Detail, "cp1")
+		if !slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
+			return f.Kind == sbxdb.FindingMissingBlob && f.Subject == k && strings.Contains(f.Detail, "cp1")
 		}) {
 			t.Errorf("check does not report %s missing for cp1: %v", k, rep.Findings)
 		}
 	}
-	if hasFinding(rep, engine.FindingBlob, "") || hasFinding(rep, engine.FindingQuarantine, "") {
+	if hasFinding(rep, sbxdb.FindingBlob, "") || hasFinding(rep, sbxdb.FindingQuarantine, "") {
 		t.Errorf("blob damage or quarantine left after the repair: %v", rep.Findings)
 	}
 
@@ -311,7 +312,7 @@ func TestRepairDropsDamagedBlobsAndRecaptureHeals(t *testing.T) {
 	if err := healRestore(t, db, "cp1", ws); err != nil {
 		t.Fatalf("restoring the damaged checkpoint after the re-capture: %v", err)
 	}
-	rep, err = db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 	if err != nil || !rep.Clean() {
 		t.Errorf("check after the re-capture: %v, %v", rep.Findings, err)
 	}
@@ -340,19 +341,19 @@ func TestRepairHealsEveryBlobDamage(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			if _, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true, Repair: true}); err != nil {
+			if _, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true, Repair: true}); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+			rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var missing []string
 			for _, f := range rep.Findings {
 				switch f.Kind {
-				case engine.FindingMissingBlob:
+				case sbxdb.FindingMissingBlob:
 					missing = append(missing, f.Subject)
-				case engine.FindingDanglingParent, engine.FindingOffChain:
+				case sbxdb.FindingDanglingParent, sbxdb.FindingOffChain:
 				default:
 					t.Errorf("after the repair: %v", f)
 				}
@@ -362,7 +363,7 @@ func TestRepairHealsEveryBlobDamage(t *testing.T) {
 					t.Fatalf("storing %s again: %v", k, err)
 				}
 			}
-			rep, err = db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+			rep, err = db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 			if err != nil || !rep.Clean() {
 				t.Errorf("after storing the dropped blobs again: %v, %v", rep.Findings, err)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -11,7 +13,7 @@ import (
 )
 
 // Instances returns the instance store kept in the same file.
-func (db *DB) Instances() InstanceStore { return instanceStore{db} }
+func (db *DB) Instances() sbxdb.InstanceStore { return instanceStore{db} }
 
 type instanceStore struct{ db *DB }
 
@@ -25,7 +27,7 @@ func instanceKey(key string) []byte {
 	return h[:]
 }
 
-func encodeInstance(r *InstanceRecord) []byte {
+func encodeInstance(r *sbxdb.InstanceRecord) []byte {
 	e := &meta.Encoder{}
 	for _, s := range []string{r.Key, r.Provider, r.ProviderSandboxID, r.LatestSnapshotID, r.ThreadID, r.LatestRunID} {
 		e.String(s)
@@ -34,20 +36,20 @@ func encodeInstance(r *InstanceRecord) []byte {
 	return e.Bytes()
 }
 
-func decodeInstance(p []byte) (*InstanceRecord, error) {
+func decodeInstance(p []byte) (*sbxdb.InstanceRecord, error) {
 	d := meta.NewDecoder(p)
-	r := &InstanceRecord{}
+	r := &sbxdb.InstanceRecord{}
 	r.Key, r.Provider, r.ProviderSandboxID = d.String(), d.String(), d.String()
 	r.LatestSnapshotID, r.ThreadID, r.LatestRunID = d.String(), d.String(), d.String()
 	r.UpdatedAt = d.Varint()
 	return r, d.Err()
 }
 
-func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, error) {
+func (s instanceStore) Get(ctx context.Context, key string) (*sbxdb.InstanceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *InstanceRecord
+	var rec *sbxdb.InstanceRecord
 	err := s.db.view(func(tx kv.Tx) error {
 		k := instanceKey(key)
 		v := tx.Bucket(meta.BucketInstances).Get(k)
@@ -70,7 +72,7 @@ func (s instanceStore) Get(ctx context.Context, key string) (*InstanceRecord, er
 	return rec, err
 }
 
-func (s instanceStore) Upsert(ctx context.Context, rec InstanceRecord) error {
+func (s instanceStore) Upsert(ctx context.Context, rec sbxdb.InstanceRecord) error {
 	k := instanceKey(rec.Key)
 	v := meta.Seal(meta.BucketInstances, k, encodeInstance(&rec))
 	return s.db.write(ctx, func(tx kv.Tx) error { return tx.Bucket(meta.BucketInstances).Put(k, v) })

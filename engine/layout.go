@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -35,7 +37,7 @@ const FormatVersion = 4
 
 // errNoLayout is initLayout's error in a read transaction of a database
 // that holds no store.
-var errNoLayout = fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
+var errNoLayout = fmt.Errorf("%w: the database holds no sbxdb store", sbxdb.ErrFormat)
 
 // initLayout creates the buckets of a new store and stamps its format, or
 // checks the format of an existing one, migrating an older store when tx
@@ -71,9 +73,9 @@ func initLayout(tx kv.Tx, beforeCommit func() error) error {
 	}
 	switch {
 	case older:
-		return fmt.Errorf("%w: store has format %d, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", ErrFormat, v, FormatVersion)
+		return fmt.Errorf("%w: store has format %d, this build reads format %d: run `sbxdb migrate` (or open it writable once) to upgrade it", sbxdb.ErrFormat, v, FormatVersion)
 	case v != FormatVersion:
-		return fmt.Errorf("%w: store has format %d, this build reads format %d", ErrFormat, v, FormatVersion)
+		return fmt.Errorf("%w: store has format %d, this build reads format %d", sbxdb.ErrFormat, v, FormatVersion)
 	}
 	for _, name := range meta.Buckets {
 		if tx.Bucket(name) == nil {
@@ -139,7 +141,7 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 	// look at the meta bucket alone.
 	path := filepath.Join(dir, DBFile)
 	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
-		return 0, 0, fmt.Errorf("%w at %s", ErrNoStore, dir)
+		return 0, 0, fmt.Errorf("%w at %s", sbxdb.ErrNoStore, dir)
 	}
 	defer recoverCorrupt(&err, path) // as in Open: bbolt reads pages unchecked
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -151,7 +153,7 @@ func Migrate(ctx context.Context, dir string, opts *Options) (from, to int, err 
 	err = (kv.BoltDB{DB: bdb}).View(func(tx kv.Tx) error {
 		mb := tx.Bucket(meta.BucketMeta)
 		if mb == nil {
-			return fmt.Errorf("%w: the database holds no sbxdb store", ErrFormat)
+			return fmt.Errorf("%w: the database holds no sbxdb store", sbxdb.ErrFormat)
 		}
 		v, err = formatOf(mb)
 		return err

@@ -36,6 +36,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -174,9 +175,9 @@ func limBlobs(t *testing.T, db *engine.DB, n int) []string {
 
 // limClean runs Check and fails on any error finding (retention leaves
 // dangling-parent warnings, which the contract allows).
-func limClean(t *testing.T, db *engine.DB) *engine.CheckReport {
+func limClean(t *testing.T, db *engine.DB) *sbxdb.CheckReport {
 	t.Helper()
-	return checkNoErrors(t, db, engine.CheckStoreOptions{}, "limits")
+	return checkNoErrors(t, db, sbxdb.CheckStoreOptions{}, "limits")
 }
 
 func limRefs(t *testing.T, db *engine.DB, want ...chain.BlobRef) {
@@ -301,7 +302,7 @@ func TestLimitMillionEntryManifest(t *testing.T) {
 	fork = nil
 	limRefs(t, db, ref(sortedKeys[0], 2), ref(sortedKeys[1], 2), ref(sortedKeys[2], 2), ref(sortedKeys[3], 2))
 
-	var rep *engine.CheckReport
+	var rep *sbxdb.CheckReport
 	u = limMeasure(func() { rep = limClean(t, db) })
 	limBound(t, "Check (2 records)", u, 2*rec, 12)
 	if rep.Checkpoints != 2 || rep.BlobKeys != 4 {
@@ -484,7 +485,7 @@ func TestLimitIDBytes(t *testing.T) {
 	limOK(t, "WriteFile", os.WriteFile(filepath.Join(work, "a.txt"), []byte("captured"), 0o644))
 	capThread := id("ß", max)
 	wc := limWriter(t, db, capThread)
-	res, err := db.Capture(ctx, engine.CaptureInput{Writer: wc, Dir: work, ID: capID})
+	res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: wc, Dir: work, ID: capID})
 	limOK(t, "Capture", err)
 	if res.Checkpoint.ID != capID {
 		t.Fatalf("Capture made checkpoint %.20q…", res.Checkpoint.ID)
@@ -498,7 +499,7 @@ func TestLimitIDBytes(t *testing.T) {
 
 	// Instance keys are any string: past bbolt's 32 KiB key limit too.
 	for _, k := range []string{long, id("k", 40_000)} {
-		rec := engine.InstanceRecord{Key: k, Provider: "p", ProviderSandboxID: "sb", ThreadID: thread, UpdatedAt: 1}
+		rec := sbxdb.InstanceRecord{Key: k, Provider: "p", ProviderSandboxID: "sb", ThreadID: thread, UpdatedAt: 1}
 		limOK(t, "Upsert", db.Instances().Upsert(ctx, rec))
 		if got, err := db.Instances().Get(ctx, k); err != nil || got == nil || *got != rec {
 			t.Fatalf("Instances().Get of a %d-byte key = %v, %v", len(k), got, err)
@@ -567,11 +568,11 @@ func TestLimitIDBytes(t *testing.T) {
 		"Fork destination thread": func() error { return fork(thread, child, over, "z1") },
 		"Fork destination id":     func() error { return fork(thread, child, "z", over) },
 		"Capture writer": func() error {
-			_, err := db.Capture(ctx, engine.CaptureInput{Writer: chain.Writer{ThreadID: over}, Dir: work})
+			_, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: chain.Writer{ThreadID: over}, Dir: work})
 			return err
 		},
 		"Capture id": func() error {
-			_, err := db.Capture(ctx, engine.CaptureInput{Writer: wc, Dir: work, ID: over})
+			_, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: wc, Dir: work, ID: over})
 			return err
 		},
 	} {
@@ -780,7 +781,7 @@ func TestLimitManyThreads(t *testing.T) {
 			t.Fatalf("Threads[%d] = %q, want %q", i, th, name(i))
 		}
 	}
-	var rep *engine.CheckReport
+	var rep *sbxdb.CheckReport
 	u = limMeasure(func() { rep = limClean(t, db) })
 	perThread("Check", u, 6500)
 	if rep.Threads != n || rep.Checkpoints != n {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/proc"
 )
 
@@ -77,7 +78,7 @@ func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, er
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("%w: %s is held by %s", ErrLocked, dir, holder(dir))
+			return nil, fmt.Errorf("%w: %s is held by %s", sbxdb.ErrLocked, dir, holder(dir))
 		}
 		time.Sleep(wait)
 	}

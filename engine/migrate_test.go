@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
@@ -71,11 +72,11 @@ func history(t *testing.T, dir string) {
 	must(err)
 	w1 := l1.Writer
 	conv := []json.RawMessage{json.RawMessage(`{"role":"user","content":"build it"}`)}
-	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w1, Dir: ws, ID: "c1", CreatedAt: 1000, Conversation: conv})
+	_, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: w1, Dir: ws, ID: "c1", CreatedAt: 1000, Conversation: conv})
 	must(err)
 	write(t, ws, "src/main.go", []byte("package main\n\nfunc main() { println(1) }\n"), 0o644)
 	conv = append(conv, json.RawMessage(`{"role":"assistant","content":"done"}`))
-	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w1, Dir: ws, ID: "c2", CreatedAt: 2000, Label: "second", Reason: chain.ReasonNamed, Conversation: conv})
+	_, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: w1, Dir: ws, ID: "c2", CreatedAt: 2000, Label: "second", Reason: chain.ReasonNamed, Conversation: conv})
 	must(err)
 	art, err := db.PutArtifact(ctx, engine.ArtifactInput{ArtifactID: "a1", Name: "report.txt", MimeType: "text/plain", CreatedAt: 2500, Data: strings.NewReader("report")})
 	must(err)
@@ -117,7 +118,7 @@ func history(t *testing.T, dir string) {
 	must(db.DeleteHead(ctx, "t3", "r4", l3.Writer))
 	must(l3.Release(ctx))
 
-	must(db.Instances().Upsert(ctx, engine.InstanceRecord{Key: "inst", Provider: "local", ProviderSandboxID: "sb-1", ThreadID: "t1", UpdatedAt: 1234}))
+	must(db.Instances().Upsert(ctx, sbxdb.InstanceRecord{Key: "inst", Provider: "local", ProviderSandboxID: "sb-1", ThreadID: "t1", UpdatedAt: 1234}))
 	// l1 stays held: the writers bucket keeps a live lease.
 }
 
@@ -128,7 +129,7 @@ type storeView struct {
 	Lists       map[string][]*chain.Checkpoint
 	Refs        []chain.BlobRef
 	Transcripts map[string][]json.RawMessage
-	Instance    *engine.InstanceRecord
+	Instance    *sbxdb.InstanceRecord
 	Writers     map[string]lease.State
 }
 
@@ -219,13 +220,13 @@ func TestMigrateFormat1(t *testing.T) {
 	old := fixtureCopy(t, format1Fixture)
 
 	// Read-only, a format-1 store is refused, saying what to do.
-	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, sbxdb.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
 		t.Fatalf("read-only Open of a format-1 store: %v; want ErrFormat naming sbxdb migrate", err)
 	}
 
 	// A migration whose commit fails leaves format 1, whole.
 	failMigration(t, old)
-	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) {
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, sbxdb.ErrFormat) {
 		t.Fatalf("after a failed migration, read-only Open: %v; want ErrFormat (format 1 still)", err)
 	}
 
@@ -236,7 +237,7 @@ func TestMigrateFormat1(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := viewOf(t, db)
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "migrated")
 	gotTree := filepath.Join(t.TempDir(), "got")
 	if _, err := db.Restore(ctx, "c3", gotTree, nil); err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func TestMigrateFormat2(t *testing.T) {
 
 	// Read-only, a format-2 store is refused, saying what to do: its
 	// pending set is keyed as format 3 no longer reads it.
-	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, sbxdb.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
 		t.Fatalf("read-only Open of a format-2 store: %v; want ErrFormat naming sbxdb migrate", err)
 	}
 
@@ -288,7 +289,7 @@ func TestMigrateFormat2(t *testing.T) {
 	if diff := cmp.Diff(want, viewOf(t, db)); diff != "" {
 		t.Errorf("migrated store differs from the history replayed (-replayed +migrated):\n%s", diff)
 	}
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated from format 2")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "migrated from format 2")
 	wantTree := filepath.Join(t.TempDir(), "want")
 	if _, err := db2.Restore(ctx, "c3", wantTree, nil); err != nil {
 		t.Fatal(err)
@@ -315,9 +316,9 @@ func TestMigrateFormat2Pending(t *testing.T) {
 	if err != nil || len(refs) == 0 {
 		t.Fatalf("BlobReferences = %v, %v", refs, err)
 	}
-	rep := checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "upgraded")
+	rep := checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "upgraded")
 	for _, f := range rep.Findings {
-		if f.Kind == engine.FindingPending {
+		if f.Kind == sbxdb.FindingPending {
 			t.Errorf("upgraded: %s", f)
 		}
 	}
@@ -370,7 +371,7 @@ func TestMigrateFormat3(t *testing.T) {
 	ctx := context.Background()
 	old := fixtureCopy(t, format3Fixture)
 	want := holdersUnrecorded(viewOf(t, replayed(t)))
-	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
+	if _, err := engine.Open(old, &engine.Options{ReadOnly: true}); !errors.Is(err, sbxdb.ErrFormat) || !strings.Contains(err.Error(), "sbxdb migrate") {
 		t.Fatalf("read-only Open of a format-3 store: %v; want ErrFormat naming sbxdb migrate", err)
 	}
 	failMigration(t, old)
@@ -387,13 +388,13 @@ func TestMigrateFormat3(t *testing.T) {
 	if diff := cmp.Diff(want, holdersUnrecorded(viewOf(t, db))); diff != "" {
 		t.Errorf("migrated store differs from the history replayed (-replayed +migrated):\n%s", diff)
 	}
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated from format 3")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "migrated from format 3")
 	// The new buckets work.
-	if _, err := db.PutObject(ctx, "notes/a", strings.NewReader("note"), engine.PutObjectOptions{Size: -1}); err != nil {
+	if _, err := db.PutObject(ctx, "notes/a", strings.NewReader("note"), sbxdb.PutObjectOptions{Size: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ArtifactRecords().Save(ctx, engine.ArtifactRecord{ArtifactID: "a1", RunID: "r", ThreadID: "t1", Name: "n", MimeType: "m"}); err != nil {
+	if err := db.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "a1", RunID: "r", ThreadID: "t1", Name: "n", MimeType: "m"}); err != nil {
 		t.Fatal(err)
 	}
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "migrated, with an object and a record")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "migrated, with an object and a record")
 }

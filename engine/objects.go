@@ -6,12 +6,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io"
 	"maps"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -38,56 +39,6 @@ import (
 // never names bytes that are not on disk, and bytes written for a put that
 // fails are never indexed.
 
-var (
-	// ErrBlobInUse refuses to delete a content-addressed blob that a
-	// checkpoint, a plain object or an artifact record references, or that
-	// a capture in flight has pinned.
-	ErrBlobInUse = errors.New("sbxdb: blob is in use")
-	// ErrInvalidObject refuses an object key, content type, custom
-	// metadata, declared size or listing limit the store does not take
-	// (SBXDB_BAD_REQUEST on the wire). Nothing is read or changed.
-	ErrInvalidObject = errors.New("sbxdb: invalid object request")
-)
-
-// Limits of plain objects and listings.
-const (
-	// MaxObjectKeyBytes is the longest plain object key, in bytes.
-	MaxObjectKeyBytes = 1024
-	// MaxObjectMetaBytes bounds a plain object's content type, and
-	// separately the names and values of its custom metadata together.
-	MaxObjectMetaBytes = 8 << 10
-	// MaxListObjects is the largest page ListObjects returns.
-	MaxListObjects = 1000
-)
-
-// ObjectInfo describes a stored blob or plain object (docs/API.md, Blobs
-// and objects).
-type ObjectInfo struct {
-	Key      string `json:"key"`
-	Size     int64  `json:"size"`
-	Uploaded int64  `json:"uploaded"` // epoch ms
-	// SHA256 is the hex digest of the bytes.
-	SHA256 string `json:"sha256"`
-	// ContentType and CustomMetadata are a plain object's, as put.
-	ContentType    string            `json:"contentType,omitempty"`
-	CustomMetadata map[string]string `json:"customMetadata,omitempty"`
-}
-
-// PutObjectOptions describe the bytes given to PutObject.
-type PutObjectOptions struct {
-	// ContentType and CustomMetadata are kept with a plain object; a
-	// content-addressed key keeps neither. The content type is at most
-	// MaxObjectMetaBytes of UTF-8 text without control characters or
-	// surrounding blanks (an HTTP header carries it); metadata names and
-	// values are any UTF-8 strings (R2's custom metadata: JSON carries
-	// them on the wire), the names' and values' bytes together at most
-	// MaxObjectMetaBytes.
-	ContentType    string
-	CustomMetadata map[string]string
-	// Size, when not -1, is the length the body must have.
-	Size int64
-}
-
 // objectKey is a parsed key: a content-addressed blob key (ca) or a plain
 // object key.
 type objectKey struct {
@@ -97,125 +48,36 @@ type objectKey struct {
 	sum [32]byte
 }
 
-// parseObjectKey classifies key, refusing with ErrInvalidObject (and, for
-// a key under a blob namespace that is not a blob key, cas.ErrInvalidKey
-// too) a key that is neither a blob key nor a valid plain key: 1 to
-// MaxObjectKeyBytes bytes of UTF-8 with no NUL and no empty, "." or ".."
-// segment (so no leading, trailing or doubled "/": an HTTP path could not
-// carry the key unchanged).
+// parseObjectKey classifies key after sbxdb.CheckObjectKey accepted it.
 func parseObjectKey(key string) (objectKey, error) {
-	if strings.HasPrefix(key, chain.FilePrefix) || strings.HasPrefix(key, chain.ArtifactPrefix) {
-		ns, sum, err := cas.ParseKey(key)
-		if err != nil {
-			return objectKey{}, fmt.Errorf("%w: %w", ErrInvalidObject, err)
-		}
-		return objectKey{key: key, ca: true, ns: ns, sum: sum}, nil
+	blob, err := sbxdb.CheckObjectKey(key)
+	if err != nil || !blob {
+		return objectKey{key: key}, err
 	}
-	bad := func(why string) (objectKey, error) {
-		return objectKey{}, fmt.Errorf("%w: object key %q %s", ErrInvalidObject, key, why)
+	ns, sum, err := cas.ParseKey(key)
+	if err != nil { // CheckObjectKey accepted it: cannot happen
+		return objectKey{}, fmt.Errorf("%w: %w", sbxdb.ErrInvalidObject, err)
 	}
-	switch {
-	case key == "":
-		return bad("is empty")
-	case len(key) > MaxObjectKeyBytes:
-		return objectKey{}, fmt.Errorf("%w: object key of %d bytes is longer than %d", ErrInvalidObject, len(key), MaxObjectKeyBytes)
-	case !utf8.ValidString(key):
-		return bad("is not UTF-8")
-	case strings.IndexByte(key, 0) >= 0:
-		return bad("contains NUL")
-	}
-	for seg := range strings.SplitSeq(key, "/") {
-		switch seg {
-		case "":
-			return bad(`has an empty segment (a leading, trailing or doubled "/")`)
-		case ".", "..":
-			return bad(fmt.Sprintf("has a %q segment", seg))
-		}
-	}
-	return objectKey{key: key}, nil
+	return objectKey{key: key, ca: true, ns: ns, sum: sum}, nil
 }
 
-// CheckObjectKey returns the error PutObject, OpenObject, StatObject and
-// DeleteObject give key when it is neither a content-addressed blob key
-// nor a valid plain object key (it matches ErrInvalidObject), or nil. A
-// client checks a key with it before building the key's URL: a path with
-// an empty, "." or ".." segment does not reach the server unchanged.
-func CheckObjectKey(key string) error {
-	_, err := parseObjectKey(key)
-	return err
-}
-
-// CheckPutObject returns the error PutObject gives key and opts before it
-// reads a byte of the body (it matches ErrInvalidObject), or nil.
-func CheckPutObject(key string, opts PutObjectOptions) error {
-	_, err := checkPut(key, opts)
-	return err
-}
-
-// checkPut runs PutObject's checks of its arguments.
-func checkPut(key string, opts PutObjectOptions) (objectKey, error) {
-	k, err := parseObjectKey(key)
-	if err != nil {
-		return k, err
+// checkPut runs PutObject's checks of its arguments (sbxdb.CheckPutObject)
+// and parses the key.
+func checkPut(key string, opts sbxdb.PutObjectOptions) (objectKey, error) {
+	if err := sbxdb.CheckPutObject(key, opts); err != nil {
+		return objectKey{}, err
 	}
-	if opts.Size < -1 {
-		return k, fmt.Errorf("%w: size %d", ErrInvalidObject, opts.Size)
-	}
-	if !k.ca {
-		if err := checkObjectAttrs(opts.ContentType, opts.CustomMetadata); err != nil {
-			return k, err
-		}
-	}
-	return k, nil
-}
-
-// checkObjectAttrs refuses a content type or custom metadata PutObject does
-// not keep (PutObjectOptions says what it keeps).
-func checkObjectAttrs(contentType string, md map[string]string) error {
-	if err := checkHeaderText("content type", contentType); err != nil {
-		return err
-	}
-	total := 0
-	for name, v := range md {
-		total += len(name) + len(v)
-		switch {
-		case !utf8.ValidString(name):
-			return fmt.Errorf("%w: metadata name %q is not UTF-8", ErrInvalidObject, name)
-		case !utf8.ValidString(v):
-			return fmt.Errorf("%w: metadata %q: value %q is not UTF-8", ErrInvalidObject, name, v)
-		}
-	}
-	if total > MaxObjectMetaBytes {
-		return fmt.Errorf("%w: custom metadata of %d bytes is more than %d", ErrInvalidObject, total, MaxObjectMetaBytes)
-	}
-	return nil
-}
-
-// checkHeaderText refuses text an HTTP header value could not carry
-// unchanged: invalid UTF-8, control characters, surrounding blanks, or more
-// than MaxObjectMetaBytes.
-func checkHeaderText(what, s string) error {
-	switch {
-	case len(s) > MaxObjectMetaBytes:
-		return fmt.Errorf("%w: %s of %d bytes is longer than %d", ErrInvalidObject, what, len(s), MaxObjectMetaBytes)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s %q is not UTF-8", ErrInvalidObject, what, s)
-	case strings.TrimSpace(s) != s:
-		return fmt.Errorf("%w: %s %q starts or ends with a blank", ErrInvalidObject, what, s)
-	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return fmt.Errorf("%w: %s %q holds a control character", ErrInvalidObject, what, s)
-	}
-	return nil
+	return parseObjectKey(key)
 }
 
 // blobInfo is the ObjectInfo of a content-addressed blob.
-func blobInfo(i cas.Info) ObjectInfo {
-	return ObjectInfo{Key: i.Key, Size: i.Size, Uploaded: i.Uploaded.UnixMilli(), SHA256: digestOf(i.Key)}
+func blobInfo(i cas.Info) sbxdb.ObjectInfo {
+	return sbxdb.ObjectInfo{Key: i.Key, Size: i.Size, Uploaded: i.Uploaded.UnixMilli(), SHA256: digestOf(i.Key)}
 }
 
 // objectInfo is the ObjectInfo of a plain object's record.
-func objectInfo(key string, o *meta.Object) ObjectInfo {
-	return ObjectInfo{Key: key, Size: o.Size, Uploaded: o.Uploaded, SHA256: digestOf(o.BlobKey),
+func objectInfo(key string, o *meta.Object) sbxdb.ObjectInfo {
+	return sbxdb.ObjectInfo{Key: key, Size: o.Size, Uploaded: o.Uploaded, SHA256: digestOf(o.BlobKey),
 		ContentType: o.ContentType, CustomMetadata: maps.Clone(o.Metadata)}
 }
 
@@ -232,19 +94,19 @@ func digestOf(blobKey string) string { return blobKey[strings.LastIndexByte(blob
 // body of another length than opts.Size is refused as for a blob. A body
 // whose reader fails stores nothing. The body is streamed: memory does not
 // grow with it past cas.MaxPacked.
-func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutObjectOptions) (ObjectInfo, error) {
+func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts sbxdb.PutObjectOptions) (sbxdb.ObjectInfo, error) {
 	k, err := checkPut(key, opts)
 	if err != nil {
-		return ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	if db.c == nil {
-		return ObjectInfo{}, ErrReadOnly
+		return sbxdb.ObjectInfo{}, sbxdb.ErrReadOnly
 	}
 	if err := db.writeRefused(); err != nil {
-		return ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	b := db.blobs.NewBatch()
 	defer b.Close() // until the record naming the blob has committed or failed
@@ -254,20 +116,20 @@ func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutOb
 	}
 	res, err := addBody(ctx, b, ns, k, &sizedReader{r: r, key: key, want: opts.Size})
 	if err != nil {
-		return ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	if k.ca && res.Key != key {
-		return ObjectInfo{}, &cas.Error{Key: key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body's sha256 is %x", res.Sum)}
+		return sbxdb.ObjectInfo{}, &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobKeyMismatch, Detail: fmt.Sprintf("the body's sha256 is %x", res.Sum)}
 	}
 	if k.ca {
 		if err := b.Commit(ctx); err != nil {
-			return ObjectInfo{}, err
+			return sbxdb.ObjectInfo{}, err
 		}
-		var info ObjectInfo
+		var info sbxdb.ObjectInfo
 		err := db.view(func(tx kv.Tx) error { // pinned still: a sweep cannot have taken it
 			i, ok, err := cas.InfoIn(tx, key)
 			if err == nil && !ok {
-				err = &cas.Error{Key: key, Err: cas.ErrNotFound, Detail: "gone after its put committed"}
+				err = &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobNotFound, Detail: "gone after its put committed"}
 			}
 			info = blobInfo(i)
 			return err
@@ -283,7 +145,7 @@ func (db *DB) PutObject(ctx context.Context, key string, r io.Reader, opts PutOb
 		return meta.PutObject(tx, key, rec)
 	})
 	if err != nil {
-		return ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	return objectInfo(key, rec), nil
 }
@@ -298,7 +160,7 @@ func addBody(ctx context.Context, b *cas.Batch, ns cas.Namespace, k objectKey, r
 	if err == io.EOF {
 		data := buf.Bytes()
 		if sum := sha256.Sum256(data); k.ca && sum != k.sum {
-			return cas.AddResult{}, &cas.Error{Key: k.key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body's sha256 is %x", sum)}
+			return cas.AddResult{}, &sbxdb.BlobError{Key: k.key, Err: sbxdb.ErrBlobKeyMismatch, Detail: fmt.Sprintf("the body's sha256 is %x", sum)}
 		}
 		return b.Add(ctx, ns, data)
 	}
@@ -333,7 +195,7 @@ func (s *sizedReader) Read(p []byte) (int, error) {
 }
 
 func (s *sizedReader) mismatch(what string) error {
-	return &cas.Error{Key: s.key, Err: cas.ErrKeyMismatch, Detail: fmt.Sprintf("the body is %s the %d bytes declared", what, s.want)}
+	return &sbxdb.BlobError{Key: s.key, Err: sbxdb.ErrBlobKeyMismatch, Detail: fmt.Sprintf("the body is %s the %d bytes declared", what, s.want)}
 }
 
 // OpenObject returns a reader of key's verified bytes and what is stored
@@ -345,51 +207,51 @@ func (s *sizedReader) mismatch(what string) error {
 // a caller must treat what it read as unverified until Read returns
 // io.EOF. A plain object whose blob is missing is an error matching
 // chain.ErrMissingBlob (the store is damaged; sbxdb check says more).
-func (db *DB) OpenObject(ctx context.Context, key string) (io.ReadCloser, ObjectInfo, error) {
+func (db *DB) OpenObject(ctx context.Context, key string) (io.ReadCloser, sbxdb.ObjectInfo, error) {
 	k, err := parseObjectKey(key)
 	if err != nil {
-		return nil, ObjectInfo{}, err
+		return nil, sbxdb.ObjectInfo{}, err
 	}
 	prev := ""
 	for {
 		info, blobKey, err := db.lookupObject(ctx, k)
 		if err != nil {
-			return nil, ObjectInfo{}, err
+			return nil, sbxdb.ObjectInfo{}, err
 		}
 		r, err := db.blobs.Open(ctx, blobKey)
 		switch {
 		case err == nil:
 			return &objectReader{r: r}, info, nil
-		case !k.ca && errors.Is(err, cas.ErrNotFound) && blobKey != prev:
+		case !k.ca && errors.Is(err, sbxdb.ErrBlobNotFound) && blobKey != prev:
 			// Overwritten or deleted, and swept, since the record was
 			// read: read it again.
 			prev = blobKey
 			continue
-		case !k.ca && errors.Is(err, cas.ErrNotFound):
-			return nil, ObjectInfo{}, chain.Errorf(chain.ErrMissingBlob, "object %q: its blob %s is missing", key, blobKey)
+		case !k.ca && errors.Is(err, sbxdb.ErrBlobNotFound):
+			return nil, sbxdb.ObjectInfo{}, chain.Errorf(chain.ErrMissingBlob, "object %q: its blob %s is missing", key, blobKey)
 		}
-		return nil, ObjectInfo{}, invalidBlob(err)
+		return nil, sbxdb.ObjectInfo{}, invalidBlob(err)
 	}
 }
 
 // lookupObject reads what is stored under k and the key of the blob
 // holding its bytes.
-func (db *DB) lookupObject(ctx context.Context, k objectKey) (info ObjectInfo, blobKey string, err error) {
+func (db *DB) lookupObject(ctx context.Context, k objectKey) (info sbxdb.ObjectInfo, blobKey string, err error) {
 	if err := ctx.Err(); err != nil {
-		return ObjectInfo{}, "", err
+		return sbxdb.ObjectInfo{}, "", err
 	}
 	err = db.view(func(tx kv.Tx) error {
 		if k.ca {
 			i, ok, err := cas.InfoIn(tx, k.key)
 			if err == nil && !ok {
-				err = &cas.Error{Key: k.key, Err: cas.ErrNotFound}
+				err = &sbxdb.BlobError{Key: k.key, Err: sbxdb.ErrBlobNotFound}
 			}
 			info, blobKey = blobInfo(i), k.key
 			return err
 		}
 		o, err := meta.GetObject(tx, k.key)
 		if err == nil && o == nil {
-			err = &cas.Error{Key: k.key, Err: cas.ErrNotFound, Detail: "no such object"}
+			err = &sbxdb.BlobError{Key: k.key, Err: sbxdb.ErrBlobNotFound, Detail: "no such object"}
 		}
 		if err == nil {
 			info, blobKey = objectInfo(k.key, o), o.BlobKey
@@ -409,7 +271,7 @@ func (e *damagedBlobError) Unwrap() []error { return []error{chain.ErrInvalidBlo
 // invalidBlob makes an error that says stored bytes are damaged
 // (cas.ErrCorrupt) match chain.ErrInvalidBlob too.
 func invalidBlob(err error) error {
-	if err != nil && errors.Is(err, cas.ErrCorrupt) {
+	if err != nil && errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		return &damagedBlobError{err}
 	}
 	return err
@@ -439,14 +301,14 @@ func (o *objectReader) Close() error { return o.r.Close() }
 // upload relies on it as an upload would, so the sweep's olderThan window
 // runs from the StatObject (docs/API.md, HEAD refreshes). That costs a
 // write transaction per call, the one the skipped put would have cost.
-func (db *DB) StatObject(ctx context.Context, key string) (ObjectInfo, error) {
+func (db *DB) StatObject(ctx context.Context, key string) (sbxdb.ObjectInfo, error) {
 	k, err := parseObjectKey(key)
 	if err != nil {
-		return ObjectInfo{}, err
+		return sbxdb.ObjectInfo{}, err
 	}
 	if k.ca && db.c != nil {
 		if err := db.refreshBlob(ctx, key); err != nil {
-			return ObjectInfo{}, err
+			return sbxdb.ObjectInfo{}, err
 		}
 	}
 	info, _, err := db.lookupObject(ctx, k)
@@ -485,7 +347,7 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 		return err
 	}
 	if db.c == nil {
-		return ErrReadOnly
+		return sbxdb.ErrReadOnly
 	}
 	if !k.ca {
 		return db.write(ctx, func(tx kv.Tx) error {
@@ -501,7 +363,7 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 	err = db.view(func(tx kv.Tx) error {
 		_, ok, err := cas.InfoIn(tx, key)
 		stored = ok
-		if errors.Is(err, cas.ErrCorrupt) {
+		if errors.Is(err, sbxdb.ErrBlobCorrupt) {
 			stored, err = true, nil // DeleteUnused reads the entry too: it would have said
 		}
 		return err
@@ -510,9 +372,9 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 	case err != nil || !stored:
 		return err
 	case db.blobs.Pinned(key):
-		return fmt.Errorf("%w: %s: %w", ErrBlobInUse, key, cas.ErrPinned)
+		return fmt.Errorf("%w: %s: %w", sbxdb.ErrBlobInUse, key, cas.ErrPinned)
 	}
-	return fmt.Errorf("%w: %s is referenced by a checkpoint, a plain object or an artifact record", ErrBlobInUse, key)
+	return fmt.Errorf("%w: %s is referenced by a checkpoint, a plain object or an artifact record", sbxdb.ErrBlobInUse, key)
 }
 
 // ListObjects lists, in key byte order, up to limit (0 to MaxListObjects)
@@ -521,17 +383,17 @@ func (db *DB) DeleteObject(ctx context.Context, key string) error {
 // key listed, or "" when nothing is left. Limit 0 lists nothing and gives
 // no cursor (R2's list with limit 0). One read transaction; memory
 // bounded by limit.
-func (db *DB) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]ObjectInfo, string, error) {
-	if limit < 0 || limit > MaxListObjects {
-		return nil, "", fmt.Errorf("%w: limit %d is not from 0 to %d", ErrInvalidObject, limit, MaxListObjects)
+func (db *DB) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]sbxdb.ObjectInfo, string, error) {
+	if limit < 0 || limit > sbxdb.MaxListObjects {
+		return nil, "", fmt.Errorf("%w: limit %d is not from 0 to %d", sbxdb.ErrInvalidObject, limit, sbxdb.MaxListObjects)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	if limit == 0 {
-		return []ObjectInfo{}, "", nil
+		return []sbxdb.ObjectInfo{}, "", nil
 	}
-	out := make([]ObjectInfo, 0, min(limit+1, 64))
+	out := make([]sbxdb.ObjectInfo, 0, min(limit+1, 64))
 	err := db.view(func(tx kv.Tx) error {
 		blobs, err := cas.ListIn(tx, prefix, cursor, limit+1)
 		if err != nil {

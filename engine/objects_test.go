@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -41,17 +42,17 @@ func bigBody(seed byte) []byte {
 // every listed object and blob, with upload times, and every file of the
 // blob store.
 type objectState struct {
-	Objects []engine.ObjectInfo
+	Objects []sbxdb.ObjectInfo
 	Blobs   []cas.Info
 	Files   []string
 }
 
-func objectsOf(t *testing.T, db *engine.DB) []engine.ObjectInfo {
+func objectsOf(t *testing.T, db *engine.DB) []sbxdb.ObjectInfo {
 	t.Helper()
-	var all []engine.ObjectInfo
+	var all []sbxdb.ObjectInfo
 	cursor := ""
 	for {
-		page, next, err := db.ListObjects(context.Background(), "", cursor, engine.MaxListObjects)
+		page, next, err := db.ListObjects(context.Background(), "", cursor, sbxdb.MaxListObjects)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +93,7 @@ func unchanged(t *testing.T, db *engine.DB, before objectState, when string) {
 	}
 }
 
-func readObject(t *testing.T, db *engine.DB, key string) ([]byte, engine.ObjectInfo) {
+func readObject(t *testing.T, db *engine.DB, key string) ([]byte, sbxdb.ObjectInfo) {
 	t.Helper()
 	r, info, err := db.OpenObject(context.Background(), key)
 	if err != nil {
@@ -106,7 +107,7 @@ func readObject(t *testing.T, db *engine.DB, key string) ([]byte, engine.ObjectI
 	return data, info
 }
 
-func putObject(t *testing.T, db *engine.DB, key string, data []byte, opts engine.PutObjectOptions) engine.ObjectInfo {
+func putObject(t *testing.T, db *engine.DB, key string, data []byte, opts sbxdb.PutObjectOptions) sbxdb.ObjectInfo {
 	t.Helper()
 	if opts.Size == 0 && len(data) > 0 {
 		opts.Size = int64(len(data))
@@ -125,7 +126,7 @@ func TestObjectKeys(t *testing.T) {
 	bad := map[string]bool{ // key → also a cas.ErrInvalidKey
 		"": false, "/a": false, "a/": false, "a//b": false, ".": false, "..": false,
 		"a/./b": false, "a/../b": false, "a\x00b": false, "\xff": false, "x/\xed\xa0\x80": false,
-		strings.Repeat("k", engine.MaxObjectKeyBytes+1):  false,
+		strings.Repeat("k", sbxdb.MaxObjectKeyBytes+1):   false,
 		chain.FilePrefix + "abc":                         true,
 		chain.ArtifactPrefix + strings.Repeat("A", 64):   true,
 		chain.FilePrefix + strings.Repeat("0", 64) + "/": true,
@@ -133,11 +134,11 @@ func TestObjectKeys(t *testing.T) {
 	for key, blobShaped := range bad {
 		check := func(op string, err error) {
 			t.Helper()
-			if !errors.Is(err, engine.ErrInvalidObject) || errors.Is(err, cas.ErrInvalidKey) != blobShaped {
+			if !errors.Is(err, sbxdb.ErrInvalidObject) || errors.Is(err, sbxdb.ErrInvalidBlobKey) != blobShaped {
 				t.Errorf("%s(%q) = %v; want ErrInvalidObject (and cas.ErrInvalidKey: %v)", op, key, err, blobShaped)
 			}
 		}
-		_, err := f.db.PutObject(ctx, key, strings.NewReader("x"), engine.PutObjectOptions{Size: -1})
+		_, err := f.db.PutObject(ctx, key, strings.NewReader("x"), sbxdb.PutObjectOptions{Size: -1})
 		check("PutObject", err)
 		_, _, err = f.db.OpenObject(ctx, key)
 		check("OpenObject", err)
@@ -148,9 +149,9 @@ func TestObjectKeys(t *testing.T) {
 	unchanged(t, f.db, before, "refused keys")
 
 	// The edges that are plain keys.
-	for _, key := range []string{strings.Repeat("k", engine.MaxObjectKeyBytes), "sandbox-files/sha256", "sandbox-files/other",
+	for _, key := range []string{strings.Repeat("k", sbxdb.MaxObjectKeyBytes), "sandbox-files/sha256", "sandbox-files/other",
 		"é/😀", "a/.b/..c", "x"} {
-		putObject(t, f.db, key, []byte(key), engine.PutObjectOptions{})
+		putObject(t, f.db, key, []byte(key), sbxdb.PutObjectOptions{})
 		if got, _ := readObject(t, f.db, key); string(got) != key {
 			t.Errorf("%q read back %q", key, got)
 		}
@@ -161,29 +162,29 @@ func TestPutObjectAttributes(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	before := stateOf(t, f.db)
-	for _, opts := range []engine.PutObjectOptions{
+	for _, opts := range []sbxdb.PutObjectOptions{
 		{Size: -2},
 		{Size: -1, ContentType: "text/plain\r\nX-Evil: 1"},
 		{Size: -1, ContentType: " text/plain"},
 		{Size: -1, ContentType: "text/\xff"},
-		{Size: -1, ContentType: strings.Repeat("t", engine.MaxObjectMetaBytes+1)},
+		{Size: -1, ContentType: strings.Repeat("t", sbxdb.MaxObjectMetaBytes+1)},
 		{Size: -1, CustomMetadata: map[string]string{"name\xff": "v"}},
 		{Size: -1, CustomMetadata: map[string]string{"k": "value\xff"}},
-		{Size: -1, CustomMetadata: map[string]string{"a": strings.Repeat("v", engine.MaxObjectMetaBytes/2), "b": strings.Repeat("v", engine.MaxObjectMetaBytes/2)}},
+		{Size: -1, CustomMetadata: map[string]string{"a": strings.Repeat("v", sbxdb.MaxObjectMetaBytes/2), "b": strings.Repeat("v", sbxdb.MaxObjectMetaBytes/2)}},
 	} {
-		if _, err := f.db.PutObject(ctx, "docs/x", strings.NewReader("body"), opts); !errors.Is(err, engine.ErrInvalidObject) {
+		if _, err := f.db.PutObject(ctx, "docs/x", strings.NewReader("body"), opts); !errors.Is(err, sbxdb.ErrInvalidObject) {
 			t.Errorf("PutObject with %+.80v: %v; want ErrInvalidObject", opts, err)
 		}
 	}
 	unchanged(t, f.db, before, "refused attributes")
 	// Metadata names and values are any UTF-8 strings, kept as given.
 	md := map[string]string{"runId": "r1", "": "nameless", "a b": " spaced\n", "nul\x00": "\x00", "ünï": "✓"}
-	putObject(t, f.db, "docs/md", []byte("m"), engine.PutObjectOptions{CustomMetadata: md})
+	putObject(t, f.db, "docs/md", []byte("m"), sbxdb.PutObjectOptions{CustomMetadata: md})
 	if _, i := readObject(t, f.db, "docs/md"); !maps.Equal(i.CustomMetadata, md) {
 		t.Errorf("metadata read back %q; want %q", i.CustomMetadata, md)
 	}
 	// A content-addressed key keeps neither: they are not checked.
-	info := putObject(t, f.db, artifactKey([]byte("ca")), []byte("ca"), engine.PutObjectOptions{ContentType: " x", CustomMetadata: map[string]string{"A": "\n"}})
+	info := putObject(t, f.db, artifactKey([]byte("ca")), []byte("ca"), sbxdb.PutObjectOptions{ContentType: " x", CustomMetadata: map[string]string{"A": "\n"}})
 	if info.ContentType != "" || info.CustomMetadata != nil {
 		t.Errorf("a blob kept attributes: %+v", info)
 	}
@@ -211,15 +212,15 @@ func TestPutObjectBlob(t *testing.T) {
 				if c.size == int64(len(tc.data)) && bytes.Equal(c.body, tc.data) {
 					continue // the empty body's "shorter" size is its own
 				}
-				_, err := f.db.PutObject(ctx, key, bytes.NewReader(c.body), engine.PutObjectOptions{Size: c.size})
-				if !errors.Is(err, cas.ErrKeyMismatch) {
+				_, err := f.db.PutObject(ctx, key, bytes.NewReader(c.body), sbxdb.PutObjectOptions{Size: c.size})
+				if !errors.Is(err, sbxdb.ErrBlobKeyMismatch) {
 					t.Errorf("PutObject of %d bytes declared %d under another key: %v; want ErrKeyMismatch", len(c.body), c.size, err)
 				}
 			}
 			unchanged(t, f.db, before, "refused bodies")
 
-			info := putObject(t, f.db, key, tc.data, engine.PutObjectOptions{Size: int64(len(tc.data))})
-			want := engine.ObjectInfo{Key: key, Size: int64(len(tc.data)), Uploaded: f.clock.Load(), SHA256: hex.EncodeToString(sum[:])}
+			info := putObject(t, f.db, key, tc.data, sbxdb.PutObjectOptions{Size: int64(len(tc.data))})
+			want := sbxdb.ObjectInfo{Key: key, Size: int64(len(tc.data)), Uploaded: f.clock.Load(), SHA256: hex.EncodeToString(sum[:])}
 			if !cmp.Equal(info, want) {
 				t.Errorf("PutObject = %+v, want %+v", info, want)
 			}
@@ -230,14 +231,14 @@ func TestPutObjectBlob(t *testing.T) {
 			// Again, chunked: nothing written, the upload time refreshed.
 			files := stateOf(t, f.db).Files
 			f.advance(time.Minute)
-			info = putObject(t, f.db, key, tc.data, engine.PutObjectOptions{Size: -1})
+			info = putObject(t, f.db, key, tc.data, sbxdb.PutObjectOptions{Size: -1})
 			if want.Uploaded = f.clock.Load(); !cmp.Equal(info, want) {
 				t.Errorf("PutObject again = %+v, want %+v", info, want)
 			}
 			if after := stateOf(t, f.db).Files; !slices.Equal(files, after) {
 				t.Errorf("a put of stored bytes wrote files: %v, then %v", files, after)
 			}
-			checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after blob puts")
+			checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after blob puts")
 		})
 	}
 }
@@ -262,11 +263,11 @@ func (r *failingReader) Read(p []byte) (int, error) {
 func TestPutObjectBodyCutShort(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
-	putObject(t, f.db, "kept", []byte("kept bytes"), engine.PutObjectOptions{})
+	putObject(t, f.db, "kept", []byte("kept bytes"), sbxdb.PutObjectOptions{})
 	before := stateOf(t, f.db)
 	for _, n := range []int{0, 1000, cas.MaxPacked + 1, cas.MaxPacked + 300_000} {
 		for _, key := range []string{"kept", "new/object", fileKey([]byte("whatever"))} {
-			_, err := f.db.PutObject(ctx, key, &failingReader{n: n}, engine.PutObjectOptions{Size: -1})
+			_, err := f.db.PutObject(ctx, key, &failingReader{n: n}, sbxdb.PutObjectOptions{Size: -1})
 			if !errors.Is(err, errCut) {
 				t.Errorf("PutObject(%q) of a body cut after %d bytes: %v; want the reader's error", key, n, err)
 			}
@@ -276,11 +277,11 @@ func TestPutObjectBodyCutShort(t *testing.T) {
 	// A cancelled context stops a body too.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := f.db.PutObject(cctx, "new/object", bytes.NewReader(bigBody(2)), engine.PutObjectOptions{Size: -1}); !errors.Is(err, context.Canceled) {
+	if _, err := f.db.PutObject(cctx, "new/object", bytes.NewReader(bigBody(2)), sbxdb.PutObjectOptions{Size: -1}); !errors.Is(err, context.Canceled) {
 		t.Errorf("PutObject with a cancelled context: %v", err)
 	}
 	unchanged(t, f.db, before, "a cancelled put")
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after cut bodies")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after cut bodies")
 }
 
 func TestPlainObjects(t *testing.T) {
@@ -288,18 +289,18 @@ func TestPlainObjects(t *testing.T) {
 	ctx := context.Background()
 	md := map[string]string{"owner": "agent 7", "purpose": "résumé ✓"}
 	v1 := []byte("# readme\n")
-	info := putObject(t, f.db, "docs/readme.md", v1, engine.PutObjectOptions{ContentType: "text/markdown; charset=utf-8", CustomMetadata: md})
+	info := putObject(t, f.db, "docs/readme.md", v1, sbxdb.PutObjectOptions{ContentType: "text/markdown; charset=utf-8", CustomMetadata: md})
 	sum := sha256.Sum256(v1)
-	want := engine.ObjectInfo{Key: "docs/readme.md", Size: int64(len(v1)), Uploaded: f.clock.Load(), SHA256: hex.EncodeToString(sum[:]),
+	want := sbxdb.ObjectInfo{Key: "docs/readme.md", Size: int64(len(v1)), Uploaded: f.clock.Load(), SHA256: hex.EncodeToString(sum[:]),
 		ContentType: "text/markdown; charset=utf-8", CustomMetadata: maps.Clone(md)}
 	if diff := cmp.Diff(want, info); diff != "" {
 		t.Errorf("PutObject (-want +got):\n%s", diff)
 	}
 	md["owner"] = "changed by the caller" // the store kept its own copy
 	info.CustomMetadata["purpose"] = "changed"
-	for _, get := range []func() engine.ObjectInfo{
-		func() engine.ObjectInfo { _, i := readObject(t, f.db, "docs/readme.md"); return i },
-		func() engine.ObjectInfo {
+	for _, get := range []func() sbxdb.ObjectInfo{
+		func() sbxdb.ObjectInfo { _, i := readObject(t, f.db, "docs/readme.md"); return i },
+		func() sbxdb.ObjectInfo {
 			i, err := f.db.StatObject(ctx, "docs/readme.md")
 			if err != nil {
 				t.Fatal(err)
@@ -318,7 +319,7 @@ func TestPlainObjects(t *testing.T) {
 
 	// A size other than declared is refused, for a plain key too.
 	before := stateOf(t, f.db)
-	if _, err := f.db.PutObject(ctx, "docs/readme.md", strings.NewReader("other"), engine.PutObjectOptions{Size: 4}); !errors.Is(err, cas.ErrKeyMismatch) {
+	if _, err := f.db.PutObject(ctx, "docs/readme.md", strings.NewReader("other"), sbxdb.PutObjectOptions{Size: 4}); !errors.Is(err, sbxdb.ErrBlobKeyMismatch) {
 		t.Errorf("plain put of 5 bytes declared 4: %v", err)
 	}
 	unchanged(t, f.db, before, "a plain put of the wrong size")
@@ -326,13 +327,13 @@ func TestPlainObjects(t *testing.T) {
 	// Overwrite: the old bytes lose their holder; a second object of the
 	// same bytes shares one blob.
 	v2 := bigBody(3)
-	putObject(t, f.db, "docs/readme.md", v2, engine.PutObjectOptions{})
-	putObject(t, f.db, "copy", v2, engine.PutObjectOptions{})
+	putObject(t, f.db, "docs/readme.md", v2, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, "copy", v2, sbxdb.PutObjectOptions{})
 	if got, i := readObject(t, f.db, "docs/readme.md"); !bytes.Equal(got, v2) || i.ContentType != "" || i.CustomMetadata != nil {
 		t.Errorf("after the overwrite: %d bytes, %+v", len(got), i)
 	}
 	f.advance(time.Millisecond) // an immediate sweep takes blobs uploaded before now
-	res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+	res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 	if err != nil || !slices.Equal(res.Deleted, []string{artifactKey(v1)}) {
 		t.Errorf("sweep after the overwrite deleted %v (%v); want the first bytes only", res.Deleted, err)
 	}
@@ -342,23 +343,23 @@ func TestPlainObjects(t *testing.T) {
 	if err := f.db.DeleteObject(ctx, "docs/readme.md"); err != nil {
 		t.Errorf("deleting a missing object: %v", err)
 	}
-	if _, _, err := f.db.OpenObject(ctx, "docs/readme.md"); !errors.Is(err, cas.ErrNotFound) {
+	if _, _, err := f.db.OpenObject(ctx, "docs/readme.md"); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("OpenObject of a deleted object: %v", err)
 	}
-	if res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil || len(res.Deleted) != 0 {
+	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || len(res.Deleted) != 0 {
 		t.Errorf("sweep while a copy holds the bytes deleted %v (%v)", res.Deleted, err)
 	}
 	if err := f.db.DeleteObject(ctx, "copy"); err != nil {
 		t.Fatal(err)
 	}
 	f.advance(time.Millisecond)
-	if res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{artifactKey(v2)}) {
+	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{artifactKey(v2)}) {
 		t.Errorf("sweep once nothing holds the bytes deleted %v (%v)", res.Deleted, err)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after plain objects")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after plain objects")
 }
 
-func keysOf(infos []engine.ObjectInfo) []string {
+func keysOf(infos []sbxdb.ObjectInfo) []string {
 	out := []string{}
 	for _, i := range infos {
 		out = append(out, i.Key)
@@ -387,17 +388,17 @@ func TestDeleteBlobInUse(t *testing.T) {
 	ctx := context.Background()
 	byCheckpoint, byObject, byRecord, free := []byte("cp"), []byte("object"), []byte("record"), []byte("free")
 	for _, b := range [][]byte{byCheckpoint, byRecord, free} {
-		putObject(t, f.db, artifactKey(b), b, engine.PutObjectOptions{})
+		putObject(t, f.db, artifactKey(b), b, sbxdb.PutObjectOptions{})
 	}
 	w := appendNaming(t, f.db, "t", "c1", artifactKey(byCheckpoint))
-	putObject(t, f.db, "o", byObject, engine.PutObjectOptions{})
-	rec := engine.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t2", BlobKey: artifactKey(byRecord), Name: "r", MimeType: "text/plain", Size: 6}
+	putObject(t, f.db, "o", byObject, sbxdb.PutObjectOptions{})
+	rec := sbxdb.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t2", BlobKey: artifactKey(byRecord), Name: "r", MimeType: "text/plain", Size: 6}
 	if err := f.db.ArtifactRecords().Save(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	before := stateOf(t, f.db)
 	for _, b := range [][]byte{byCheckpoint, byObject, byRecord} {
-		if err := f.db.DeleteObject(ctx, artifactKey(b)); !errors.Is(err, engine.ErrBlobInUse) || errors.Is(err, cas.ErrPinned) {
+		if err := f.db.DeleteObject(ctx, artifactKey(b)); !errors.Is(err, sbxdb.ErrBlobInUse) || errors.Is(err, cas.ErrPinned) {
 			t.Errorf("DeleteObject of a blob %s holds: %v; want ErrBlobInUse", b, err)
 		}
 	}
@@ -406,7 +407,7 @@ func TestDeleteBlobInUse(t *testing.T) {
 	if _, err := batch.Pin(ctx, []string{artifactKey(free)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.db.DeleteObject(ctx, artifactKey(free)); !errors.Is(err, engine.ErrBlobInUse) || !errors.Is(err, cas.ErrPinned) {
+	if err := f.db.DeleteObject(ctx, artifactKey(free)); !errors.Is(err, sbxdb.ErrBlobInUse) || !errors.Is(err, cas.ErrPinned) {
 		t.Errorf("DeleteObject of a pinned blob: %v; want ErrBlobInUse and cas.ErrPinned", err)
 	}
 	batch.Close()
@@ -433,7 +434,7 @@ func TestDeleteBlobInUse(t *testing.T) {
 	if st := stateOf(t, f.db); len(st.Objects) != 0 || len(st.Blobs) != 0 {
 		t.Errorf("left after deleting everything: %+v", st)
 	}
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after deletes")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after deletes")
 }
 
 // TestSweepKeepsHeldBlobs: a sweep with no window never deletes the bytes
@@ -443,18 +444,18 @@ func TestSweepKeepsHeldBlobs(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	obj, art := bigBody(4), []byte("artifact bytes")
-	putObject(t, f.db, "out/report.bin", obj, engine.PutObjectOptions{})
-	putObject(t, f.db, artifactKey(art), art, engine.PutObjectOptions{})
+	putObject(t, f.db, "out/report.bin", obj, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, artifactKey(art), art, sbxdb.PutObjectOptions{})
 	recs := f.db.ArtifactRecords()
 	for _, id := range []string{"a1", "a2"} {
-		if err := recs.Save(ctx, engine.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", BlobKey: artifactKey(art), Name: id, MimeType: "text/plain", Size: int64(len(art))}); err != nil {
+		if err := recs.Save(ctx, sbxdb.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", BlobKey: artifactKey(art), Name: id, MimeType: "text/plain", Size: int64(len(art))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.advance(48 * time.Hour)
 	sweep := func(want ...string) {
 		t.Helper()
-		res, err := f.db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+		res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -480,7 +481,7 @@ func TestSweepKeepsHeldBlobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sweep(artifactKey(art), artifactKey(obj))
-	checkNoErrors(t, f.db, engine.CheckStoreOptions{VerifyBlobs: true}, "after the sweeps")
+	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after the sweeps")
 }
 
 // TestStatObjectRefreshes: a StatObject counts as an upload for the sweep's
@@ -490,14 +491,14 @@ func TestStatObjectRefreshes(t *testing.T) {
 	ctx := context.Background()
 	data := []byte("present: the host skips its upload")
 	key := fileKey(data)
-	putObject(t, f.db, key, data, engine.PutObjectOptions{})
+	putObject(t, f.db, key, data, sbxdb.PutObjectOptions{})
 	f.advance(2 * time.Hour)
 	info, err := f.db.StatObject(ctx, key)
 	if err != nil || info.Uploaded != f.clock.Load() {
 		t.Fatalf("StatObject = %+v, %v; want uploaded now (%d)", info, err, f.clock.Load())
 	}
 	f.advance(30 * time.Minute)
-	if res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour}); err != nil || len(res.Deleted) != 0 {
+	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour}); err != nil || len(res.Deleted) != 0 {
 		t.Fatalf("sweep within the window of the stat deleted %v (%v)", res.Deleted, err)
 	}
 
@@ -508,19 +509,19 @@ func TestStatObjectRefreshes(t *testing.T) {
 		_, err := f.db.StatObject(ctx, key)
 		return err
 	})
-	res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour})
+	res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour})
 	remove()
 	if err != nil || len(res.Deleted) != 0 {
 		t.Fatalf("sweep with a stat after its listing deleted %v (%v)", res.Deleted, err)
 	}
-	if _, err := f.db.StatObject(ctx, fileKey([]byte("never stored"))); !errors.Is(err, cas.ErrNotFound) {
+	if _, err := f.db.StatObject(ctx, fileKey([]byte("never stored"))); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("StatObject of a missing blob: %v", err)
 	}
 	f.advance(2 * time.Hour)
-	if res, err := f.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
+	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
 		t.Fatalf("sweep past the window deleted %v (%v)", res.Deleted, err)
 	}
-	if _, err := f.db.StatObject(ctx, key); !errors.Is(err, cas.ErrNotFound) {
+	if _, err := f.db.StatObject(ctx, key); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("StatObject of a swept blob: %v", err)
 	}
 }
@@ -531,11 +532,11 @@ func TestListObjects(t *testing.T) {
 	var want []string
 	for i := range 6 {
 		b := []byte{byte('a' + i)}
-		putObject(t, f.db, fileKey(b), b, engine.PutObjectOptions{})
+		putObject(t, f.db, fileKey(b), b, sbxdb.PutObjectOptions{})
 		want = append(want, fileKey(b))
 	}
 	for _, key := range []string{"a", "b/c", "b/d", "sandbox-files/z", "sandbox-artifacts", "zz", "é"} {
-		putObject(t, f.db, key, []byte("bytes of "+key), engine.PutObjectOptions{})
+		putObject(t, f.db, key, []byte("bytes of "+key), sbxdb.PutObjectOptions{})
 		want = append(want, key, artifactKey([]byte("bytes of "+key)))
 	}
 	slices.Sort(want)
@@ -564,7 +565,7 @@ func TestListObjects(t *testing.T) {
 		}
 	}
 	prefixed := func(prefix, cursor string) []string {
-		page, next, err := f.db.ListObjects(ctx, prefix, cursor, engine.MaxListObjects)
+		page, next, err := f.db.ListObjects(ctx, prefix, cursor, sbxdb.MaxListObjects)
 		if err != nil || next != "" {
 			t.Fatalf("ListObjects(%q, %q) = %v, %q", prefix, cursor, err, next)
 		}
@@ -585,8 +586,8 @@ func TestListObjects(t *testing.T) {
 	if got := prefixed("", "a0"); got[0] != "b/c" {
 		t.Errorf("after a0 (not a key): %v", got)
 	}
-	for _, limit := range []int{-1, engine.MaxListObjects + 1} {
-		if _, _, err := f.db.ListObjects(ctx, "", "", limit); !errors.Is(err, engine.ErrInvalidObject) {
+	for _, limit := range []int{-1, sbxdb.MaxListObjects + 1} {
+		if _, _, err := f.db.ListObjects(ctx, "", "", limit); !errors.Is(err, sbxdb.ErrInvalidObject) {
 			t.Errorf("limit %d: %v; want ErrInvalidObject", limit, err)
 		}
 	}
@@ -602,8 +603,8 @@ func TestOpenObjectDamaged(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	small, large := []byte(strings.Repeat("packed bytes ", 20)), bigBody(5)
-	putObject(t, f.db, "small", small, engine.PutObjectOptions{})
-	putObject(t, f.db, fileKey(large), large, engine.PutObjectOptions{})
+	putObject(t, f.db, "small", small, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, fileKey(large), large, sbxdb.PutObjectOptions{})
 	root := filepath.Join(f.db.Dir(), engine.BlobDir)
 	packs, _ := filepath.Glob(filepath.Join(root, "packs", "*.pack"))
 	larges, _ := filepath.Glob(filepath.Join(root, "large", "*", "*", "*"))
@@ -612,7 +613,7 @@ func TestOpenObjectDamaged(t *testing.T) {
 	}
 	flipLast(t, packs[0])
 	flipLast(t, larges[0])
-	if _, _, err := f.db.OpenObject(ctx, "small"); !errors.Is(err, chain.ErrInvalidBlob) || !errors.Is(err, cas.ErrCorrupt) || chain.Code(err) != chain.CodeInvalidBlob {
+	if _, _, err := f.db.OpenObject(ctx, "small"); !errors.Is(err, chain.ErrInvalidBlob) || !errors.Is(err, sbxdb.ErrBlobCorrupt) || chain.Code(err) != chain.CodeInvalidBlob {
 		t.Errorf("OpenObject of damaged packed bytes: %v; want INVALID_BLOB", err)
 	}
 	r, _, err := f.db.OpenObject(ctx, fileKey(large))
@@ -620,7 +621,7 @@ func TestOpenObjectDamaged(t *testing.T) {
 		t.Fatalf("OpenObject of a damaged large blob: %v (its damage shows at the end)", err)
 	}
 	defer r.Close()
-	if _, err := io.Copy(io.Discard, r); !errors.Is(err, chain.ErrInvalidBlob) || !errors.Is(err, cas.ErrCorrupt) {
+	if _, err := io.Copy(io.Discard, r); !errors.Is(err, chain.ErrInvalidBlob) || !errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		t.Errorf("reading damaged large bytes: %v; want INVALID_BLOB", err)
 	}
 }
@@ -642,8 +643,8 @@ func TestObjectsReadOnly(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	data := []byte("kept")
-	putObject(t, f.db, fileKey(data), data, engine.PutObjectOptions{})
-	putObject(t, f.db, "plain", data, engine.PutObjectOptions{})
+	putObject(t, f.db, fileKey(data), data, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, "plain", data, sbxdb.PutObjectOptions{})
 	dir := f.db.Dir()
 	f.db.Close()
 	ro, err := engine.Open(dir, &engine.Options{ReadOnly: true})
@@ -651,13 +652,13 @@ func TestObjectsReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if _, err := ro.PutObject(ctx, "x", strings.NewReader("x"), engine.PutObjectOptions{Size: -1}); !errors.Is(err, engine.ErrReadOnly) {
+	if _, err := ro.PutObject(ctx, "x", strings.NewReader("x"), sbxdb.PutObjectOptions{Size: -1}); !errors.Is(err, sbxdb.ErrReadOnly) {
 		t.Errorf("PutObject read-only: %v", err)
 	}
-	if err := ro.DeleteObject(ctx, "plain"); !errors.Is(err, engine.ErrReadOnly) {
+	if err := ro.DeleteObject(ctx, "plain"); !errors.Is(err, sbxdb.ErrReadOnly) {
 		t.Errorf("DeleteObject read-only: %v", err)
 	}
-	if err := ro.ArtifactRecords().Save(ctx, engine.ArtifactRecord{ArtifactID: "a", RunID: "r", ThreadID: "t", Name: "n", MimeType: "m"}); !errors.Is(err, engine.ErrReadOnly) {
+	if err := ro.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "r", ThreadID: "t", Name: "n", MimeType: "m"}); !errors.Is(err, sbxdb.ErrReadOnly) {
 		t.Errorf("Save read-only: %v", err)
 	}
 	for _, key := range []string{fileKey(data), "plain"} {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -30,7 +31,7 @@ func TestOpenErrorNamesTheFileOnce(t *testing.T) {
 			t.Errorf("read-only %v: %q names %s %d times, ELOOP %v", ro, err, path, n, errors.Is(err, syscall.ELOOP))
 		}
 		// The file may be there: it is not "no store".
-		if errors.Is(err, engine.ErrNoStore) {
+		if errors.Is(err, sbxdb.ErrNoStore) {
 			t.Errorf("read-only %v: %v is ErrNoStore", ro, err)
 		}
 		if target, err := os.Readlink(path); err != nil || target != engine.DBFile {
@@ -62,7 +63,7 @@ func TestOpenErrorUnreadableFile(t *testing.T) {
 	defer os.Chmod(path, 0o644)
 	for _, ro := range []bool{false, true} {
 		_, err := engine.Open(dir, &engine.Options{ReadOnly: ro})
-		if n := strings.Count(err.Error(), path); n != 1 || !errors.Is(err, os.ErrPermission) || errors.Is(err, engine.ErrNoStore) {
+		if n := strings.Count(err.Error(), path); n != 1 || !errors.Is(err, os.ErrPermission) || errors.Is(err, sbxdb.ErrNoStore) {
 			t.Errorf("read-only %v: %q names %s %d times, ErrPermission %v", ro, err, path, n, errors.Is(err, os.ErrPermission))
 		}
 	}
@@ -70,7 +71,7 @@ func TestOpenErrorUnreadableFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chmod(dir, 0o755)
-	if _, err := engine.Open(dir, &engine.Options{ReadOnly: true}); !errors.Is(err, os.ErrPermission) || errors.Is(err, engine.ErrNoStore) {
+	if _, err := engine.Open(dir, &engine.Options{ReadOnly: true}); !errors.Is(err, os.ErrPermission) || errors.Is(err, sbxdb.ErrNoStore) {
 		t.Errorf("a directory without search permission: %v", err)
 	}
 }
@@ -82,7 +83,7 @@ func TestOpenBelowARegularFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine.Open(file, &engine.Options{ReadOnly: true}); !errors.Is(err, engine.ErrNoStore) {
+	if _, err := engine.Open(file, &engine.Options{ReadOnly: true}); !errors.Is(err, sbxdb.ErrNoStore) {
 		t.Errorf("read-only Open of a file: %v, want ErrNoStore", err)
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "x" {

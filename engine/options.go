@@ -1,14 +1,15 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
 // Options configures a store. The zero value gives the contract's defaults.
+// Now, LeaseDuration and RenewAfter are the contract's (sbxdb.Options).
 type Options struct {
 	// Now is the one clock of the store, read at each call. It decides
 	// which leases are live (acquire, renew, every write's writer check,
@@ -18,12 +19,10 @@ type Options struct {
 	// and dates the note Open leaves when it rewrites a damaged meta page.
 	// Default: time.Now.
 	Now func() time.Time
-	// LeaseDuration is how long an acquired or renewed lease lives.
-	// Default 120 s; must be at least 1 ms.
+	// LeaseDuration and RenewAfter are the lease timings: see
+	// sbxdb.Options.
 	LeaseDuration time.Duration
-	// RenewAfter is the renewal cadence handed to lease holders. Default
-	// 45 s; must be at least 1 ms and strictly below LeaseDuration.
-	RenewAfter time.Duration
+	RenewAfter    time.Duration
 	// LockTimeout bounds how long Open waits for another process holding
 	// the store. Default 1 s.
 	LockTimeout time.Duration
@@ -62,37 +61,26 @@ type Options struct {
 	FS vfs.FS
 }
 
-// Defaults of the contract (SPEC §2.1).
+// Defaults of the engine's own options.
 const (
-	DefaultLeaseDuration = 120 * time.Second
-	DefaultRenewAfter    = 45 * time.Second
-	DefaultLockTimeout   = time.Second
-	DefaultRefFoldAfter  = 4096
+	DefaultLockTimeout  = time.Second
+	DefaultRefFoldAfter = 4096
 )
 
-// ErrInvalidOptions reports options the contract rejects at construction.
-// It is a plain error, not a contract code (SPEC §2.1).
-var ErrInvalidOptions = errors.New("sbxdb: invalid options")
-
 // CheckOptions validates opts (nil means all defaults) and returns a copy
-// with the defaults filled in. A zero duration means the default; a negative
-// or sub-millisecond one is rejected (the contract counts in milliseconds, so
-// it would be 0 ms), and so is RenewAfter >= LeaseDuration — which makes
-// LeaseDuration below 45 s alone invalid, as in the reference.
+// with the defaults filled in: the contract's as sbxdb.Options.Check does
+// them, then the engine's. Invalid options give an error wrapping
+// sbxdb.ErrInvalidOptions.
 func CheckOptions(opts *Options) (Options, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	c, err := sbxdb.Options{Now: o.Now, LeaseDuration: o.LeaseDuration, RenewAfter: o.RenewAfter}.Check()
+	if err != nil {
+		return o, err
 	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = DefaultLeaseDuration
-	}
-	if o.RenewAfter == 0 {
-		o.RenewAfter = DefaultRenewAfter
-	}
+	o.Now, o.LeaseDuration, o.RenewAfter = c.Now, c.LeaseDuration, c.RenewAfter
 	if o.LockTimeout == 0 {
 		o.LockTimeout = DefaultLockTimeout
 	}
@@ -103,16 +91,10 @@ func CheckOptions(opts *Options) (Options, error) {
 		o.FS = vfs.OS
 	}
 	switch {
-	case o.LeaseDuration < time.Millisecond:
-		return o, fmt.Errorf("%w: LeaseDuration %v must be at least 1ms", ErrInvalidOptions, o.LeaseDuration)
-	case o.RenewAfter < time.Millisecond:
-		return o, fmt.Errorf("%w: RenewAfter %v must be at least 1ms", ErrInvalidOptions, o.RenewAfter)
-	case o.RenewAfter >= o.LeaseDuration:
-		return o, fmt.Errorf("%w: RenewAfter %v must be below LeaseDuration %v", ErrInvalidOptions, o.RenewAfter, o.LeaseDuration)
 	case o.RefFoldAfter < 0:
-		return o, fmt.Errorf("%w: RefFoldAfter %d is negative", ErrInvalidOptions, o.RefFoldAfter)
+		return o, fmt.Errorf("%w: RefFoldAfter %d is negative", sbxdb.ErrInvalidOptions, o.RefFoldAfter)
 	case o.LockTimeout < 0:
-		return o, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidOptions, o.LockTimeout)
+		return o, fmt.Errorf("%w: LockTimeout %v is negative", sbxdb.ErrInvalidOptions, o.LockTimeout)
 	}
 	if err := checkMetadata(o.Metadata); err != nil {
 		return o, err

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -62,7 +63,7 @@ func newPoisonFixture(t *testing.T) *poisonFixture {
 		t.Fatal(err)
 	}
 	f.w = l.Writer
-	res, err := db.Capture(context.Background(), engine.CaptureInput{Writer: f.w, Dir: f.ws})
+	res, err := db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w, Dir: f.ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +92,14 @@ func (f *poisonFixture) requireWritesRefused(cause error) {
 		run  func() error
 	}{
 		{"capture", func() error {
-			_, err := f.db.Capture(ctx, engine.CaptureInput{Writer: f.w, Dir: f.ws})
+			_, err := f.db.Capture(ctx, sbxdb.CaptureInput{Writer: f.w, Dir: f.ws})
 			return err
 		}},
 		{"append", func() error { _, err := f.db.Append(ctx, f.copyOf("refused")); return err }},
 		{"save-thread", func() error { return f.db.SaveThread(ctx, "t", []json.RawMessage{[]byte(`"hi"`)}) }},
-		{"gc", func() error { _, err := f.db.GC(ctx, engine.GCOptions{Immediate: true}); return err }},
+		{"gc", func() error { _, err := f.db.GC(ctx, sbxdb.GCOptions{Immediate: true}); return err }},
 		{"gc-retain", func() error {
-			_, err := f.db.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+			_, err := f.db.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 			return err
 		}},
 		{"put-artifact", func() error {
@@ -113,7 +114,7 @@ func (f *poisonFixture) requireWritesRefused(cause error) {
 	for _, w := range writes {
 		f.ffs.Reset()
 		err := w.run()
-		if !errors.Is(err, engine.ErrPoisoned) || !errors.Is(err, cause) || !strings.Contains(fmt.Sprint(err), cause.Error()) {
+		if !errors.Is(err, sbxdb.ErrPoisoned) || !errors.Is(err, cause) || !strings.Contains(fmt.Sprint(err), cause.Error()) {
 			t.Errorf("%s on the poisoned store: %v; want ErrPoisoned wrapping %q", w.name, err, cause)
 		}
 		if ev := f.ffs.Events(); len(ev) != 0 {
@@ -161,14 +162,14 @@ func (f *poisonFixture) reopen() {
 		t.Fatal(err)
 	}
 	f.db = db
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "reopened after a failed sync")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "reopened after a failed sync")
 	write(t, f.ws, "a.txt", []byte("after reopening\n"), 0o644)
-	res, err := db.Capture(context.Background(), engine.CaptureInput{Writer: f.w, Dir: f.ws})
+	res, err := db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w, Dir: f.ws})
 	if err != nil {
 		t.Fatalf("capture after reopening: %v", err)
 	}
 	restoreEqual(t, db, res.Checkpoint.ID, filepath.Join(f.dir, "reopened-restore"), snapshot(t, f.ws))
-	checkNoErrors(t, db, engine.CheckStoreOptions{VerifyBlobs: true}, "after a capture on the reopened store")
+	checkNoErrors(t, db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after a capture on the reopened store")
 }
 
 func TestPackSyncFailurePoisonsStore(t *testing.T) {
@@ -176,7 +177,7 @@ func TestPackSyncFailurePoisonsStore(t *testing.T) {
 	write(t, f.ws, "a.txt", []byte("second\n"), 0o644) // a new small blob: a new pack
 	f.ffs.Reset()
 	f.ffs.FailNth(faultfs.Sync, 1, syscall.EIO)
-	_, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w, Dir: f.ws})
+	_, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w, Dir: f.ws})
 	fired := f.ffs.Fired()
 	if len(fired) != 1 || !strings.HasSuffix(fired[0].Path, ".pack") {
 		t.Fatalf("the fault fired at %v; want the sync of a pack", fired)
@@ -265,7 +266,7 @@ func TestWritesQueuedBehindAFailedCommitDoNotCommit(t *testing.T) {
 		t.Fatalf("the write whose commit failed: %v; want EIO", err)
 	}
 	for range queued {
-		if err := <-errs; !errors.Is(err, engine.ErrPoisoned) {
+		if err := <-errs; !errors.Is(err, sbxdb.ErrPoisoned) {
 			t.Errorf("a write queued behind the failed commit: %v; want ErrPoisoned", err)
 		}
 	}

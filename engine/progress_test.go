@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // Tests of Progress: Bytes advances while a large file is read or written,
@@ -23,7 +23,7 @@ import (
 // TotalBytes while Files == 0.
 type progressRecorder struct {
 	mu       sync.Mutex
-	reports  []engine.Progress
+	reports  []sbxdb.Progress
 	inFlight chan struct{}
 	once     sync.Once
 }
@@ -32,7 +32,7 @@ func newProgressRecorder() *progressRecorder {
 	return &progressRecorder{inFlight: make(chan struct{})}
 }
 
-func (r *progressRecorder) record(p engine.Progress) {
+func (r *progressRecorder) record(p sbxdb.Progress) {
 	r.mu.Lock()
 	r.reports = append(r.reports, p)
 	r.mu.Unlock()
@@ -71,7 +71,7 @@ func (r *progressRecorder) check(t *testing.T, files int, bytes int64) {
 	if len(r.reports) == 0 {
 		t.Fatal("no report")
 	}
-	var prev engine.Progress
+	var prev sbxdb.Progress
 	for i, p := range r.reports {
 		if p.Bytes < prev.Bytes || p.Files < prev.Files || p.Bytes > p.TotalBytes || p.Files > p.TotalFiles {
 			t.Fatalf("report %d %+v after %+v", i, p, prev)
@@ -81,7 +81,7 @@ func (r *progressRecorder) check(t *testing.T, files int, bytes int64) {
 		}
 		prev = p
 	}
-	want := engine.Progress{Files: files, TotalFiles: files, Bytes: bytes, TotalBytes: bytes, Done: true}
+	want := sbxdb.Progress{Files: files, TotalFiles: files, Bytes: bytes, TotalBytes: bytes, Done: true}
 	if prev != want {
 		t.Fatalf("last report %+v, want %+v", prev, want)
 	}
@@ -109,7 +109,7 @@ func TestProgressCaptureCountsALargeFileWhileRead(t *testing.T) {
 		}
 		return nil
 	})()
-	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Progress: rec.record})
+	res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Progress: rec.record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestProgressCaptureRereadFileStaysWithinTotals(t *testing.T) {
 				return nil
 			})()
 			rec := newProgressRecorder()
-			res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Progress: rec.record})
+			res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Progress: rec.record})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +160,7 @@ func TestProgressCaptureVanishedFileLeavesTheTotals(t *testing.T) {
 	write(t, ws, "gone", []byte("vanishes"), 0o644)
 	defer f.db.OnPoint("capture.walked", func() error { return os.Remove(filepath.Join(ws, "gone")) })()
 	rec := newProgressRecorder()
-	res, err := f.db.Capture(context.Background(), engine.CaptureInput{Writer: f.w.Writer, Dir: ws, Progress: rec.record})
+	res, err := f.db.Capture(context.Background(), sbxdb.CaptureInput{Writer: f.w.Writer, Dir: ws, Progress: rec.record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestProgressRestoreCountsALargeFileWhileWritten(t *testing.T) {
 				return nil
 			})()
 			out := filepath.Join(f.dir, "out")
-			st, err := f.db.Restore(context.Background(), res.Checkpoint.ID, out, &engine.RestoreOptions{Progress: rec.record})
+			st, err := f.db.Restore(context.Background(), res.Checkpoint.ID, out, &sbxdb.RestoreOptions{Progress: rec.record})
 			if err != nil {
 				t.Fatal(err)
 			}

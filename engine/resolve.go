@@ -2,13 +2,14 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -24,40 +25,6 @@ const maxAmbiguousShown = 5
 // maxRefSuffix is the longest thread suffix a reference can carry:
 // "@~" and the 20 digits of the largest uint64.
 const maxRefSuffix = len("@~") + 20
-
-// ErrAmbiguousRef matches the error of a checkpoint reference that is a
-// prefix of more than one checkpoint id (an *AmbiguousRefError).
-var ErrAmbiguousRef = errors.New("sbxdb: ambiguous checkpoint reference")
-
-// AmbiguousRefError is a checkpoint reference that is a prefix of more than
-// one checkpoint id. It matches ErrAmbiguousRef.
-type AmbiguousRefError struct {
-	Ref string
-	// Candidates are the first ids the reference is a prefix of, in
-	// UTF-8 byte order, at most 5 of them.
-	Candidates []string
-	// Count is how many ids the reference is a prefix of (≥ 2).
-	Count int
-}
-
-func (e *AmbiguousRefError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%v: %q is a prefix of %d checkpoint ids: ", ErrAmbiguousRef, e.Ref, e.Count)
-	for i, c := range e.Candidates {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%q", c)
-	}
-	if more := e.Count - len(e.Candidates); more > 0 {
-		fmt.Fprintf(&b, " and %d more", more)
-	}
-	b.WriteString("; give more of the id")
-	return b.String()
-}
-
-// Unwrap returns ErrAmbiguousRef.
-func (e *AmbiguousRefError) Unwrap() error { return ErrAmbiguousRef }
 
 // ResolveCheckpoint returns the id of the checkpoint ref names, in one read
 // transaction. In order:
@@ -150,7 +117,7 @@ func resolve(tx kv.Tx, ref string) (string, error) {
 	case 1:
 		return found[0], nil
 	}
-	return "", &AmbiguousRefError{Ref: ref, Candidates: found, Count: count}
+	return "", &sbxdb.AmbiguousRefError{Ref: ref, Candidates: found, Count: count}
 }
 
 // ancestor returns the n-th checkpoint of the thread's chain from its

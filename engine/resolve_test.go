@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -106,7 +107,7 @@ func TestResolveCheckpoint(t *testing.T) {
 		{ref: "main@~-1", err: chain.ErrCheckpointNotFound, msg: `starts with "main@~-1"`},
 		{ref: "main@1", err: chain.ErrCheckpointNotFound, msg: `starts with "main@1"`},
 		// Several ids.
-		{ref: "dup-", err: engine.ErrAmbiguousRef, msg: `"dup-" is a prefix of 7 checkpoint ids: "dup-1", "dup-2", "dup-3", "dup-4", "dup-5" and 2 more`},
+		{ref: "dup-", err: sbxdb.ErrAmbiguousRef, msg: `"dup-" is a prefix of 7 checkpoint ids: "dup-1", "dup-2", "dup-3", "dup-4", "dup-5" and 2 more`},
 		// Refs that name nothing by their form.
 		{ref: "", err: chain.ErrInvalidID, msg: "is empty"},
 		{ref: "ab\xffcd", err: chain.ErrInvalidID, msg: "not well-formed Unicode"},
@@ -133,7 +134,7 @@ func TestResolveCheckpoint(t *testing.T) {
 func TestResolveAmbiguous(t *testing.T) {
 	db := resolveFixture(t)
 	_, err := db.ResolveCheckpoint(context.Background(), "dup-")
-	var ae *engine.AmbiguousRefError
+	var ae *sbxdb.AmbiguousRefError
 	if !errors.As(err, &ae) {
 		t.Fatalf("error %v is not an *AmbiguousRefError", err)
 	}

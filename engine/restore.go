@@ -16,48 +16,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/vfs"
-	"github.com/sbxdb/sbxdb/workspace"
 )
-
-// RestoreOptions adjusts a restore. The zero value (or nil) is the default.
-type RestoreOptions struct {
-	// Policy must be the one the capture used (SPEC §10 Q22): an entry it
-	// would not have recorded is SANDBOX_SNAPSHOT_INVALID_PATH.
-	Policy workspace.Policy
-	// AllowEscapingSymlinks restores symlinks whose target is absolute or
-	// leaves the tree. They are still created last and never followed.
-	AllowEscapingSymlinks bool
-	// Paths, if not empty, restores only the entries they name: each names
-	// a file, a symlink, or a directory (recorded, or implied by entries
-	// beneath it) restored with everything beneath it; the directories
-	// above them are created as directories. Paths are slash-separated and
-	// relative to the tree's root, and cleaned ("." segments, repeated and
-	// trailing slashes dropped); an empty, absolute or drive path, a ".."
-	// segment, a backslash, or the root itself is
-	// SANDBOX_SNAPSHOT_INVALID_PATH, and so is a path that names nothing in
-	// the checkpoint (a *PathNotFoundError: errors.Is(err,
-	// ErrPathNotFound)), all before anything is written. Duplicates and
-	// nested paths are allowed. The whole manifest is still checked (paths,
-	// policy, symlinks): a partial restore refuses what a full one refuses.
-	Paths []string
-	// Progress, if set, is called from one goroutine about every 100 ms
-	// while files are written, and once at the end.
-	Progress func(Progress)
-}
-
-// RestoreStats counts what a restore wrote. Dirs counts the empty
-// directories recorded (that RestoreOptions.Paths selected), not the
-// directories made above entries. The JSON names are what the CLI prints.
-type RestoreStats struct {
-	Files    int   `json:"files"`
-	Dirs     int   `json:"dirs"`
-	Symlinks int   `json:"symlinks"`
-	Bytes    int64 `json:"bytes"`
-}
 
 // Restore writes the tree of checkpoint id into dir, which must not exist or
 // be an empty directory (SPEC §10 Q20); with opts.Paths, only the entries
@@ -89,12 +53,12 @@ type RestoreStats struct {
 // recorded executable, 0644 otherwise. Long runs of zero bytes are left as
 // holes (see sparseWriter). Restored files are not fsynced: like tar, a
 // restore produces a working copy that the store can reproduce.
-func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions) (RestoreStats, error) {
-	var o RestoreOptions
+func (db *DB) Restore(ctx context.Context, id, dir string, opts *sbxdb.RestoreOptions) (sbxdb.RestoreStats, error) {
+	var o sbxdb.RestoreOptions
 	if opts != nil {
 		o = *opts
 	}
-	var stats RestoreStats
+	var stats sbxdb.RestoreStats
 	cp, err := db.Get(ctx, id)
 	if err != nil {
 		return stats, err
@@ -137,12 +101,12 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 	if err := db.restoreInto(ctx, files, stg.root, true, &o, &stats); err != nil {
 		os.RemoveAll(stg.path)
 		removeCreated(created)
-		return RestoreStats{}, stg.unpin(err)
+		return sbxdb.RestoreStats{}, stg.unpin(err)
 	}
 	if err := db.opts.FS.Rename(stg.path, target); err != nil {
 		os.RemoveAll(stg.path)
 		removeCreated(created)
-		return RestoreStats{}, fmt.Errorf("restore: %w", err)
+		return sbxdb.RestoreStats{}, fmt.Errorf("restore: %w", err)
 	}
 	return stats, nil
 }
@@ -157,19 +121,19 @@ func (db *DB) Restore(ctx context.Context, id, dir string, opts *RestoreOptions)
 // clean-up after a failure does. Target is used through dir (see
 // pinnedPath): whatever is renamed meanwhile, the restore stays in the
 // directory checkTarget found empty.
-func (db *DB) restoreIntoDir(ctx context.Context, files []chain.Entry, target string, dir *os.File, o *RestoreOptions) (RestoreStats, error) {
+func (db *DB) restoreIntoDir(ctx context.Context, files []chain.Entry, target string, dir *os.File, o *sbxdb.RestoreOptions) (sbxdb.RestoreStats, error) {
 	troot := pinnedPath(dir, target)
 	st, err := dir.Stat()
 	stg, err := db.makeStaging(troot, err != nil || sharedDir(st))
 	if err != nil {
-		return RestoreStats{}, unpinError(err, troot, target)
+		return sbxdb.RestoreStats{}, unpinError(err, troot, target)
 	}
 	defer stg.f.Close()
-	fail := func(err error) (RestoreStats, error) {
+	fail := func(err error) (sbxdb.RestoreStats, error) {
 		os.RemoveAll(stg.path)
-		return RestoreStats{}, unpinError(stg.unpin(err), troot, target)
+		return sbxdb.RestoreStats{}, unpinError(stg.unpin(err), troot, target)
 	}
-	var stats RestoreStats
+	var stats sbxdb.RestoreStats
 	if err := db.restoreInto(ctx, files, stg.root, false, o, &stats); err != nil {
 		return fail(err)
 	}
@@ -292,26 +256,6 @@ func readNames(dir string) ([]string, error) {
 	return names, err
 }
 
-// ErrPathNotFound matches the error of a restore whose RestoreOptions.Paths
-// name an entry the checkpoint does not hold (a *PathNotFoundError, which
-// also matches chain.ErrInvalidPath).
-var ErrPathNotFound = errors.New("sbxdb: path not found in checkpoint")
-
-// PathNotFoundError reports a path of RestoreOptions.Paths that names no
-// entry of the checkpoint, nor a directory above one. Its contract code is
-// SANDBOX_SNAPSHOT_INVALID_PATH.
-type PathNotFoundError struct {
-	Path       string // as cleaned
-	Checkpoint string
-}
-
-func (e *PathNotFoundError) Error() string {
-	return fmt.Sprintf("%s: restore path %q is not in checkpoint %q", chain.CodeInvalidPath, e.Path, e.Checkpoint)
-}
-
-// Unwrap returns the contract sentinel and ErrPathNotFound.
-func (e *PathNotFoundError) Unwrap() []error { return []error{chain.ErrInvalidPath, ErrPathNotFound} }
-
 // selectEntries returns the entries of files that paths select (all of
 // them when paths is empty), in the manifest's order: the entry each path
 // names and every entry beneath it. Any path that is malformed or selects
@@ -359,7 +303,7 @@ func selectEntries(cpID string, files []chain.Entry, paths []string) ([]chain.En
 			found = true
 		}
 		if !found {
-			return nil, &PathNotFoundError{Path: p, Checkpoint: cpID}
+			return nil, &sbxdb.PathNotFoundError{Path: p, Checkpoint: cpID}
 		}
 	}
 	out := make([]chain.Entry, 0, n)
@@ -406,7 +350,7 @@ func cleanRestorePath(p string) (string, error) {
 // restore must not write (SPEC §6.5): bad paths (the restore side also
 // refuses any "X:" prefix), entries the policy would not have captured,
 // duplicates, entries beneath a file or symlink, symlinks that escape.
-func checkRestoreManifest(files []chain.Entry, o *RestoreOptions) error {
+func checkRestoreManifest(files []chain.Entry, o *sbxdb.RestoreOptions) error {
 	if err := chain.ValidateFiles(files); err != nil {
 		return chain.Errorf(chain.ErrInvalidPath, "%v", err)
 	}
@@ -466,7 +410,7 @@ func checkTarget(target string) (*os.File, error) {
 
 // restoreInto writes the entries files into the empty directory root,
 // which gets mode 0755 if chmodRoot (it becomes the target).
-func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string, chmodRoot bool, o *RestoreOptions, stats *RestoreStats) error {
+func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string, chmodRoot bool, o *sbxdb.RestoreOptions, stats *sbxdb.RestoreStats) error {
 	if chmodRoot {
 		if err := db.opts.FS.Chmod(root, 0o755); err != nil {
 			return err
@@ -595,7 +539,7 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 		}
 		return nil
 	})
-	if ce, ok := errors.AsType[*cas.Error](err); ok && byKey[ce.Key] != nil {
+	if ce, ok := errors.AsType[*sbxdb.BlobError](err); ok && byKey[ce.Key] != nil {
 		err = blobError(byKey[ce.Key][0], err) // a lookup or a read failed: name the path
 	}
 	return err
@@ -715,7 +659,7 @@ func (er *entryReader) Read(p []byte) (int, error) {
 // Errors reading the blob get the contract's codes, as from Read.
 func (er *entryReader) WriteTo(w io.Writer) (int64, error) {
 	n, err := er.r.WriteTo(w)
-	if _, ok := errors.AsType[*cas.Error](err); ok {
+	if _, ok := errors.AsType[*sbxdb.BlobError](err); ok {
 		err = blobError(er.e, err)
 	}
 	return n, err
@@ -727,11 +671,11 @@ func (er *entryReader) Close() error { return er.r.Close() }
 // path and the key.
 func blobError(e *chain.Entry, err error) error {
 	switch {
-	case errors.Is(err, cas.ErrNotFound):
+	case errors.Is(err, sbxdb.ErrBlobNotFound):
 		return chain.Errorf(chain.ErrMissingBlob, "%q: blob %s is missing", e.Path, e.BlobKey)
-	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrInvalidKey):
+	case errors.Is(err, sbxdb.ErrBlobCorrupt), errors.Is(err, sbxdb.ErrInvalidBlobKey):
 		why := err.Error()
-		if ce, ok := errors.AsType[*cas.Error](err); ok {
+		if ce, ok := errors.AsType[*sbxdb.BlobError](err); ok {
 			why = ce.Err.Error()
 			if ce.Detail != "" {
 				why += ": " + ce.Detail

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/vfs"
 )
@@ -104,7 +105,7 @@ func capturedBig(t *testing.T, h *hookFS, names ...string) (*engine.DB, string) 
 		t.Fatal(err)
 	}
 	defer w.Release(ctx)
-	res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws})
+	res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -64,18 +65,18 @@ func TestRestorePaths(t *testing.T) {
 		name  string
 		paths []string
 		want  []string // the selected paths of tree
-		stats engine.RestoreStats
+		stats sbxdb.RestoreStats
 	}{
-		{"a file", []string{"e/f.txt"}, []string{"e/f.txt"}, engine.RestoreStats{Files: 1, Bytes: 3}},
-		{"a symlink", []string{"l"}, []string{"l"}, engine.RestoreStats{Symlinks: 1}},
-		{"an empty directory", []string{"g/h"}, []string{"g/h"}, engine.RestoreStats{Dirs: 1}},
-		{"a directory implied by its files", []string{"a/b"}, []string{"a/b"}, engine.RestoreStats{Files: 2, Bytes: 5}},
-		{"a directory implied by a directory", []string{"g"}, []string{"g"}, engine.RestoreStats{Dirs: 1}},
-		{"a name that prefixes another", []string{"a/b/c.txt"}, []string{"a/b/c.txt"}, engine.RestoreStats{Files: 1, Bytes: 1}},
+		{"a file", []string{"e/f.txt"}, []string{"e/f.txt"}, sbxdb.RestoreStats{Files: 1, Bytes: 3}},
+		{"a symlink", []string{"l"}, []string{"l"}, sbxdb.RestoreStats{Symlinks: 1}},
+		{"an empty directory", []string{"g/h"}, []string{"g/h"}, sbxdb.RestoreStats{Dirs: 1}},
+		{"a directory implied by its files", []string{"a/b"}, []string{"a/b"}, sbxdb.RestoreStats{Files: 2, Bytes: 5}},
+		{"a directory implied by a directory", []string{"g"}, []string{"g"}, sbxdb.RestoreStats{Dirs: 1}},
+		{"a name that prefixes another", []string{"a/b/c.txt"}, []string{"a/b/c.txt"}, sbxdb.RestoreStats{Files: 1, Bytes: 1}},
 		{"nested and duplicate paths", []string{"a", "a/b", "a/b/c.txt", "a", "top.txt"}, []string{"a", "top.txt"},
-			engine.RestoreStats{Files: 4, Bytes: 10}},
+			sbxdb.RestoreStats{Files: 4, Bytes: 10}},
 		{"paths cleaned", []string{"./e//f.txt", "a/b/", "g/./h//"}, []string{"e/f.txt", "a/b", "g/h"},
-			engine.RestoreStats{Files: 3, Bytes: 8, Dirs: 1}},
+			sbxdb.RestoreStats{Files: 3, Bytes: 8, Dirs: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, existing := range []bool{false, true} {
@@ -85,7 +86,7 @@ func TestRestorePaths(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				st, err := f.db.Restore(ctx, id, out, &engine.RestoreOptions{Paths: tc.paths})
+				st, err := f.db.Restore(ctx, id, out, &sbxdb.RestoreOptions{Paths: tc.paths})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -140,11 +141,11 @@ func TestRestorePathsRefused(t *testing.T) {
 				}
 				before, _ = os.Lstat(out)
 			}
-			_, err := f.db.Restore(ctx, id, out, &engine.RestoreOptions{Paths: []string{"a", tc.path}})
+			_, err := f.db.Restore(ctx, id, out, &sbxdb.RestoreOptions{Paths: []string{"a", tc.path}})
 			if !errors.Is(err, chain.ErrInvalidPath) || chain.Code(err) != chain.CodeInvalidPath {
 				t.Fatalf("Restore of path %q = %v, want INVALID_PATH", tc.path, err)
 			}
-			if errors.Is(err, engine.ErrPathNotFound) != tc.notFound {
+			if errors.Is(err, sbxdb.ErrPathNotFound) != tc.notFound {
 				t.Errorf("Restore of path %q = %v: ErrPathNotFound is %v, want %v", tc.path, err, !tc.notFound, tc.notFound)
 			}
 			if !strings.Contains(err.Error(), strconv.Quote(tc.path)) {
@@ -163,8 +164,8 @@ func TestRestorePathsRefused(t *testing.T) {
 			}
 		}
 	}
-	var pnf *engine.PathNotFoundError
-	_, err := f.db.Restore(ctx, id, filepath.Join(t.TempDir(), "out"), &engine.RestoreOptions{Paths: []string{"x//y/"}})
+	var pnf *sbxdb.PathNotFoundError
+	_, err := f.db.Restore(ctx, id, filepath.Join(t.TempDir(), "out"), &sbxdb.RestoreOptions{Paths: []string{"x//y/"}})
 	if !errors.As(err, &pnf) || pnf.Path != "x/y" || pnf.Checkpoint != id {
 		t.Errorf("error %v: want a PathNotFoundError naming x/y in %s", err, id)
 	}
@@ -209,7 +210,7 @@ func TestRestorePathsKeepTheRules(t *testing.T) {
 		{"missing", []string{"z", "src/b"}, chain.ErrMissingBlob},
 	} {
 		parent := t.TempDir()
-		_, err := f.db.Restore(ctx, tc.id, filepath.Join(parent, "deep", "out"), &engine.RestoreOptions{Paths: tc.paths})
+		_, err := f.db.Restore(ctx, tc.id, filepath.Join(parent, "deep", "out"), &sbxdb.RestoreOptions{Paths: tc.paths})
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("Restore %s %q = %v, want %v", tc.id, tc.paths, err, tc.want)
 		}
@@ -219,7 +220,7 @@ func TestRestorePathsKeepTheRules(t *testing.T) {
 	}
 	// The blob missing from what is not restored does not matter.
 	out := filepath.Join(t.TempDir(), "out")
-	if st, err := f.db.Restore(ctx, "missing", out, &engine.RestoreOptions{Paths: []string{"src/a", "z"}}); err != nil || st.Files != 2 {
+	if st, err := f.db.Restore(ctx, "missing", out, &sbxdb.RestoreOptions{Paths: []string{"src/a", "z"}}); err != nil || st.Files != 2 {
 		t.Fatalf("Restore of the intact files = %+v, %v", st, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/vfs"
@@ -105,7 +106,7 @@ func TestRestoreWritesNothingOutsideWhenItsDirectoriesAreSwapped(t *testing.T) {
 	ws := filepath.Join(dir, "ws")
 	write(t, ws, "src/a.txt", []byte("a"), 0o644)
 	write(t, ws, "b.txt", []byte("b"), 0o644)
-	res, err := db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: ws})
+	res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: ws})
 	if err != nil {
 		t.Fatal(err)
 	}

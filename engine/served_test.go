@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/enginetest"
+	"github.com/sbxdb/sbxdb/storetest"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/server"
 )
@@ -26,19 +27,19 @@ import (
 // embedded subject's do; they live here because the DB's test hooks
 // (export_test.go) are visible only to this package's tests.
 
-func TestServedConformanceTCP(t *testing.T)  { enginetest.RunConformance(t, servedSubject("tcp")) }
-func TestServedConformanceUnix(t *testing.T) { enginetest.RunConformance(t, servedSubject("unix")) }
+func TestServedConformanceTCP(t *testing.T)  { storetest.RunConformance(t, servedSubject("tcp")) }
+func TestServedConformanceUnix(t *testing.T) { storetest.RunConformance(t, servedSubject("unix")) }
 func TestServedForkConformanceTCP(t *testing.T) {
-	enginetest.RunForkConformance(t, servedSubject("tcp"))
+	storetest.RunForkConformance(t, servedSubject("tcp"))
 }
 func TestServedForkConformanceUnix(t *testing.T) {
-	enginetest.RunForkConformance(t, servedSubject("unix"))
+	storetest.RunForkConformance(t, servedSubject("unix"))
 }
 func TestServedInstanceConformanceTCP(t *testing.T) {
-	enginetest.RunInstanceConformance(t, servedSubject("tcp"))
+	storetest.RunInstanceConformance(t, servedSubject("tcp"))
 }
 func TestServedInstanceConformanceUnix(t *testing.T) {
-	enginetest.RunInstanceConformance(t, servedSubject("unix"))
+	storetest.RunInstanceConformance(t, servedSubject("unix"))
 }
 
 // served is a server of one DB on a fixed address, which Reopen restarts
@@ -143,8 +144,9 @@ func (s *servedStore) Fork(ctx context.Context, in chain.ForkInput) (*chain.Chec
 }
 
 // servedSubject is the kit's factory of served stores over network.
-func servedSubject(network string) enginetest.Factory {
-	return func(t *testing.T, opts engine.Options) *enginetest.Subject {
+func servedSubject(network string) storetest.Factory {
+	return func(t *testing.T, contract sbxdb.Options) *storetest.Subject {
+		opts := engineOptions(contract)
 		dir := t.TempDir()
 		db, err := engine.Open(dir, &opts)
 		if err != nil {
@@ -162,7 +164,7 @@ func servedSubject(network string) enginetest.Factory {
 			cur.Close()
 		})
 		store := &servedStore{Client: c}
-		s := &enginetest.Subject{
+		s := &storetest.Subject{
 			Store:       store,
 			InsertRaw:   func(cp *chain.Checkpoint) error { return cur.InsertRaw(cp) },
 			SetRefCount: func(key string, n int64) error { return cur.SetRefCount(key, n) },
@@ -176,7 +178,7 @@ func servedSubject(network string) enginetest.Factory {
 				})
 			},
 		}
-		s.Reopen = func(t *testing.T) engine.Store {
+		s.Reopen = func(t *testing.T) sbxdb.Store {
 			srv.stop()
 			c.Close()
 			if err := cur.Close(); err != nil {

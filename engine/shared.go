@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
@@ -54,11 +55,11 @@ var (
 	// connection was lost; nothing was written, unless the error is also
 	// ErrCommitUnknown. The next call may succeed once the database is
 	// back: the store needs no reopening.
-	ErrMetadataUnavailable = pgkv.ErrUnavailable
+	ErrMetadataUnavailable = sbxdb.ErrMetadataUnavailable
 	// ErrCommitUnknown: the connection was lost while the write committed,
 	// so it may be stored. Read the state back (the head, the checkpoint
 	// by id) before retrying.
-	ErrCommitUnknown = pgkv.ErrCommitUnknown
+	ErrCommitUnknown = sbxdb.ErrCommitUnknown
 	// ErrBlobsUnavailable: the bucket of Options.Blobs could not be
 	// reached, or its server failed, after the object store's retries.
 	// No index entry names an object the failure kept from the bucket: a
@@ -66,7 +67,7 @@ var (
 	// whose index entry was removed leaves its object behind, for a later
 	// gc. The next call may succeed once the bucket is back: the store
 	// needs no reopening.
-	ErrBlobsUnavailable = objstore.ErrUnavailable
+	ErrBlobsUnavailable = sbxdb.ErrBlobsUnavailable
 )
 
 // ErrNotFileMetadata is the error of what only the bbolt file has
@@ -95,7 +96,7 @@ func checkMetadata(s string) error {
 	if s == "" || IsSharedMetadata(s) {
 		return nil
 	}
-	return fmt.Errorf("%w: Metadata %q: want a postgres:// or postgresql:// URL, or empty for the file beside the blobs", ErrInvalidOptions, redactURL(s))
+	return fmt.Errorf("%w: Metadata %q: want a postgres:// or postgresql:// URL, or empty for the file beside the blobs", sbxdb.ErrInvalidOptions, redactURL(s))
 }
 
 // checkBlobs validates Options.Blobs against Options.Metadata. Blobs in a
@@ -106,10 +107,10 @@ func checkBlobs(blobs, metadata string) error {
 		return nil
 	}
 	if _, _, err := s3.ParseURL(blobs); err != nil {
-		return fmt.Errorf("%w: Blobs: %v", ErrInvalidOptions, err)
+		return fmt.Errorf("%w: Blobs: %v", sbxdb.ErrInvalidOptions, err)
 	}
 	if !IsSharedMetadata(metadata) {
-		return fmt.Errorf("%w: Blobs %q needs shared metadata (Metadata postgres://…): servers sharing a bucket must share its index", ErrInvalidOptions, blobs)
+		return fmt.Errorf("%w: Blobs %q needs shared metadata (Metadata postgres://…): servers sharing a bucket must share its index", sbxdb.ErrInvalidOptions, blobs)
 	}
 	return nil
 }
@@ -180,7 +181,7 @@ func openShared(dir string, o Options) (db *DB, err error) {
 			return nil, err
 		}
 	} else if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("%w at %s", ErrNoStore, dir)
+		return nil, fmt.Errorf("%w at %s", sbxdb.ErrNoStore, dir)
 	}
 	lock, err := lockStore(dir, o.ReadOnly, o.LockTimeout)
 	if err != nil {
@@ -210,7 +211,7 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	err = db.view(func(tx kv.Tx) error { return initLayout(tx, nil) })
 	switch {
 	case errors.Is(err, errNoLayout) && o.ReadOnly:
-		err = fmt.Errorf("%w at %s", ErrNoStore, db.path)
+		err = fmt.Errorf("%w at %s", sbxdb.ErrNoStore, db.path)
 	case errors.Is(err, errNoLayout):
 		// An empty database: create the layout. initLayout checks again
 		// inside the write transaction, so of two servers starting at
@@ -353,7 +354,7 @@ func ownStore(dir string, remote bool) string {
 // sharedError names the database (without its password) in err.
 func sharedError(url string, err error) error {
 	if errors.Is(err, pgkv.ErrNewerSchema) {
-		return fmt.Errorf("%w: %s: %v", ErrFormat, redactURL(url), err)
+		return fmt.Errorf("%w: %s: %v", sbxdb.ErrFormat, redactURL(url), err)
 	}
 	return fmt.Errorf("sbxdb: metadata at %s: %w", redactURL(url), err)
 }

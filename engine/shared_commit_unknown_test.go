@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
@@ -137,7 +138,7 @@ func TestSharedGroupCommitUnknownOutcome(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_, capErr = db.Capture(ctx, engine.CaptureInput{Writer: lt.Writer, Dir: ws})
+		_, capErr = db.Capture(ctx, sbxdb.CaptureInput{Writer: lt.Writer, Dir: ws})
 	}()
 	go func() { defer wg.Done(); _, vErr = db.Append(ctx, *inV) }()
 	for engine.QueueLen(db) < 2 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 )
@@ -22,7 +23,7 @@ func TestSharedSweepOneConnection(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+		_, err := db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 		done <- err
 	}()
 	select {

@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/enginetest"
+	"github.com/sbxdb/sbxdb/storetest"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/internal/objstore/s3"
@@ -21,18 +22,19 @@ import (
 // s3Subjects returns a factory of stores whose metadata is in a fresh
 // PostgreSQL database and whose blobs are in a fresh bucket of one S3
 // server (versitygw) started for the test.
-func s3Subjects(t *testing.T) enginetest.Factory {
+func s3Subjects(t *testing.T) storetest.Factory {
 	srv := s3test.Start(t)
 	s3test.Env(t, srv)
-	return func(t *testing.T, opts engine.Options) *enginetest.Subject {
+	return func(t *testing.T, contract sbxdb.Options) *storetest.Subject {
+		opts := engineOptions(contract)
 		opts.Blobs = "s3://" + s3test.Bucket() + "/blobs"
-		return sharedSubject(t, opts)
+		return sharedSubjectWith(t, opts)
 	}
 }
 
-func TestSharedS3Conformance(t *testing.T) { enginetest.RunConformance(t, s3Subjects(t)) }
+func TestSharedS3Conformance(t *testing.T) { storetest.RunConformance(t, s3Subjects(t)) }
 func TestSharedS3ForkConformance(t *testing.T) {
-	enginetest.RunForkConformance(t, s3Subjects(t))
+	storetest.RunForkConformance(t, s3Subjects(t))
 }
 
 // Blobs in a bucket need shared metadata, and a URL that is not an S3 one
@@ -45,7 +47,7 @@ func TestSharedS3Options(t *testing.T) {
 		{Blobs: "http://bucket/prefix", Metadata: "postgres://u@127.0.0.1:1/db"},
 		{Blobs: "s3://Bad_Bucket", Metadata: "postgres://u@127.0.0.1:1/db"},
 	} {
-		if _, err := engine.Open(dir, &o); !errors.Is(err, engine.ErrInvalidOptions) {
+		if _, err := engine.Open(dir, &o); !errors.Is(err, sbxdb.ErrInvalidOptions) {
 			t.Errorf("Open with Blobs %q, Metadata %q: %v, want ErrInvalidOptions", o.Blobs, o.Metadata, err)
 		}
 	}
@@ -87,7 +89,7 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := one.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws})
+	res, err := one.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	}
 	// Checks on either server find nothing wrong; gc's repack is refused.
 	for _, db := range []*engine.DB{one, two} {
-		rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+		rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 		if err != nil || !rep.Clean() {
 			t.Fatalf("Check: %+v, %v", rep, err)
 		}
@@ -140,13 +142,13 @@ func TestSharedS3CaptureRestore(t *testing.T) {
 	// gc on the second server, once the first made an empty checkpoint
 	// the head and deleted the other: the sweep deletes every blob, and
 	// gc does not stop at the repack it leaves out in object storage.
-	if _, err := one.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: t.TempDir()}); err != nil {
+	if _, err := one.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := one.DeleteCheckpoints(ctx, "t1", 1, w.Writer); err != nil {
 		t.Fatal(err)
 	}
-	gcRes, err := two.GC(ctx, engine.GCOptions{Immediate: true})
+	gcRes, err := two.GC(ctx, sbxdb.GCOptions{Immediate: true})
 	if err != nil {
 		t.Fatalf("GC with blobs in object storage: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
@@ -61,8 +62,8 @@ func TestSharedSweepDuringCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	capture := func(dir string) (*engine.CaptureResult, error) {
-		return a.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: dir})
+	capture := func(dir string) (*sbxdb.CaptureResult, error) {
+		return a.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: dir})
 	}
 	if _, err := capture(ws); err != nil { // stores the blobs, writes the stat cache
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestSharedSweepDuringCapture(t *testing.T) {
 		if swept > 0 {
 			return nil
 		}
-		res, err := b.Sweep(ctx, engine.SweepOptions{Immediate: true})
+		res, err := b.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 		swept = len(res.Deleted)
 		return err
 	})
@@ -128,13 +129,13 @@ func TestSharedSweepsOneAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = db.Sweep(short, engine.SweepOptions{Immediate: true})
+	_, err = db.Sweep(short, sbxdb.SweepOptions{Immediate: true})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a sweep while another server sweeps: %v, want it to wait (the context's deadline)", err)
 	}
 	release()
-	if _, err := db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil {
+	if _, err := db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil {
 		t.Fatalf("a sweep once the other finished: %v", err)
 	}
 }

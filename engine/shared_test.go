@@ -4,8 +4,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/enginetest"
+	"github.com/sbxdb/sbxdb/storetest"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 )
 
@@ -13,14 +14,19 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // sharedSubject is subject (conformance_test.go) with the store's metadata
 // in a fresh PostgreSQL database: the kit's hooks run there too.
-func sharedSubject(t *testing.T, opts engine.Options) *enginetest.Subject {
-	opts.Metadata = pgtest.URL(t)
-	return subject(t, opts)
+func sharedSubject(t *testing.T, contract sbxdb.Options) *storetest.Subject {
+	return sharedSubjectWith(t, engineOptions(contract))
 }
 
-func TestSharedConformance(t *testing.T)         { enginetest.RunConformance(t, sharedSubject) }
-func TestSharedForkConformance(t *testing.T)     { enginetest.RunForkConformance(t, sharedSubject) }
-func TestSharedInstanceConformance(t *testing.T) { enginetest.RunInstanceConformance(t, sharedSubject) }
+// sharedSubjectWith is sharedSubject with the engine's options.
+func sharedSubjectWith(t *testing.T, opts engine.Options) *storetest.Subject {
+	opts.Metadata = pgtest.URL(t)
+	return subjectWith(t, opts)
+}
+
+func TestSharedConformance(t *testing.T)         { storetest.RunConformance(t, sharedSubject) }
+func TestSharedForkConformance(t *testing.T)     { storetest.RunForkConformance(t, sharedSubject) }
+func TestSharedInstanceConformance(t *testing.T) { storetest.RunInstanceConformance(t, sharedSubject) }
 
 // A Metadata value that is not a PostgreSQL URL is refused before anything
 // is created, and compaction and migration, which only the file has, say
@@ -28,7 +34,7 @@ func TestSharedInstanceConformance(t *testing.T) { enginetest.RunInstanceConform
 func TestSharedMetadataOptions(t *testing.T) {
 	dir := t.TempDir()
 	for _, bad := range []string{"mysql://x/y", "postgres", "/tmp/sbx.db"} {
-		if _, err := engine.Open(dir, &engine.Options{Metadata: bad}); !errors.Is(err, engine.ErrInvalidOptions) {
+		if _, err := engine.Open(dir, &engine.Options{Metadata: bad}); !errors.Is(err, sbxdb.ErrInvalidOptions) {
 			t.Errorf("Open with Metadata %q: %v, want ErrInvalidOptions", bad, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 )
@@ -30,7 +31,7 @@ func captureOnce(t *testing.T, dir string, opts engine.Options) string {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	res, err := db.Capture(ctx, engine.CaptureInput{Writer: l.Writer, Dir: ws})
+	res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: l.Writer, Dir: ws})
 	if err != nil {
 		t.Fatal(err)
 	}

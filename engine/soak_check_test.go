@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
@@ -146,13 +147,13 @@ func (s *soak) verify() {
 	for round := range 2 {
 		if round == 1 {
 			s.clock.Add(time.Second.Milliseconds())
-			res, err := db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+			res, err := db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 			if err != nil {
 				t.Fatalf("final sweep: %v", err)
 			}
 			t.Logf("final sweep deleted %d unreferenced blobs", len(res.Deleted))
 		}
-		rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+		rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func (s *soak) verify() {
 		// can leave a checkpoint off its thread's head chain.
 		warnings := map[string]int{}
 		for _, f := range rep.Findings {
-			if f.Severity == engine.SeverityError || f.Kind != engine.FindingDanglingParent {
+			if f.Severity == sbxdb.SeverityError || f.Kind != sbxdb.FindingDanglingParent {
 				t.Errorf("check: %s", f)
 			} else {
 				warnings[f.Kind]++

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
@@ -286,7 +287,7 @@ func (w *soakWorker) capture(h *soakHeld, model *soakChain, tn *soakTenure) {
 		s.failf("worker %d: reading the workspace: %v", w.g, err)
 		return
 	}
-	in := engine.CaptureInput{Writer: h.l.Writer, Dir: w.ws, ID: w.id("c"), Conversation: []json.RawMessage{soakMsg("capture")}}
+	in := sbxdb.CaptureInput{Writer: h.l.Writer, Dir: w.ws, ID: w.id("c"), Conversation: []json.RawMessage{soakMsg("capture")}}
 	if w.r.IntN(4) == 0 {
 		a, err := s.db.PutArtifact(s.ctx, engine.ArtifactInput{
 			ArtifactID: w.id("art"), Name: "out.txt", MimeType: "text/plain", Data: bytes.NewReader(s.artData[w.r.IntN(len(s.artData))]),

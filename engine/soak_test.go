@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
@@ -433,7 +434,7 @@ func TestSoakSweepVersusOrphanRemoval(t *testing.T) {
 
 	swept := make(chan error, 1)
 	go func() {
-		res, err := db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+		res, err := db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 		if err == nil && !slices.Equal(res.Deleted, []string{first.BlobKey}) {
 			err = fmt.Errorf("sweep deleted %v, want %s", res.Deleted, first.BlobKey)
 		}
@@ -470,13 +471,13 @@ func TestSoakSweepVersusOrphanRemoval(t *testing.T) {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: "cp", Artifacts: []chain.Artifact{second}}); err != nil {
+	if _, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws, ID: "cp", Artifacts: []chain.Artifact{second}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := db.ReadArtifact(ctx, "th", "cp", "a"); err != nil {
 		t.Errorf("the artifact checkpoint cp names is unreadable: %v", err)
 	}
-	rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,13 +564,13 @@ func TestSoakGCPrecheckVersusSweep(t *testing.T) {
 				if err := os.MkdirAll(ws, 0o755); err == nil {
 					err = os.WriteFile(filepath.Join(ws, "f"), fmt.Appendf(nil, "%s round %d", thread, i), 0o644)
 				}
-				res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws})
+				res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws})
 				if err == nil {
 					err = db.DeleteHead(ctx, thread, res.Checkpoint.ID, w.Writer)
 				}
 				if err == nil {
 					clock.Add(1)
-					_, err = db.Sweep(ctx, engine.SweepOptions{Immediate: true})
+					_, err = db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 				}
 				if err != nil {
 					fail(fmt.Errorf("%s round %d: %w", thread, i, err))
@@ -582,7 +583,7 @@ func TestSoakGCPrecheckVersusSweep(t *testing.T) {
 	for range 3 {
 		wg.Go(func() {
 			for !stop.Load() {
-				if _, err := db.GC(ctx, engine.GCOptions{Immediate: true}); err != nil {
+				if _, err := db.GC(ctx, sbxdb.GCOptions{Immediate: true}); err != nil {
 					fail(fmt.Errorf("GC: %w", err))
 					return
 				}
@@ -596,7 +597,7 @@ func TestSoakGCPrecheckVersusSweep(t *testing.T) {
 	if err, _ := failure.Load().(error); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true}); err != nil || !rep.Clean() {
+	if rep, err := db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true}); err != nil || !rep.Clean() {
 		t.Fatalf("check: %v, %v", rep, err)
 	}
 }

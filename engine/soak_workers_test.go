@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/lease"
@@ -449,7 +449,7 @@ func (w *soakWorker) instance() {
 	if w.r.IntN(2) == 0 {
 		// A key of this worker alone: reads see exactly its writes.
 		key := fmt.Sprintf("own-%d", w.g)
-		rec := engine.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: w.id("sb"), ThreadID: "t0", UpdatedAt: s.now()}
+		rec := sbxdb.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: w.id("sb"), ThreadID: "t0", UpdatedAt: s.now()}
 		if w.r.IntN(2) == 0 {
 			rec.LatestSnapshotID, rec.LatestRunID = "snap", "run"
 		}
@@ -475,7 +475,7 @@ func (w *soakWorker) instance() {
 	key := fmt.Sprintf("shared-%d", w.r.IntN(4))
 	switch w.r.IntN(3) {
 	case 0:
-		rec := engine.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: w.id("sb"), ThreadID: "t1", UpdatedAt: s.now()}
+		rec := sbxdb.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: w.id("sb"), ThreadID: "t1", UpdatedAt: s.now()}
 		s.mu.Lock()
 		if s.instances[key] == nil {
 			s.instances[key] = map[string]bool{}
@@ -591,7 +591,7 @@ func (w *soakWorker) deadWriter() {
 		if wr.ThreadID != th.name {
 			return // Capture writes to the writer's own thread, maybe live
 		}
-		_, err = s.db.Capture(s.ctx, engine.CaptureInput{Writer: wr, Dir: w.ws, ID: w.id("dead")})
+		_, err = s.db.Capture(s.ctx, sbxdb.CaptureInput{Writer: wr, Dir: w.ws, ID: w.id("dead")})
 		what = "capture " + what
 	default:
 		src := s.ackedID(w.r)
@@ -639,7 +639,7 @@ func (w *soakWorker) badInput() {
 		_, err = s.db.Append(s.ctx, chain.AppendInput{Checkpoint: cp, Writer: chain.Writer{ThreadID: "t0"}})
 		want = chain.CodeInvalidEntry
 	default:
-		_, err = s.db.Sweep(s.ctx, engine.SweepOptions{OlderThan: -time.Second})
+		_, err = s.db.Sweep(s.ctx, sbxdb.SweepOptions{OlderThan: -time.Second})
 		s.count(soakOpBadInput, err)
 		if !errors.Is(err, gc.ErrInvalidOptions) {
 			s.failf("Sweep with a negative window: %v", err)
@@ -654,7 +654,7 @@ func (w *soakWorker) badInput() {
 
 func (w *soakWorker) sweep() {
 	s := w.s
-	res, err := s.db.Sweep(s.ctx, engine.SweepOptions{Immediate: true, DryRun: w.r.IntN(5) == 0})
+	res, err := s.db.Sweep(s.ctx, sbxdb.SweepOptions{Immediate: true, DryRun: w.r.IntN(5) == 0})
 	s.count(soakOpSweep, err)
 	if err != nil {
 		s.failf("Sweep: %v", err)
@@ -673,7 +673,7 @@ func (w *soakWorker) gc() {
 		s.gcStarts.Add(1)
 		defer s.gcActive.Add(-1)
 	}
-	res, err := s.db.GC(s.ctx, engine.GCOptions{Retain: retain, Keep: soakGCKeep, Immediate: true, RepackThreshold: 0.05})
+	res, err := s.db.GC(s.ctx, sbxdb.GCOptions{Retain: retain, Keep: soakGCKeep, Immediate: true, RepackThreshold: 0.05})
 	s.count(soakOpGC, err)
 	if res != nil {
 		for th, ids := range res.Retention.Deleted {

@@ -2,47 +2,20 @@ package engine
 
 import (
 	"context"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/internal/meta"
 )
 
-// StoreStats describes what a store holds and what it costs on disk
-// (sbxdb stats).
-type StoreStats struct {
-	Threads     int `json:"threads"`
-	Checkpoints int `json:"checkpoints"`
-	Chunks      int `json:"chunks"`
-	// LogicalMetadataBytes is what the checkpoints' records would take
-	// stored whole, each with its full manifest and conversation (as
-	// format 1 stored them); PhysicalMetadataBytes is what their records
-	// and shared chunks take. SharingRatio is logical / physical.
-	LogicalMetadataBytes  int64   `json:"logicalMetadataBytes"`
-	PhysicalMetadataBytes int64   `json:"physicalMetadataBytes"`
-	SharingRatio          float64 `json:"sharingRatio"`
-	// Blobs counts stored blobs; BlobLogicalBytes is their uncompressed
-	// size, each counted once however many checkpoints use it;
-	// BlobPhysicalBytes is what the pack and large files take.
-	Blobs             int   `json:"blobs"`
-	BlobLogicalBytes  int64 `json:"blobLogicalBytes"`
-	BlobPhysicalBytes int64 `json:"blobPhysicalBytes"`
-	// DBFileBytes is the size of the bbolt file; FreePages of its pages
-	// hold nothing (reused by later writes; sbxdb compact gives them back).
-	DBFileBytes int64 `json:"dbFileBytes"`
-	PageSize    int   `json:"pageSize"`
-	FreePages   int   `json:"freePages"`
-	// Metadata is the database holding the metadata (its URL without a
-	// password) instead of the bbolt file, whose three fields are then 0.
-	Metadata string `json:"metadata,omitempty"`
-}
-
 // Stats reads the store's sizes in one read transaction (the blob sums in
 // another). It reads every record's header and every chunk's size, not
 // the chunks themselves.
-func (db *DB) Stats(ctx context.Context) (*StoreStats, error) {
-	s := &StoreStats{}
+func (db *DB) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
+	s := &sbxdb.StoreStats{}
 	err := db.view(func(tx kv.Tx) error {
 		threads, err := meta.Threads(tx)
 		if err != nil {

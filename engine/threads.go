@@ -2,21 +2,13 @@ package engine
 
 import (
 	"context"
+
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/meta"
 )
-
-// ThreadSummary is what List says of a thread's size and age, read from
-// the thread index without decoding a checkpoint.
-type ThreadSummary struct {
-	// Checkpoints is the number of the thread's checkpoints: len(List).
-	Checkpoints int `json:"checkpoints"`
-	// LatestCreatedAt is the newest createdAt among them (that of List's
-	// last), in epoch milliseconds; nil when the thread has none.
-	LatestCreatedAt *int64 `json:"latestCreatedAt"`
-}
 
 // ThreadSummary returns the number of the thread's checkpoints and their
 // newest createdAt, in one read transaction over the thread's index keys
@@ -24,24 +16,24 @@ type ThreadSummary struct {
 // manifests. threadID is checked as List checks it; a damaged index key is
 // ErrCorrupt. A damaged checkpoint record is not seen (List and Check see
 // it). An unknown thread is the zero summary.
-func (db *DB) ThreadSummary(ctx context.Context, threadID string) (ThreadSummary, error) {
+func (db *DB) ThreadSummary(ctx context.Context, threadID string) (sbxdb.ThreadSummary, error) {
 	if err := firstErr(ctx.Err(), chain.CheckID("threadId", threadID)); err != nil {
-		return ThreadSummary{}, err
+		return sbxdb.ThreadSummary{}, err
 	}
-	var s ThreadSummary
+	var s sbxdb.ThreadSummary
 	err := db.view(func(tx kv.Tx) error {
 		n, latest, ok, err := meta.ThreadSummary(tx, threadID)
 		if err != nil {
 			return err
 		}
-		s = ThreadSummary{Checkpoints: n}
+		s = sbxdb.ThreadSummary{Checkpoints: n}
 		if ok {
 			s.LatestCreatedAt = &latest
 		}
 		return nil
 	})
 	if err != nil {
-		return ThreadSummary{}, err
+		return sbxdb.ThreadSummary{}, err
 	}
 	return s, nil
 }

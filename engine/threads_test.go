@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -75,7 +76,7 @@ func TestThreadSummary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var want engine.ThreadSummary
+		var want sbxdb.ThreadSummary
 		if want.Checkpoints = len(list); len(list) > 0 {
 			want.LatestCreatedAt = &list[len(list)-1].CreatedAt
 		}
@@ -103,7 +104,7 @@ func TestThreadSummary(t *testing.T) {
 	} {
 		_, want := db.List(c.ctx, c.thread)
 		got, err := db.ThreadSummary(c.ctx, c.thread)
-		if want == nil || err == nil || err.Error() != want.Error() || got != (engine.ThreadSummary{}) {
+		if want == nil || err == nil || err.Error() != want.Error() || got != (sbxdb.ThreadSummary{}) {
 			t.Errorf("ThreadSummary(%q) = %s, %v; List: %v", c.thread, summaryText(got), err, want)
 		}
 	}
@@ -161,12 +162,12 @@ func TestThreadSummaryDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if got, err := db.ThreadSummary(ctx, "t"); !errors.Is(err, chain.ErrCorrupt) || got != (engine.ThreadSummary{}) {
+	if got, err := db.ThreadSummary(ctx, "t"); !errors.Is(err, chain.ErrCorrupt) || got != (sbxdb.ThreadSummary{}) {
 		t.Errorf("ThreadSummary with a short index key = %s, %v", summaryText(got), err)
 	}
 }
 
-func summaryText(s engine.ThreadSummary) string {
+func summaryText(s sbxdb.ThreadSummary) string {
 	if s.LatestCreatedAt == nil {
 		return fmt.Sprintf("{%d, nil}", s.Checkpoints)
 	}

@@ -3,11 +3,13 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/boltcheck"
@@ -118,8 +120,8 @@ func checkEmptyFile(path string) error {
 func classifyOpenError(dir, path string, err error) error {
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return fmt.Errorf("%w: %s is held by %s", ErrLocked, dir, holder(dir))
-	case errors.Is(err, chain.ErrCorrupt), errors.Is(err, ErrFormat):
+		return fmt.Errorf("%w: %s is held by %s", sbxdb.ErrLocked, dir, holder(dir))
+	case errors.Is(err, chain.ErrCorrupt), errors.Is(err, sbxdb.ErrFormat):
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		return fmt.Errorf("%w: %s: %v", chain.ErrCorrupt, path, err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -585,7 +586,7 @@ func blobLockFree(t *testing.T, dir string) {
 func blobOpen(t *testing.T, dir string) (*engine.DB, error) {
 	t.Helper()
 	db, err := engine.Open(dir, blobOptions())
-	if errors.Is(err, engine.ErrLocked) {
+	if errors.Is(err, sbxdb.ErrLocked) {
 		t.Errorf("Open: %v (a handle leaked by an earlier Open or Close?)", err)
 	}
 	return db, err
@@ -595,13 +596,13 @@ func blobOpen(t *testing.T, dir string) (*engine.DB, error) {
 // a *cas.Error naming key, matching ErrCorrupt or ErrNotFound.
 func blobCheckErr(t *testing.T, what, key string, err error) {
 	t.Helper()
-	ce, ok := errors.AsType[*cas.Error](err)
+	ce, ok := errors.AsType[*sbxdb.BlobError](err)
 	switch {
 	case !ok:
 		t.Errorf("%s %s: error %v (%T) is not a *cas.Error", what, key, err, err)
 	case ce.Key != key:
 		t.Errorf("%s %s: error names key %q: %v", what, key, ce.Key, err)
-	case !errors.Is(err, cas.ErrCorrupt) && !errors.Is(err, cas.ErrNotFound):
+	case !errors.Is(err, sbxdb.ErrBlobCorrupt) && !errors.Is(err, sbxdb.ErrBlobNotFound):
 		t.Errorf("%s %s: error is neither ErrCorrupt nor ErrNotFound: %v", what, key, err)
 	case !strings.Contains(err.Error(), key):
 		t.Errorf("%s %s: message does not name the key: %v", what, key, err)
@@ -805,7 +806,7 @@ func FuzzBlobFile(f *testing.F) {
 			}
 			db.Blobs().List(blobCtx, "")
 			// Check runs, whatever the damage, and reports what is gone.
-			report, err := db.Check(blobCtx, engine.CheckStoreOptions{})
+			report, err := db.Check(blobCtx, sbxdb.CheckStoreOptions{})
 			switch {
 			case err != nil:
 				recKnown(t, "check-aborts", "Check failed instead of reporting the damage (%s): %v", what, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -396,7 +397,7 @@ func recStore(t *testing.T, fx *blobFixture, chunks map[uint64][]byte, store str
 
 	db.Threads(blobCtx)
 	db.Head(blobCtx, thread)
-	db.Check(blobCtx, engine.CheckStoreOptions{})
+	db.Check(blobCtx, sbxdb.CheckStoreOptions{})
 
 	// Restore.
 	if chain.CheckID("id", id) == nil {
@@ -636,7 +637,7 @@ func recReadAll(t *testing.T, fx *blobFixture, db *engine.DB, threads map[string
 	}
 	db.Blobs().List(blobCtx, "")
 	if n := blobAllocs(func() {
-		db.Check(blobCtx, engine.CheckStoreOptions{})
+		db.Check(blobCtx, sbxdb.CheckStoreOptions{})
 	}); n > recMaxPageAlloc {
 		recKnown(t, "refs-hint", "Check allocated %d MiB (the refs bucket's sequence, a capacity hint, is damaged?)", n>>20)
 		known += n

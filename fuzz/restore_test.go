@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io/fs"
 	"os"
 	"path"
@@ -15,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -111,7 +113,7 @@ func (a *rstArea) rel(p string) string {
 // on failure nothing (every new directory removed, the preset target still
 // there), on success only the target's parent and the target's tree. Flag
 // bit 1 creates the target as an empty directory first, bit 2 its parent.
-func (a *rstArea) restore(t *testing.T, db *engine.DB, id string, opts *engine.RestoreOptions, flags uint8) bool {
+func (a *rstArea) restore(t *testing.T, db *engine.DB, id string, opts *sbxdb.RestoreOptions, flags uint8) bool {
 	t.Helper()
 	if flags&4 != 0 {
 		os.Mkdir(filepath.Dir(a.target), 0o755)
@@ -573,7 +575,7 @@ func rstExec(t *testing.T, fx *blobFixture, store string, rst *rstArea, files []
 	}
 
 	restorable, chainOnly, undecided := rstRestorable(t, fx, files, allow)
-	opts := &engine.RestoreOptions{AllowEscapingSymlinks: allow}
+	opts := &sbxdb.RestoreOptions{AllowEscapingSymlinks: allow}
 	var outcomes []bool
 	for _, id := range []string{"rst-raw", "rst-app"} {
 		if id == "rst-app" && appErr != nil {

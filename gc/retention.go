@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/lease"
 )
@@ -59,16 +60,6 @@ type ThreadLister interface {
 	Threads(ctx context.Context) ([]string, error)
 }
 
-// RetentionResult is what KeepNewestAll did.
-type RetentionResult struct {
-	// Deleted maps thread → deleted ids, only for threads where something was
-	// deleted. It is never nil.
-	Deleted map[string][]string `json:"deleted"`
-	// Busy lists, in the order visited, the threads skipped because a live
-	// writer holds their lease.
-	Busy []string `json:"busy"`
-}
-
 // KeepNewestAll applies KeepNewest to every thread (or to threads, if
 // non-empty). A thread whose lease is held by a live writer is skipped and
 // reported in Busy (a capture is running there; the next run will get it);
@@ -76,8 +67,8 @@ type RetentionResult struct {
 func KeepNewestAll(ctx context.Context, s interface {
 	Retainer
 	ThreadLister
-}, keep int, threads ...string) (RetentionResult, error) {
-	res := RetentionResult{Deleted: map[string][]string{}}
+}, keep int, threads ...string) (sbxdb.RetentionResult, error) {
+	res := sbxdb.RetentionResult{Deleted: map[string][]string{}}
 	if err := checkKeep(keep); err != nil {
 		return res, err
 	}

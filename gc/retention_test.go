@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/lease"
 )
@@ -186,7 +187,7 @@ func TestKeepNewestAll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := RetentionResult{
+		want := sbxdb.RetentionResult{
 			Deleted: map[string][]string{"a": {"a1", "a2"}, "e": {"e1"}},
 			Busy:    []string{"b", "d"},
 		}
@@ -215,7 +216,7 @@ func TestKeepNewestAll(t *testing.T) {
 		if !errors.Is(err, errBoom) {
 			t.Fatalf("err = %v, want boom", err)
 		}
-		want := RetentionResult{Deleted: map[string][]string{"a": {"a1"}}}
+		want := sbxdb.RetentionResult{Deleted: map[string][]string{"a": {"a1"}}}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result so far (-want +got):\n%s", diff)
 		}
@@ -233,7 +234,7 @@ func TestKeepNewestAll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := RetentionResult{Deleted: map[string][]string{"a": {"a1"}, "c": {"c1"}}}
+		want := sbxdb.RetentionResult{Deleted: map[string][]string{"a": {"a1"}, "c": {"c1"}}}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result (-want +got):\n%s", diff)
 		}
@@ -260,7 +261,7 @@ func TestKeepNewestAll(t *testing.T) {
 		if !errors.Is(err, errRelease) {
 			t.Fatalf("err = %v, want the release error", err)
 		}
-		want := RetentionResult{Deleted: map[string][]string{"a": {"a1"}}}
+		want := sbxdb.RetentionResult{Deleted: map[string][]string{"a": {"a1"}}}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result so far (-want +got):\n%s", diff)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 )
@@ -79,14 +80,6 @@ type SweepInput struct {
 	DryRun bool
 }
 
-// SweepResult is what Sweep did.
-type SweepResult struct {
-	Examined   int      `json:"examined"`   // distinct keys listed under the two prefixes
-	Referenced int      `json:"referenced"` // of those, how many had a reference
-	Deleted    []string `json:"deleted"`    // keys deleted (or, with DryRun, that would be), UTF-8 byte order
-	Bytes      int64    `json:"bytes"`      // Info.Stored summed over Deleted
-}
-
 // markCheckEvery is how many keys the mark phase examines between checks of
 // ctx: often enough to stop a million-key sweep promptly, rarely enough to
 // cost nothing.
@@ -107,19 +100,19 @@ const markCheckEvery = 1 << 14
 // plain object store it races with a capture that re-uses an old unreferenced
 // blob (SPEC §5.2): run it when no capture runs, or over a Blobs whose
 // DeleteKeys re-checks pins and references, as the engine's does.
-func Sweep(ctx context.Context, in SweepInput) (SweepResult, error) {
+func Sweep(ctx context.Context, in SweepInput) (sbxdb.SweepResult, error) {
 	switch {
 	case in.References == nil:
-		return SweepResult{}, fmt.Errorf("%w: References is nil", ErrInvalidOptions)
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: References is nil", ErrInvalidOptions)
 	case in.Blobs == nil:
-		return SweepResult{}, fmt.Errorf("%w: Blobs is nil", ErrInvalidOptions)
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: Blobs is nil", ErrInvalidOptions)
 	case in.OlderThan < 0:
-		return SweepResult{}, fmt.Errorf("%w: OlderThan %v is negative", ErrInvalidOptions, in.OlderThan)
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: OlderThan %v is negative", ErrInvalidOptions, in.OlderThan)
 	case in.OlderThan == 0 && !in.Immediate:
-		return SweepResult{}, fmt.Errorf("%w: OlderThan is 0 and Immediate is not set", ErrInvalidOptions)
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: OlderThan is 0 and Immediate is not set", ErrInvalidOptions)
 	}
 	if err := ctx.Err(); err != nil {
-		return SweepResult{}, err
+		return sbxdb.SweepResult{}, err
 	}
 	// One clock reading, taken before listing: a key uploaded while the sweep
 	// runs then has Uploaded >= now and is never old enough.
@@ -130,19 +123,19 @@ func Sweep(ctx context.Context, in SweepInput) (SweepResult, error) {
 
 	files, err := listRoot(ctx, in.Blobs, filesRoot)
 	if err != nil {
-		return SweepResult{}, err
+		return sbxdb.SweepResult{}, err
 	}
 	artifacts, err := listRoot(ctx, in.Blobs, artifactsRoot)
 	if err != nil {
-		return SweepResult{}, err
+		return sbxdb.SweepResult{}, err
 	}
 	refs, err := in.References.BlobReferences(ctx)
 	if err != nil {
-		return SweepResult{}, fmt.Errorf("gc: read blob references: %w", err)
+		return sbxdb.SweepResult{}, fmt.Errorf("gc: read blob references: %w", err)
 	}
 	refs = sortedRefs(refs)
 
-	var res SweepResult
+	var res sbxdb.SweepResult
 	keys, stored, err := mark(ctx, &res, [2][]cas.Info{artifacts, files}, refs, now, in.OlderThan)
 	if err != nil {
 		return res, err
@@ -206,7 +199,7 @@ func sortedRefs(refs []chain.BlobRef) []chain.BlobRef {
 // sorted references and returns the eligible keys in byte order with their
 // stored sizes. A merge instead of a set of referenced keys: no map of a
 // million strings, no per-key allocation.
-func mark(ctx context.Context, res *SweepResult, lists [2][]cas.Info, refs []chain.BlobRef, now time.Time, olderThan time.Duration) (keys []string, stored []int64, err error) {
+func mark(ctx context.Context, res *sbxdb.SweepResult, lists [2][]cas.Info, refs []chain.BlobRef, now time.Time, olderThan time.Duration) (keys []string, stored []int64, err error) {
 	keys = []string{} // never nil: Deleted is a list, possibly empty
 	j := 0            // cursor into refs
 	for _, list := range lists {
@@ -252,7 +245,7 @@ func mark(ctx context.Context, res *SweepResult, lists [2][]cas.Info, refs []cha
 }
 
 // deleteEach deletes keys one by one with Blobs.Delete.
-func deleteEach(ctx context.Context, res SweepResult, b Blobs, keys []string, stored []int64) (SweepResult, error) {
+func deleteEach(ctx context.Context, res sbxdb.SweepResult, b Blobs, keys []string, stored []int64) (sbxdb.SweepResult, error) {
 	for i, key := range keys {
 		// keys[:i:i]: a caller appending to Deleted must not overwrite the
 		// keys that were not deleted.
@@ -273,7 +266,7 @@ func deleteEach(ctx context.Context, res SweepResult, b Blobs, keys []string, st
 // deleteGroups deletes keys in groups of DeleteGroup with DeleteKeys and
 // reports what the deleter says it deleted, limited to the keys it was asked
 // to delete.
-func deleteGroups(ctx context.Context, res SweepResult, kd KeysDeleter, keys []string, stored []int64) (SweepResult, error) {
+func deleteGroups(ctx context.Context, res sbxdb.SweepResult, kd KeysDeleter, keys []string, stored []int64) (sbxdb.SweepResult, error) {
 	res.Deleted = make([]string, 0, len(keys))
 	for start := 0; start < len(keys); start += DeleteGroup {
 		if err := ctx.Err(); err != nil {
@@ -283,7 +276,7 @@ func deleteGroups(ctx context.Context, res SweepResult, kd KeysDeleter, keys []s
 		group := keys[start:end:end] // capped: the deleter cannot append into the next group
 		got, err := kd.DeleteKeys(ctx, group)
 		// What was deleted is reported even with an error: it is gone.
-		res.collect(group, stored[start:end], got)
+		collect(&res, group, stored[start:end], got)
 		if err != nil {
 			return res, fmt.Errorf("gc: delete %d keys from %s: %w", len(group), group[0], err)
 		}
@@ -291,11 +284,11 @@ func deleteGroups(ctx context.Context, res SweepResult, kd KeysDeleter, keys []s
 	return res, nil
 }
 
-// collect appends to Deleted the keys of group that got names, in group
+// collect appends to res.Deleted the keys of group that got names, in group
 // order, and adds their stored sizes to Bytes. got should be sorted; it is
 // sorted as a copy when not. Keys of got outside group, and repeats, are
 // ignored: Deleted reports what this sweep deleted.
-func (res *SweepResult) collect(group []string, stored []int64, got []string) {
+func collect(res *sbxdb.SweepResult, group []string, stored []int64, got []string) {
 	if !slices.IsSorted(got) {
 		got = slices.Clone(got)
 		slices.Sort(got)

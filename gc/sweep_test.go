@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/testkit"
@@ -169,7 +170,7 @@ func TestSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := SweepResult{
+		want := sbxdb.SweepResult{
 			Examined:   10,
 			Referenced: 2,
 			Deleted:    []string{artKey(1), testkit.FileKey(1), testkit.FileKey(5), testkit.FileKey(6)},
@@ -270,7 +271,7 @@ func TestSweep(t *testing.T) {
 			if !errors.Is(err, errBoom) || !strings.Contains(err.Error(), testkit.FileKey(3)) {
 				t.Fatalf("err = %v, want boom naming %s", err, testkit.FileKey(3))
 			}
-			want := SweepResult{Examined: 4, Deleted: []string{testkit.FileKey(1), testkit.FileKey(2)}, Bytes: 3}
+			want := sbxdb.SweepResult{Examined: 4, Deleted: []string{testkit.FileKey(1), testkit.FileKey(2)}, Bytes: 3}
 			if diff := cmp.Diff(want, res); diff != "" {
 				t.Errorf("result (-want +got):\n%s", diff)
 			}
@@ -301,7 +302,7 @@ func TestSweep(t *testing.T) {
 				if calls := b.log.get(); len(calls) != 0 {
 					t.Errorf("calls before rejecting the options: %q", calls)
 				}
-				if diff := cmp.Diff(SweepResult{}, res); diff != "" {
+				if diff := cmp.Diff(sbxdb.SweepResult{}, res); diff != "" {
 					t.Errorf("result (-want +got):\n%s", diff)
 				}
 			})
@@ -435,7 +436,7 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := SweepResult{Examined: 3, Deleted: []string{testkit.FileKey(1), testkit.FileKey(3)}, Bytes: 5}
+		want := sbxdb.SweepResult{Examined: 3, Deleted: []string{testkit.FileKey(1), testkit.FileKey(3)}, Bytes: 5}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result (-want +got):\n%s", diff)
 		}
@@ -457,7 +458,7 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 		}
 		// What the deleter reports deleted is reported with its error; the
 		// next group is never sent.
-		want := SweepResult{Examined: DeleteGroup + 1, Deleted: []string{testkit.FileKey(0), testkit.FileKey(1)}, Bytes: 2}
+		want := sbxdb.SweepResult{Examined: DeleteGroup + 1, Deleted: []string{testkit.FileKey(0), testkit.FileKey(1)}, Bytes: 2}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Errorf("result (-want +got):\n%s", diff)
 		}
@@ -469,7 +470,7 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 
 func TestSweepDryRun(t *testing.T) {
 	infos := []cas.Info{info(testkit.FileKey(1), 2*day, 3), info(testkit.FileKey(2), 2*day, 5), info(artKey(1), 2*day, 7)}
-	want := SweepResult{Examined: 3, Referenced: 1, Deleted: []string{artKey(1), testkit.FileKey(1)}, Bytes: 10}
+	want := sbxdb.SweepResult{Examined: 3, Referenced: 1, Deleted: []string{artKey(1), testkit.FileKey(1)}, Bytes: 10}
 	for _, grouped := range []bool{false, true} {
 		t.Run(fmt.Sprint("grouped=", grouped), func(t *testing.T) {
 			b, _, in := fixture(infos, chain.BlobRef{Key: testkit.FileKey(2), References: 1})

@@ -14,7 +14,7 @@
 //
 // The transactions that acquire, check, renew, release and break leases
 // are internal/meta's (meta.AcquireLease and the rest); the engine runs
-// them and implements Backend with them. engine/memstore keeps its leases
+// them and implements Backend with them. memstore keeps its leases
 // in memory.
 package lease
 

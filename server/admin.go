@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
@@ -88,7 +89,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	opts := engine.GCOptions{Retain: in.Retain, Keep: in.Keep, OlderThan: olderThan, Immediate: in.Immediate,
+	opts := sbxdb.GCOptions{Retain: in.Retain, Keep: in.Keep, OlderThan: olderThan, Immediate: in.Immediate,
 		RepackThreshold: in.RepackThreshold, Recompress: in.Recompress, DryRun: in.DryRun}
 	for _, t := range in.Threads {
 		opts.Threads = append(opts.Threads, string(t))
@@ -125,7 +126,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	opts := engine.SweepOptions{OlderThan: olderThan, Immediate: in.Immediate, DryRun: in.DryRun}
+	opts := sbxdb.SweepOptions{OlderThan: olderThan, Immediate: in.Immediate, DryRun: in.DryRun}
 	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
 		res, err := s.db.Sweep(ctx, opts)
 		if err != nil {
@@ -177,7 +178,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
-		return s.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: in.VerifyBlobs, Repair: in.Repair,
+		return s.db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: in.VerifyBlobs, Repair: in.Repair,
 			Progress: func(done, total int) { progress(checkProgress{done, total}) }})
 	})
 }
@@ -192,7 +193,7 @@ type progressJSON struct {
 	Done       bool  `json:"done"`
 }
 
-func wireProgress(p engine.Progress) progressJSON {
+func wireProgress(p sbxdb.Progress) progressJSON {
 	return progressJSON{Files: p.Files, TotalFiles: p.TotalFiles, Bytes: p.Bytes, TotalBytes: p.TotalBytes, Done: p.Done}
 }
 
@@ -233,9 +234,9 @@ type artifactJSON struct {
 
 // captureResult is the result of POST /v1/capture.
 type captureResult struct {
-	Checkpoint *chain.Checkpoint   `json:"checkpoint"`
-	Stats      engine.CaptureStats `json:"stats"`
-	Warnings   []warning           `json:"warnings"`
+	Checkpoint *chain.Checkpoint  `json:"checkpoint"`
+	Stats      sbxdb.CaptureStats `json:"stats"`
+	Warnings   []warning          `json:"warnings"`
 }
 
 func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
@@ -255,7 +256,7 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ci := engine.CaptureInput{
+	ci := sbxdb.CaptureInput{
 		Writer: in.Writer, Dir: dir.path, ID: string(in.ID), Label: string(in.Label), Reason: chain.Reason(in.Reason),
 		CreatedAt: int64(in.CreatedAt), SourceRunID: string(in.SourceRunID), Conversation: in.Conversation,
 		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange, Rehash: in.Rehash,
@@ -269,7 +270,7 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 		ci.Secrets = append(ci.Secrets, string(v))
 	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
-		ci.Progress = func(p engine.Progress) { progress(wireProgress(p)) }
+		ci.Progress = func(p sbxdb.Progress) { progress(wireProgress(p)) }
 		res, err := s.db.Capture(ctx, ci)
 		if err != nil {
 			return nil, err
@@ -317,9 +318,9 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		paths = append(paths, string(p))
 	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
-		st, err := s.db.Restore(ctx, string(in.CheckpointID), dir.path, &engine.RestoreOptions{
+		st, err := s.db.Restore(ctx, string(in.CheckpointID), dir.path, &sbxdb.RestoreOptions{
 			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: paths,
-			Progress: func(p engine.Progress) { progress(wireProgress(p)) },
+			Progress: func(p sbxdb.Progress) { progress(wireProgress(p)) },
 		})
 		if err != nil {
 			dir.undo()
@@ -492,7 +493,7 @@ func accepts(r *http.Request, mediaType string) bool {
 
 // wireWarnings is a capture's warnings as the wire carries them; never nil,
 // so that the JSON holds an array.
-func wireWarnings(ws []engine.CaptureWarning) []warning {
+func wireWarnings(ws []sbxdb.CaptureWarning) []warning {
 	out := make([]warning, len(ws))
 	for i, w := range ws {
 		out[i] = warning{Path: text(w.Path), What: string(w.What), Detail: text(w.Detail)}

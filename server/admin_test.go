@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -79,7 +80,7 @@ func TestGC(t *testing.T) {
 	}
 
 	// The lease is live: retention skips the thread as busy.
-	res, err := c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+	res, err := c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +90,14 @@ func TestGC(t *testing.T) {
 	if _, err := db.Unlock(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true, DryRun: true})
+	res, err = c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"t-0", "t-1"}; !reflect.DeepEqual(res.Retention.Deleted["t"], want) || list() != 3 {
 		t.Errorf("dry run: deleted %v (want %v reported), %d checkpoints left (want 3)", res.Retention.Deleted, want, list())
 	}
-	res, err = c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+	res, err = c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,16 +135,16 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("%d blobs stored, the capture wrote %d", n, res.Stats.BlobsNew)
 	}
 	// No window and not immediate: refused, nothing deleted.
-	_, err = u.c.Sweep(ctx, engine.SweepOptions{})
+	_, err = u.c.Sweep(ctx, sbxdb.SweepOptions{})
 	wantCode(t, "sweep without a window", err, CodeBadRequest, client.ErrBadRequest)
 	if blobs() != n {
 		t.Fatal("a refused sweep deleted blobs")
 	}
-	dry, err := u.c.Sweep(ctx, engine.SweepOptions{Immediate: true, DryRun: true})
+	dry, err := u.c.Sweep(ctx, sbxdb.SweepOptions{Immediate: true, DryRun: true})
 	if err != nil || len(dry.Deleted) != n || blobs() != n {
 		t.Fatalf("dry sweep: %+v, %v; %d blobs left of %d", dry, err, blobs(), n)
 	}
-	got, err := u.c.Sweep(ctx, engine.SweepOptions{Immediate: true})
+	got, err := u.c.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
 	if err != nil || len(got.Deleted) != n || got.Bytes <= 0 || blobs() != 0 {
 		t.Fatalf("sweep: %+v, %v; %d blobs left", got, err, blobs())
 	}
@@ -166,7 +167,7 @@ func TestCheck(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var reports [][2]int
-	rep, err := u.c.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true, Progress: func(done, total int) {
+	rep, err := u.c.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true, Progress: func(done, total int) {
 		mu.Lock()
 		reports = append(reports, [2]int{done, total})
 		mu.Unlock()
@@ -181,7 +182,7 @@ func TestCheck(t *testing.T) {
 		t.Errorf("progress reports %v, want them to end at 30 of 30", reports)
 	}
 	// Without a progress callback: the report alone.
-	plain, err := u.c.Check(ctx, engine.CheckStoreOptions{})
+	plain, err := u.c.Check(ctx, sbxdb.CheckStoreOptions{})
 	if err != nil || !plain.Clean() || plain.Verified {
 		t.Errorf("check without progress: %+v, %v", plain, err)
 	}
@@ -195,7 +196,7 @@ func TestCheck(t *testing.T) {
 	if err := json.Unmarshal(ls[len(ls)-2]["progress"], &last); err != nil || last.Done != 30 || last.Total != 30 {
 		t.Errorf("last progress line %s (%v)", ls[len(ls)-2]["progress"], err)
 	}
-	var res engine.CheckReport
+	var res sbxdb.CheckReport
 	if err := json.Unmarshal(ls[len(ls)-1]["result"], &res); err != nil || !res.Clean() || !res.Verified {
 		t.Errorf("result line %s (%v)", ls[len(ls)-1]["result"], err)
 	}
@@ -208,9 +209,9 @@ func TestCaptureAndRestore(t *testing.T) {
 	u := serveUnix(t, New(db, Options{}))
 	ctx := context.Background()
 
-	var last engine.Progress
+	var last sbxdb.Progress
 	res, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, ID: "cp1", Label: "first", Reason: chain.ReasonNamed,
-		SourceRunID: "run-1", Excludes: []string{"d3/"}, Progress: func(p engine.Progress) { last = p }})
+		SourceRunID: "run-1", Excludes: []string{"d3/"}, Progress: func(p sbxdb.Progress) { last = p }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestCaptureAndRestore(t *testing.T) {
 	}
 	var reports int
 	st, err := u.c.Restore(ctx, client.RestoreRequest{CheckpointID: "cp1", Dir: out, Excludes: []string{"d3/"},
-		Progress: func(engine.Progress) { reports++ }})
+		Progress: func(sbxdb.Progress) { reports++ }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,8 +269,8 @@ func TestCaptureAndRestore(t *testing.T) {
 	}
 	var result struct {
 		Checkpoint struct{ ID, ParentCheckpointID string }
-		Stats      engine.CaptureStats
-		Warnings   []engine.CaptureWarning
+		Stats      sbxdb.CaptureStats
+		Warnings   []sbxdb.CaptureWarning
 	}
 	if err := json.Unmarshal(ls[len(ls)-1]["result"], &result); err != nil || result.Checkpoint.ID != "cp2" ||
 		result.Checkpoint.ParentCheckpointID != "cp1" || result.Warnings == nil || head(t, db, "main") != "cp2" {
@@ -291,7 +292,7 @@ func TestCaptureErrorMidStream(t *testing.T) {
 	u := serveUnix(t, New(db, Options{}))
 	ctx := context.Background()
 
-	_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: lost, Dir: dir, Progress: func(engine.Progress) {}})
+	_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: lost, Dir: dir, Progress: func(sbxdb.Progress) {}})
 	wantCode(t, "streamed capture with a lost lease", err, chain.CodeWriterLost, chain.ErrWriterLost)
 	if chain.Code(err) != chain.CodeWriterLost {
 		t.Errorf("chain.Code = %q", chain.Code(err))
@@ -366,7 +367,7 @@ func TestCaptureCancelledWithTheRequest(t *testing.T) {
 		})
 	}
 	u := serveUnix(t, s)
-	_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, ID: "cp1", Progress: func(engine.Progress) {}})
+	_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, ID: "cp1", Progress: func(sbxdb.Progress) {}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("capture: %v, want context.Canceled", err)
 	}
@@ -496,15 +497,15 @@ func TestGCRecompress(t *testing.T) {
 	if _, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: tree(t, 20, 100), ID: "cp1"}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := u.c.GC(ctx, engine.GCOptions{Immediate: true})
+	res, err := u.c.GC(ctx, sbxdb.GCOptions{Immediate: true})
 	if err != nil || res.Repack.Recompressed != 0 {
 		t.Fatalf("gc without recompress: %+v, %v", res, err)
 	}
-	res, err = u.c.GC(ctx, engine.GCOptions{Immediate: true, Recompress: true, DryRun: true})
+	res, err = u.c.GC(ctx, sbxdb.GCOptions{Immediate: true, Recompress: true, DryRun: true})
 	if err != nil || res.Repack.Recompressed != 1 {
 		t.Fatalf("dry gc with recompress: %+v, %v", res, err)
 	}
-	res, err = u.c.GC(ctx, engine.GCOptions{Immediate: true, Recompress: true})
+	res, err = u.c.GC(ctx, sbxdb.GCOptions{Immediate: true, Recompress: true})
 	if err != nil || res.Repack.Recompressed != 1 {
 		t.Fatalf("gc with recompress: %+v, %v", res, err)
 	}

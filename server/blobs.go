@@ -12,9 +12,9 @@ import (
 	"sync"
 	"unicode/utf16"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 // Blobs, plain objects and artifact records (docs/API.md). A blob body
@@ -82,7 +82,7 @@ func headerSafe(s string) string {
 // objectHeaders are the headers describing info (docs/API.md): a plain
 // object's Content-Type only when it has one (none is sent then, not a
 // guess), a blob's application/octet-stream.
-func objectHeaders(info engine.ObjectInfo) http.Header {
+func objectHeaders(info sbxdb.ObjectInfo) http.Header {
 	h := http.Header{}
 	switch {
 	case info.ContentType != "":
@@ -248,7 +248,7 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		blobError(w, err)
 		return
 	}
-	opts := engine.PutObjectOptions{Size: r.ContentLength, CustomMetadata: md}
+	opts := sbxdb.PutObjectOptions{Size: r.ContentLength, CustomMetadata: md}
 	if opts.Size < 0 {
 		opts.Size = -1 // chunked
 	}
@@ -414,8 +414,8 @@ func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request) {
 
 // ObjectList is the response of GET /v1/blobs.
 type ObjectList struct {
-	Objects []engine.ObjectInfo `json:"objects"`
-	Cursor  *string             `json:"cursor"` // null on the last page
+	Objects []sbxdb.ObjectInfo `json:"objects"`
+	Cursor  *string            `json:"cursor"` // null on the last page
 }
 
 func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
@@ -424,7 +424,7 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 		blobError(w, errorf(CodeBadRequest, "query: %v", err))
 		return
 	}
-	limit := engine.MaxListObjects
+	limit := sbxdb.MaxListObjects
 	if v, ok := q["limit"]; ok {
 		// The engine decides the range; only a number travels.
 		if limit, err = strconv.Atoi(v[0]); err != nil {
@@ -439,7 +439,7 @@ func (s *Server) listBlobs(w http.ResponseWriter, r *http.Request) {
 	}
 	out := ObjectList{Objects: objs}
 	if out.Objects == nil {
-		out.Objects = []engine.ObjectInfo{}
+		out.Objects = []sbxdb.ObjectInfo{}
 	}
 	if next != "" {
 		out.Cursor = &next
@@ -464,7 +464,7 @@ type wireArtifactRecord struct {
 	CreatedAt  *chain.WireInt    `json:"createdAt"`
 }
 
-func (a *wireArtifactRecord) record() engine.ArtifactRecord {
+func (a *wireArtifactRecord) record() sbxdb.ArtifactRecord {
 	opt := func(s *chain.WireString) string {
 		if s == nil {
 			return ""
@@ -477,7 +477,7 @@ func (a *wireArtifactRecord) record() engine.ArtifactRecord {
 		}
 		return int64(*n)
 	}
-	return engine.ArtifactRecord{ArtifactID: string(a.ArtifactID), RunID: string(a.RunID), ThreadID: string(a.ThreadID),
+	return sbxdb.ArtifactRecord{ArtifactID: string(a.ArtifactID), RunID: string(a.RunID), ThreadID: string(a.ThreadID),
 		BlobKey: opt(a.BlobKey), Name: string(a.Name), MimeType: string(a.MimeType), Size: num(a.Size),
 		SourceURL: opt(a.SourceURL), CreatedAt: num(a.CreatedAt)}
 }
@@ -502,7 +502,7 @@ func (s *Server) getArtifact(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return struct {
-		Artifact *engine.ArtifactRecord `json:"artifact"`
+		Artifact *sbxdb.ArtifactRecord `json:"artifact"`
 	}{rec}, nil
 }
 
@@ -514,7 +514,7 @@ func (s *Server) listArtifacts(r *http.Request) (any, error) {
 	if err := s.decode(r, &in); err != nil {
 		return nil, err
 	}
-	var recs []engine.ArtifactRecord
+	var recs []sbxdb.ArtifactRecord
 	var err error
 	switch {
 	case in.RunID != nil && in.ThreadID == nil:
@@ -528,7 +528,7 @@ func (s *Server) listArtifacts(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return struct {
-		Artifacts []engine.ArtifactRecord `json:"artifacts"`
+		Artifacts []sbxdb.ArtifactRecord `json:"artifacts"`
 	}{recs}, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
@@ -103,7 +104,7 @@ func (s *served) advance(d time.Duration) { s.clock.Add(d.Milliseconds()) }
 // state is everything a failed request must leave as it was: the objects
 // listed, the blobs with their upload times, the files of the blob store.
 type state struct {
-	Objects []engine.ObjectInfo
+	Objects []sbxdb.ObjectInfo
 	Blobs   []cas.Info
 	Files   []string
 }
@@ -112,7 +113,7 @@ func (s *served) state() state {
 	s.t.Helper()
 	s.quiet()
 	var st state
-	objs, next, err := s.db.ListObjects(context.Background(), "", "", engine.MaxListObjects)
+	objs, next, err := s.db.ListObjects(context.Background(), "", "", sbxdb.MaxListObjects)
 	if err != nil || next != "" {
 		s.t.Fatal(err, next)
 	}
@@ -185,7 +186,7 @@ func large(seed byte) []byte {
 	return b
 }
 
-func (s *served) put(key string, data []byte, opts engine.PutObjectOptions) engine.ObjectInfo {
+func (s *served) put(key string, data []byte, opts sbxdb.PutObjectOptions) sbxdb.ObjectInfo {
 	s.t.Helper()
 	if opts.Size == 0 {
 		opts.Size = int64(len(data))
@@ -197,7 +198,7 @@ func (s *served) put(key string, data []byte, opts engine.PutObjectOptions) engi
 	return info
 }
 
-func (s *served) read(key string, off, n int64) ([]byte, engine.ObjectInfo) {
+func (s *served) read(key string, off, n int64) ([]byte, sbxdb.ObjectInfo) {
 	s.t.Helper()
 	r, info, err := s.c.OpenObject(context.Background(), key, off, n)
 	if err != nil {
@@ -216,9 +217,9 @@ func TestBlobRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	for _, data := range [][]byte{[]byte("packed bytes"), large(1), {}} {
 		key := fileKey(data)
-		info := s.put(key, data, engine.PutObjectOptions{Size: int64(len(data))})
+		info := s.put(key, data, sbxdb.PutObjectOptions{Size: int64(len(data))})
 		sum := sha256.Sum256(data)
-		want := engine.ObjectInfo{Key: key, Size: int64(len(data)), Uploaded: s.clock.Load(), SHA256: fmt.Sprintf("%x", sum)}
+		want := sbxdb.ObjectInfo{Key: key, Size: int64(len(data)), Uploaded: s.clock.Load(), SHA256: fmt.Sprintf("%x", sum)}
 		if !cmp.Equal(info, want) {
 			t.Errorf("PUT = %+v, want %+v", info, want)
 		}
@@ -230,13 +231,13 @@ func TestBlobRoundTrip(t *testing.T) {
 			t.Errorf("HEAD = %+v, %v", sinfo, err)
 		}
 		// Chunked, the same bytes again.
-		if _, err := s.c.PutObject(ctx, key, bytes.NewReader(data), engine.PutObjectOptions{Size: -1}); err != nil {
+		if _, err := s.c.PutObject(ctx, key, bytes.NewReader(data), sbxdb.PutObjectOptions{Size: -1}); err != nil {
 			t.Errorf("chunked PUT: %v", err)
 		}
 	}
 	// Headers of a blob, seen raw.
 	data := []byte("headers")
-	s.put(fileKey(data), data, engine.PutObjectOptions{})
+	s.put(fileKey(data), data, sbxdb.PutObjectOptions{})
 	status, h, body := s.raw("GET", "/v1/blobs/"+fileKey(data), nil, nil)
 	sum := sha256.Sum256(data)
 	if status != 200 || string(body) != "headers" || h.Get("Content-Length") != "7" || h.Get("ETag") != fmt.Sprintf(`"%x"`, sum) ||
@@ -249,10 +250,10 @@ func TestBlobRoundTrip(t *testing.T) {
 	}
 	// Missing: 404 from GET, HEAD (in its headers) and a nil DELETE.
 	missing := fileKey([]byte("missing"))
-	if _, _, err := s.c.OpenObject(ctx, missing, 0, -1); !errors.Is(err, cas.ErrNotFound) {
+	if _, _, err := s.c.OpenObject(ctx, missing, 0, -1); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("GET of a missing blob: %v", err)
 	}
-	if _, err := s.c.StatObject(ctx, missing); !errors.Is(err, cas.ErrNotFound) || err.(*client.Error).Status != 404 {
+	if _, err := s.c.StatObject(ctx, missing); !errors.Is(err, sbxdb.ErrBlobNotFound) || err.(*client.Error).Status != 404 {
 		t.Errorf("HEAD of a missing blob: %v", err)
 	}
 	if err := s.c.DeleteObject(ctx, missing); err != nil {
@@ -263,7 +264,7 @@ func TestBlobRoundTrip(t *testing.T) {
 func TestBlobPutRefused(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
-	s.put("kept", []byte("kept"), engine.PutObjectOptions{})
+	s.put("kept", []byte("kept"), sbxdb.PutObjectOptions{})
 	before := s.state()
 	for _, data := range [][]byte{[]byte("small"), large(2)} {
 		key := fileKey(data)
@@ -271,21 +272,21 @@ func TestBlobPutRefused(t *testing.T) {
 		// Another body under the key, raw and through the client.
 		status, _, body := s.raw("PUT", "/v1/blobs/"+key, bytes.NewReader(other), nil)
 		wantError(t, "PUT of other bytes", status, body, 400, "SBXDB_BLOB_MISMATCH")
-		_, err := s.c.PutObject(ctx, key, bytes.NewReader(other), engine.PutObjectOptions{Size: -1})
-		if ce, ok := errors.AsType[*client.Error](err); !ok || !errors.Is(err, cas.ErrKeyMismatch) || ce.Code != "SBXDB_BLOB_MISMATCH" || ce.Status != 400 {
+		_, err := s.c.PutObject(ctx, key, bytes.NewReader(other), sbxdb.PutObjectOptions{Size: -1})
+		if ce, ok := errors.AsType[*client.Error](err); !ok || !errors.Is(err, sbxdb.ErrBlobKeyMismatch) || ce.Code != "SBXDB_BLOB_MISMATCH" || ce.Status != 400 {
 			t.Errorf("client PUT of other bytes: %v", err)
 		}
 		// The right bytes with a wrong size: cut off by the client before
 		// the server could take them for complete.
 		for _, size := range []int64{int64(len(data)) - 1, int64(len(data)) + 1, 0} {
-			_, err := s.c.PutObject(ctx, key, bytes.NewReader(data), engine.PutObjectOptions{Size: size})
-			if !errors.Is(err, cas.ErrKeyMismatch) {
+			_, err := s.c.PutObject(ctx, key, bytes.NewReader(data), sbxdb.PutObjectOptions{Size: size})
+			if !errors.Is(err, sbxdb.ErrBlobKeyMismatch) {
 				t.Errorf("PUT of %d bytes declared %d: %v; want ErrKeyMismatch", len(data), size, err)
 			}
 		}
 		// Attributes and keys the engine refuses.
-		_, err = s.c.PutObject(ctx, "plain", bytes.NewReader(data), engine.PutObjectOptions{Size: -1, ContentType: " bad"})
-		if !errors.Is(err, engine.ErrInvalidObject) {
+		_, err = s.c.PutObject(ctx, "plain", bytes.NewReader(data), sbxdb.PutObjectOptions{Size: -1, ContentType: " bad"})
+		if !errors.Is(err, sbxdb.ErrInvalidObject) {
 			t.Errorf("PUT with a bad content type: %v", err)
 		}
 		status, _, body = s.raw("PUT", "/v1/blobs/plain", bytes.NewReader(data), map[string]string{"X-Sbxdb-Meta-": "v"})
@@ -294,7 +295,7 @@ func TestBlobPutRefused(t *testing.T) {
 		wantError(t, "PUT under a bad blob key", status, body, 400, "SBXDB_BAD_REQUEST")
 	}
 	for _, key := range []string{"", "a//b", "a/./b", "../x", "/lead", "trail/", "\xff"} {
-		if _, err := s.c.PutObject(ctx, key, strings.NewReader("x"), engine.PutObjectOptions{Size: 1}); !errors.Is(err, engine.ErrInvalidObject) {
+		if _, err := s.c.PutObject(ctx, key, strings.NewReader("x"), sbxdb.PutObjectOptions{Size: 1}); !errors.Is(err, sbxdb.ErrInvalidObject) {
 			t.Errorf("PUT %q: %v; want ErrInvalidObject", key, err)
 		}
 	}
@@ -324,12 +325,12 @@ func (r *cutReader) Read(p []byte) (int, error) {
 func TestBlobPutCutShort(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
-	s.put("kept", []byte("kept"), engine.PutObjectOptions{})
+	s.put("kept", []byte("kept"), sbxdb.PutObjectOptions{})
 	before := s.state()
 	for _, n := range []int{100_000, cas.MaxPacked + 100_000} {
 		for _, size := range []int64{-1, int64(n) + 10} {
 			for _, key := range []string{"kept", "new", fileKey([]byte("x"))} {
-				_, err := s.c.PutObject(ctx, key, &cutReader{n: n}, engine.PutObjectOptions{Size: size})
+				_, err := s.c.PutObject(ctx, key, &cutReader{n: n}, sbxdb.PutObjectOptions{Size: size})
 				if !errors.Is(err, errCut) {
 					t.Errorf("PUT %q of a body cut at %d (size %d): %v; want the reader's error", key, n, size, err)
 				}
@@ -359,7 +360,7 @@ func TestBlobRange(t *testing.T) {
 	ctx := context.Background()
 	for _, data := range [][]byte{[]byte("0123456789"), large(3)} {
 		key := fileKey(data)
-		s.put(key, data, engine.PutObjectOptions{})
+		s.put(key, data, sbxdb.PutObjectOptions{})
 		size := int64(len(data))
 		for _, c := range []struct {
 			spec     string
@@ -396,7 +397,7 @@ func TestBlobRange(t *testing.T) {
 		}
 	}
 	empty := []byte{}
-	s.put(fileKey(empty), empty, engine.PutObjectOptions{Size: 0})
+	s.put(fileKey(empty), empty, sbxdb.PutObjectOptions{Size: 0})
 	if got, info := s.read(fileKey(empty), 0, 10); len(got) != 0 || info.Size != 0 {
 		t.Errorf("OpenObject(0, 10) of an empty blob = %q, %+v", got, info)
 	}
@@ -409,8 +410,8 @@ func TestBlobDamaged(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
 	small, big := []byte(strings.Repeat("packed ", 50)), large(4)
-	s.put(fileKey(small), small, engine.PutObjectOptions{})
-	s.put(fileKey(big), big, engine.PutObjectOptions{})
+	s.put(fileKey(small), small, sbxdb.PutObjectOptions{})
+	s.put(fileKey(big), big, sbxdb.PutObjectOptions{})
 	root := filepath.Join(s.db.Dir(), engine.BlobDir)
 	packs, _ := filepath.Glob(filepath.Join(root, "packs", "*.pack"))
 	larges, _ := filepath.Glob(filepath.Join(root, "large", "*", "*", "*"))
@@ -455,20 +456,20 @@ func TestBlobHeadRefreshes(t *testing.T) {
 	ctx := context.Background()
 	data := []byte("the host heads it and skips the upload")
 	key := fileKey(data)
-	s.put(key, data, engine.PutObjectOptions{})
+	s.put(key, data, sbxdb.PutObjectOptions{})
 	s.advance(3 * time.Hour)
 	info, err := s.c.StatObject(ctx, key)
 	if err != nil || info.Uploaded != s.clock.Load() {
 		t.Fatalf("HEAD = %+v, %v; want uploaded now", info, err)
 	}
 	s.advance(50 * time.Minute)
-	if res, err := s.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour}); err != nil || len(res.Deleted) != 0 {
+	if res, err := s.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour}); err != nil || len(res.Deleted) != 0 {
 		t.Fatalf("sweep within an hour of the HEAD deleted %v (%v)", res.Deleted, err)
 	}
 	// A GET reads; it does not refresh.
 	s.read(key, 0, -1)
 	s.advance(20 * time.Minute)
-	if res, err := s.db.Sweep(ctx, engine.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
+	if res, err := s.db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: time.Hour}); err != nil || !slices.Equal(res.Deleted, []string{key}) {
 		t.Fatalf("sweep past the window deleted %v (%v)", res.Deleted, err)
 	}
 }
@@ -478,9 +479,9 @@ func TestBlobDeleteInUse(t *testing.T) {
 	ctx := context.Background()
 	byCp, byObj, byRec, free := []byte("cp"), []byte("obj"), []byte("rec"), []byte("free")
 	for _, b := range [][]byte{byCp, byRec, free} {
-		s.put(artifactKey(b), b, engine.PutObjectOptions{})
+		s.put(artifactKey(b), b, sbxdb.PutObjectOptions{})
 	}
-	s.put("o", byObj, engine.PutObjectOptions{})
+	s.put("o", byObj, sbxdb.PutObjectOptions{})
 	l, err := s.db.AcquireWriter(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -490,14 +491,14 @@ func TestBlobDeleteInUse(t *testing.T) {
 	if _, err := s.db.Append(ctx, chain.AppendInput{Checkpoint: cp, Writer: l.Writer}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.c.ArtifactRecords().Save(ctx, engine.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t", BlobKey: artifactKey(byRec), Name: "n", MimeType: "m"}); err != nil {
+	if err := s.c.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t", BlobKey: artifactKey(byRec), Name: "n", MimeType: "m"}); err != nil {
 		t.Fatal(err)
 	}
 	before := s.state()
 	for _, b := range [][]byte{byCp, byObj, byRec} {
 		status, _, body := s.raw("DELETE", "/v1/blobs/"+artifactKey(b), nil, nil)
 		wantError(t, "DELETE of a blob in use", status, body, 409, "SBXDB_BLOB_IN_USE")
-		if err := s.c.DeleteObject(ctx, artifactKey(b)); !errors.Is(err, engine.ErrBlobInUse) {
+		if err := s.c.DeleteObject(ctx, artifactKey(b)); !errors.Is(err, sbxdb.ErrBlobInUse) {
 			t.Errorf("client DELETE of a blob in use: %v", err)
 		}
 	}
@@ -509,7 +510,7 @@ func TestBlobDeleteInUse(t *testing.T) {
 	if err := s.c.DeleteObject(ctx, "o"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.c.OpenObject(ctx, "o", 0, -1); !errors.Is(err, cas.ErrNotFound) {
+	if _, _, err := s.c.OpenObject(ctx, "o", 0, -1); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("GET of a deleted object: %v", err)
 	}
 	if err := s.c.DeleteObject(ctx, artifactKey(byObj)); err != nil {
@@ -526,9 +527,9 @@ func TestPlainObjectMetadata(t *testing.T) {
 	md := map[string]string{"owner": "agent 7", "note": "ünïcode ✓", "x-y.z_w": "1", "runId": "run-1",
 		"threadId": "t", "a b\tc": " spaced \r\n", `q"\`: "\x00\x7f", "emoji 😀": "😀", "": "nameless"}
 	data := []byte("# report\n")
-	info := s.put(key, data, engine.PutObjectOptions{ContentType: "text/markdown", CustomMetadata: md})
+	info := s.put(key, data, sbxdb.PutObjectOptions{ContentType: "text/markdown", CustomMetadata: md})
 	sum := sha256.Sum256(data)
-	want := engine.ObjectInfo{Key: key, Size: int64(len(data)), Uploaded: s.clock.Load(), SHA256: fmt.Sprintf("%x", sum),
+	want := sbxdb.ObjectInfo{Key: key, Size: int64(len(data)), Uploaded: s.clock.Load(), SHA256: fmt.Sprintf("%x", sum),
 		ContentType: "text/markdown", CustomMetadata: md}
 	if diff := cmp.Diff(want, info); diff != "" {
 		t.Errorf("PUT (-want +got):\n%s", diff)
@@ -564,7 +565,7 @@ func TestPlainObjectMetadata(t *testing.T) {
 		{"X-Sbxdb-Metadata": ` {"color":"\u0062lue"} `},
 	} {
 		status, _, body := s.raw("PUT", "/v1/blobs/plain", strings.NewReader("p"), hdr)
-		var pinfo engine.ObjectInfo
+		var pinfo sbxdb.ObjectInfo
 		if json.Unmarshal(body, &pinfo); status != 200 || !maps.Equal(pinfo.CustomMetadata, map[string]string{"color": "blue"}) {
 			t.Errorf("raw PUT with %v: %d %s", hdr, status, body)
 		}
@@ -583,7 +584,7 @@ func TestPlainObjectMetadata(t *testing.T) {
 		{"X-Sbxdb-Metadata": `{"a":"\ud800"}`},
 		{"X-Sbxdb-Metadata": `{"\udc00":"b"}`},
 		{"X-Sbxdb-Metadata": `{"a":"\ud83d\u0041"}`},
-		{"X-Sbxdb-Metadata": `{"a":"` + strings.Repeat("v", engine.MaxObjectMetaBytes) + `"}`},
+		{"X-Sbxdb-Metadata": `{"a":"` + strings.Repeat("v", sbxdb.MaxObjectMetaBytes) + `"}`},
 	} {
 		status, _, body := s.raw("PUT", "/v1/blobs/refused", strings.NewReader("p"), hdr)
 		wantError(t, fmt.Sprintf("PUT with %.60v", hdr), status, body, 400, "SBXDB_BAD_REQUEST")
@@ -591,7 +592,7 @@ func TestPlainObjectMetadata(t *testing.T) {
 	s.unchanged(before, "refused metadata")
 	// A well-formed surrogate pair is one character.
 	status, _, body := s.raw("PUT", "/v1/blobs/pair", strings.NewReader("p"), map[string]string{"X-Sbxdb-Metadata": `{"e":"\ud83d\ude00"}`})
-	var pinfo engine.ObjectInfo
+	var pinfo sbxdb.ObjectInfo
 	if json.Unmarshal(body, &pinfo); status != 200 || pinfo.CustomMetadata["e"] != "😀" {
 		t.Errorf("PUT with a surrogate pair: %d %s", status, body)
 	}
@@ -603,15 +604,15 @@ func TestBlobList(t *testing.T) {
 	var want []string
 	for i := range 5 {
 		b := []byte{byte(i)}
-		s.put(fileKey(b), b, engine.PutObjectOptions{})
+		s.put(fileKey(b), b, sbxdb.PutObjectOptions{})
 		want = append(want, fileKey(b))
 	}
 	for _, key := range []string{"a", "b/1", "b/2", "é", "zz"} {
-		s.put(key, []byte("v "+key), engine.PutObjectOptions{})
+		s.put(key, []byte("v "+key), sbxdb.PutObjectOptions{})
 		want = append(want, key, artifactKey([]byte("v "+key)))
 	}
 	slices.Sort(want)
-	for _, limit := range []int{1, 3, 4, len(want), engine.MaxListObjects} {
+	for _, limit := range []int{1, 3, 4, len(want), sbxdb.MaxListObjects} {
 		var got []string
 		cursor := ""
 		for range len(want) + 1 {
@@ -662,9 +663,9 @@ func TestArtifactRecordsServed(t *testing.T) {
 	ctx := context.Background()
 	recs := s.c.ArtifactRecords()
 	art := []byte("artifact bytes")
-	s.put(artifactKey(art), art, engine.PutObjectOptions{})
+	s.put(artifactKey(art), art, sbxdb.PutObjectOptions{})
 	for _, id := range []string{"😀", "é", "a", "B"} {
-		r := engine.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", Name: "n " + id, MimeType: "text/plain", Size: 1, CreatedAt: 10}
+		r := sbxdb.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", Name: "n " + id, MimeType: "text/plain", Size: 1, CreatedAt: 10}
 		if id == "a" {
 			r.BlobKey, r.SourceURL = artifactKey(art), "https://example.com/a"
 		}
@@ -672,10 +673,10 @@ func TestArtifactRecordsServed(t *testing.T) {
 			t.Fatalf("Save %q: %v", id, err)
 		}
 	}
-	if err := recs.Save(ctx, engine.ArtifactRecord{ArtifactID: "first", RunID: "run", ThreadID: "t2", Name: "n", MimeType: "m", CreatedAt: -5}); err != nil {
+	if err := recs.Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "first", RunID: "run", ThreadID: "t2", Name: "n", MimeType: "m", CreatedAt: -5}); err != nil {
 		t.Fatal(err)
 	}
-	ids := func(l []engine.ArtifactRecord) []string {
+	ids := func(l []sbxdb.ArtifactRecord) []string {
 		var out []string
 		for _, r := range l {
 			out = append(out, r.ArtifactID)
@@ -694,7 +695,7 @@ func TestArtifactRecordsServed(t *testing.T) {
 		t.Errorf("ListForRun of an unknown run = %#v, %v", l, err)
 	}
 	got, err := recs.Get(ctx, "a")
-	if want := (engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", BlobKey: artifactKey(art), Name: "n a", MimeType: "text/plain",
+	if want := (sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", BlobKey: artifactKey(art), Name: "n a", MimeType: "text/plain",
 		Size: 1, SourceURL: "https://example.com/a", CreatedAt: 10}); err != nil || got == nil || *got != want {
 		t.Errorf("Get = %+v, %v", got, err)
 	}
@@ -704,13 +705,13 @@ func TestArtifactRecordsServed(t *testing.T) {
 
 	// Refused: codes as the engine gives them, nothing changed.
 	for _, c := range []struct {
-		rec  engine.ArtifactRecord
+		rec  sbxdb.ArtifactRecord
 		code error
 	}{
-		{engine.ArtifactRecord{ArtifactID: "", RunID: "", ThreadID: "t", Name: "n", MimeType: "m"}, chain.ErrInvalidID},
-		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "", MimeType: "m"}, chain.ErrInvalidEntry},
-		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", BlobKey: "docs//x"}, chain.ErrInvalidEntry},
-		{engine.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", Size: -1}, chain.ErrInvalidEntry},
+		{sbxdb.ArtifactRecord{ArtifactID: "", RunID: "", ThreadID: "t", Name: "n", MimeType: "m"}, chain.ErrInvalidID},
+		{sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "", MimeType: "m"}, chain.ErrInvalidEntry},
+		{sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", BlobKey: "docs//x"}, chain.ErrInvalidEntry},
+		{sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", Name: "n", MimeType: "m", Size: -1}, chain.ErrInvalidEntry},
 	} {
 		if err := recs.Save(ctx, c.rec); !errors.Is(err, c.code) {
 			t.Errorf("Save %+v: %v; want %v", c.rec, err, c.code)
@@ -743,7 +744,7 @@ func TestArtifactRecordsServed(t *testing.T) {
 
 	// The record holds its blob against a sweep until it is deleted.
 	s.advance(time.Hour)
-	if res, err := s.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil || len(res.Deleted) != 0 {
+	if res, err := s.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || len(res.Deleted) != 0 {
 		t.Errorf("sweep while the record holds the blob deleted %v (%v)", res.Deleted, err)
 	}
 	if err := recs.Delete(ctx, "a"); err != nil {
@@ -752,7 +753,7 @@ func TestArtifactRecordsServed(t *testing.T) {
 	if n, err := recs.DeleteForRun(ctx, "run"); n != 4 || err != nil {
 		t.Errorf("DeleteForRun = %d, %v; want 4", n, err)
 	}
-	if res, err := s.db.Sweep(ctx, engine.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{artifactKey(art)}) {
+	if res, err := s.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{artifactKey(art)}) {
 		t.Errorf("sweep once the record is gone deleted %v (%v)", res.Deleted, err)
 	}
 }

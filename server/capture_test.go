@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,11 +54,11 @@ func TestCaptureSkipUnsupported(t *testing.T) {
 	if h := head(t, db, "main"); h != "" {
 		t.Fatalf("a refused capture made %q the head", h)
 	}
-	res, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, SkipUnsupported: true, Progress: func(engine.Progress) {}})
+	res, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, SkipUnsupported: true, Progress: func(sbxdb.Progress) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []engine.CaptureWarning{{Path: "pipe", What: engine.EntrySkipped, Detail: "a named pipe"}}
+	want := []sbxdb.CaptureWarning{{Path: "pipe", What: sbxdb.EntrySkipped, Detail: "a named pipe"}}
 	if !slices.Equal(res.Warnings, want) || res.Stats.Skipped != 1 || res.Stats.Files != 2 || res.Stats.Excluded != 2 ||
 		!maps.Equal(res.Stats.ExcludedByRule, map[string]int{"node_modules": 1, ".env*": 1}) {
 		t.Errorf("warnings %v, stats %+v", res.Warnings, res.Stats)
@@ -100,7 +100,7 @@ func TestCaptureWarningNotUTF8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Warnings) != 1 || res.Warnings[0].Path != "bad\xffname" || res.Warnings[0].What != engine.EntrySkipped {
+	if len(res.Warnings) != 1 || res.Warnings[0].Path != "bad\xffname" || res.Warnings[0].What != sbxdb.EntrySkipped {
 		t.Fatalf("warnings %q, want one skipped warning naming %q", res.Warnings, "bad\xffname")
 	}
 }
@@ -148,9 +148,9 @@ func TestCaptureRequireFiles(t *testing.T) {
 	u := serveUnix(t, New(db, Options{}))
 	ctx := context.Background()
 
-	for _, progress := range []func(engine.Progress){nil, func(engine.Progress) {}} {
+	for _, progress := range []func(sbxdb.Progress){nil, func(sbxdb.Progress) {}} {
 		_, err := u.c.Capture(ctx, client.CaptureRequest{Writer: w, Dir: dir, Includes: []string{"*.rs"}, RequireFiles: true, Progress: progress})
-		wantCode(t, "capture matching nothing", err, CodeEmptyCapture, engine.ErrEmptyCapture)
+		wantCode(t, "capture matching nothing", err, CodeEmptyCapture, sbxdb.ErrEmptyCapture)
 		ce, _ := errors.AsType[*client.Error](err)
 		if (progress == nil && ce.Status != 400) || !strings.Contains(ce.Message, `includes "*.rs" match no file`) {
 			t.Errorf("error %+v", ce)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
@@ -50,7 +51,7 @@ func newFixture(t *testing.T, opts server.Options) *fixture {
 	if err := db.SaveThread(ctx, "t", []json.RawMessage{json.RawMessage(`{"m": [1,  2]}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Instances().Upsert(ctx, engine.InstanceRecord{Key: "k", Provider: "p", ThreadID: "t", UpdatedAt: 1}); err != nil {
+	if err := db.Instances().Upsert(ctx, sbxdb.InstanceRecord{Key: "k", Provider: "p", ThreadID: "t", UpdatedAt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	srv := server.New(db, opts)
@@ -69,7 +70,7 @@ type snapshot struct {
 	Transcripts map[string][]string
 	Refs        []chain.BlobRef
 	Leases      map[string]lease.State
-	Instance    *engine.InstanceRecord
+	Instance    *sbxdb.InstanceRecord
 }
 
 func (f *fixture) snapshot() snapshot {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/vfs"
@@ -75,7 +76,7 @@ func TestRestoreStaysBelowAllowDirsWhenTheTreeChanges(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
 	w := writer(t, db, "main")
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w, Dir: tree(t, 2, 10), ID: "cp1"}); err != nil {
+	if _, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w, Dir: tree(t, 2, 10), ID: "cp1"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -105,7 +106,7 @@ func TestRestoreIntoADirectoryNamedByBytes(t *testing.T) {
 	db := openDB(t)
 	ctx := context.Background()
 	w := writer(t, db, "main")
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w, Dir: tree(t, 2, 10), ID: "cp1"}); err != nil {
+	if _, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w, Dir: tree(t, 2, 10), ID: "cp1"}); err != nil {
 		t.Fatal(err)
 	}
 	u := serveUnix(t, New(db, Options{}))

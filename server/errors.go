@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -58,20 +59,20 @@ var sentinels = []struct {
 	err  error
 	code string
 }{
-	{engine.ErrInvalidObject, CodeBadRequest},
-	{engine.ErrBlobInUse, CodeBlobInUse},
-	{engine.ErrAmbiguousRef, CodeAmbiguous},
+	{sbxdb.ErrInvalidObject, CodeBadRequest},
+	{sbxdb.ErrBlobInUse, CodeBlobInUse},
+	{sbxdb.ErrAmbiguousRef, CodeAmbiguous},
 	{chain.ErrTooLarge, CodeTooLarge},
-	{cas.ErrKeyMismatch, CodeBlobMismatch},
+	{sbxdb.ErrBlobKeyMismatch, CodeBlobMismatch},
 	{cas.ErrPinned, CodeBlobInUse},
-	{cas.ErrNotFound, CodeNotFound},
-	{cas.ErrInvalidKey, CodeBadRequest},
+	{sbxdb.ErrBlobNotFound, CodeNotFound},
+	{sbxdb.ErrInvalidBlobKey, CodeBadRequest},
 	{chain.ErrCorrupt, CodeCorrupt},
-	{cas.ErrCorrupt, CodeCorrupt},
-	{engine.ErrReadOnly, CodeReadOnly},
-	{engine.ErrEmptyCapture, CodeEmptyCapture},
+	{sbxdb.ErrBlobCorrupt, CodeCorrupt},
+	{sbxdb.ErrReadOnly, CodeReadOnly},
+	{sbxdb.ErrEmptyCapture, CodeEmptyCapture},
 	{cas.ErrReadOnly, CodeReadOnly},
-	{engine.ErrClosed, CodeUnavailable},
+	{sbxdb.ErrClosed, CodeUnavailable},
 	// The metadata database (engine.Options.Metadata) is down or was
 	// lost mid-request: the server is up and a retry may succeed once the
 	// database is back, as for any other outage.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 func TestAuth(t *testing.T) {
@@ -27,7 +27,7 @@ func TestAuth(t *testing.T) {
 	var waits fakeWaits // the backoff of the failures below, without the wall clock
 	waits.install(s.auth)
 	ctx := context.Background()
-	gc := engine.GCOptions{Retain: true, Keep: 1, Immediate: true}
+	gc := sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true}
 	count := func() int {
 		cps, err := db.List(ctx, "t")
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -105,7 +106,7 @@ func (s *Server) Scrub(ctx context.Context, every time.Duration, bytesPerSecond 
 // nil if ctx ended meanwhile.
 func (s *Server) scrubOnce(ctx context.Context, sc *scrubber) *scrubOutcome {
 	start := time.Now()
-	r, err := s.db.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true, BytesPerSecond: sc.rate})
+	r, err := s.db.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true, BytesPerSecond: sc.rate})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -115,11 +116,11 @@ func (s *Server) scrubOnce(ctx context.Context, sc *scrubber) *scrubOutcome {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var findings []engine.Finding
+	var findings []sbxdb.Finding
 	switch {
 	case errors.Is(err, chain.ErrCorrupt):
 		// The page walk refused the file: damage, not a failure to run.
-		findings = []engine.Finding{{Severity: engine.SeverityError, Kind: FindingPages, Subject: engine.DBFile, Detail: err.Error()}}
+		findings = []sbxdb.Finding{{Severity: sbxdb.SeverityError, Kind: FindingPages, Subject: engine.DBFile, Detail: err.Error()}}
 	case err != nil:
 		o.result, o.err = ScrubFailed, err
 		log.Error("scrub failed", "duration", o.duration, "err", err)
@@ -130,7 +131,7 @@ func (s *Server) scrubOnce(ctx context.Context, sc *scrubber) *scrubOutcome {
 	for i, f := range findings {
 		o.kinds[[2]string{f.Severity, f.Kind}]++
 		level := slog.LevelWarn
-		if f.Severity == engine.SeverityError {
+		if f.Severity == sbxdb.SeverityError {
 			o.errors++
 			level = slog.LevelError
 		} else {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -43,7 +44,7 @@ func TestScrubReportsDamagedBlob(t *testing.T) {
 	ctx := context.Background()
 	data := []byte(strings.Repeat("scrubbed bytes ", 100))
 	key := cas.Files.Key(sha256.Sum256(data))
-	if _, err := db.PutObject(ctx, key, bytes.NewReader(data), engine.PutObjectOptions{Size: int64(len(data))}); err != nil {
+	if _, err := db.PutObject(ctx, key, bytes.NewReader(data), sbxdb.PutObjectOptions{Size: int64(len(data))}); err != nil {
 		t.Fatal(err)
 	}
 	packs, _ := filepath.Glob(filepath.Join(db.Dir(), engine.BlobDir, "packs", "*.pack"))
@@ -88,7 +89,7 @@ func TestScrubReportsDamagedBlob(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !h.OK || h.Scrub.Result != ScrubFindings || h.Scrub.Errors != 1 || h.Scrub.Kinds[engine.FindingBlob] != 1 || h.Scrub.EndedAt == "" {
+	if !h.OK || h.Scrub.Result != ScrubFindings || h.Scrub.Errors != 1 || h.Scrub.Kinds[sbxdb.FindingBlob] != 1 || h.Scrub.EndedAt == "" {
 		t.Fatalf("health after a scrub of a store with one damaged blob: %+v, scrub %+v", h, *h.Scrub)
 	}
 	metrics := string(do(t, http.DefaultClient, "GET", url+"/metrics", "").body)

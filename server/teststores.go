@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -197,9 +198,9 @@ func optionMs(name string, v *chain.WireInt) (time.Duration, error) {
 	case v == nil:
 		return 0, nil
 	case *v == chain.NotAnInt:
-		return 0, errorf(CodeBadRequest, "%v: %s must be an integer number of milliseconds", engine.ErrInvalidOptions, name)
+		return 0, errorf(CodeBadRequest, "%v: %s must be an integer number of milliseconds", sbxdb.ErrInvalidOptions, name)
 	case *v < 1 || int64(*v) > maxMs:
-		return 0, errorf(CodeBadRequest, "%v: %s %d must be from 1 to %d", engine.ErrInvalidOptions, name, int64(*v), maxMs)
+		return 0, errorf(CodeBadRequest, "%v: %s %d must be from 1 to %d", sbxdb.ErrInvalidOptions, name, int64(*v), maxMs)
 	}
 	return time.Duration(*v) * time.Millisecond, nil
 }

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -330,7 +330,7 @@ func TestTestStoresAreIsolated(t *testing.T) {
 	if err := a.SaveThread(ctx, "t", []json.RawMessage{json.RawMessage(`{"role":"user"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.PutObject(ctx, "obj/a", strings.NewReader("hello"), engine.PutObjectOptions{Size: 5}); err != nil {
+	if _, err := a.PutObject(ctx, "obj/a", strings.NewReader("hello"), sbxdb.PutObjectOptions{Size: 5}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Store(1099)
@@ -348,7 +348,7 @@ func TestTestStoresAreIsolated(t *testing.T) {
 		if msgs, err := c.LoadThread(ctx, "t"); err != nil || len(msgs) != 0 {
 			t.Errorf("%s: transcript %q, %v", name, msgs, err)
 		}
-		if _, err := c.StatObject(ctx, "obj/a"); !errors.Is(err, cas.ErrNotFound) {
+		if _, err := c.StatObject(ctx, "obj/a"); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 			t.Errorf("%s: stat obj/a: %v, want not found", name, err)
 		}
 		// b's lease of "t" is its own: the default timings, at 1099.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/server"
@@ -105,7 +105,7 @@ func TestResolveServed(t *testing.T) {
 	}
 	_, err = c.ResolveCheckpoint(ctx, "dup-")
 	var ce *client.Error
-	if !errors.Is(err, engine.ErrAmbiguousRef) || !errors.As(err, &ce) || ce.Code != server.CodeAmbiguous || ce.Status != http.StatusConflict {
+	if !errors.Is(err, sbxdb.ErrAmbiguousRef) || !errors.As(err, &ce) || ce.Code != server.CodeAmbiguous || ce.Status != http.StatusConflict {
 		t.Fatalf("client, ambiguous: %v", err)
 	}
 	_, embedded := f.db.ResolveCheckpoint(ctx, "dup-")
@@ -172,7 +172,7 @@ func TestDeleteThreadServed(t *testing.T) {
 	f := newFixture(t, server.Options{})
 	ctx := context.Background()
 	f.grow(f.w, "c2")
-	if err := f.db.ArtifactRecords().Save(ctx, engine.ArtifactRecord{ArtifactID: "art", RunID: "r", ThreadID: "t",
+	if err := f.db.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "art", RunID: "r", ThreadID: "t",
 		BlobKey: testkit.FileKey(9), Name: "n", MimeType: "text/plain", CreatedAt: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestDeleteThreadServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := engine.DeleteThreadResult{Checkpoints: []string{"c1", "c2"}, Transcript: true, Lease: true, ArtifactRecords: 1}
+	want := sbxdb.DeleteThreadResult{Checkpoints: []string{"c1", "c2"}, Transcript: true, Lease: true, ArtifactRecords: 1}
 	if d := cmp.Diff(want, res); d != "" {
 		t.Fatalf("client DeleteThread (-want +got):\n%s", d)
 	}
@@ -232,7 +232,7 @@ func TestDeleteThreadServed(t *testing.T) {
 	if _, err := c.RenewWriter(ctx, f.w); !errors.Is(err, chain.ErrWriterLost) {
 		t.Fatalf("the removed writer renews: %v", err)
 	}
-	rep, err := c.Check(ctx, engine.CheckStoreOptions{})
+	rep, err := c.Check(ctx, sbxdb.CheckStoreOptions{})
 	if err != nil || !rep.Clean() {
 		t.Fatalf("check after: %+v, %v", rep, err)
 	}

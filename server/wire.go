@@ -4,8 +4,8 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/proc"
 	"github.com/sbxdb/sbxdb/internal/wire"
 	"github.com/sbxdb/sbxdb/lease"
@@ -144,7 +144,7 @@ type instanceJSON struct {
 }
 
 // fromInstance is rec's wire form; an empty optional field is absent.
-func fromInstance(rec engine.InstanceRecord) instanceJSON {
+func fromInstance(rec sbxdb.InstanceRecord) instanceJSON {
 	some := func(s string) *text { t := text(s); return &t }
 	optional := func(s string) *text {
 		if s == "" {
@@ -161,7 +161,7 @@ func fromInstance(rec engine.InstanceRecord) instanceJSON {
 
 // record returns the record w names, or an error naming the first
 // required member it lacks.
-func (w instanceJSON) record() (engine.InstanceRecord, error) {
+func (w instanceJSON) record() (sbxdb.InstanceRecord, error) {
 	for _, m := range []struct {
 		name    string
 		present bool
@@ -170,7 +170,7 @@ func (w instanceJSON) record() (engine.InstanceRecord, error) {
 		{"threadId", w.ThreadID != nil}, {"updatedAt", w.UpdatedAt != nil},
 	} {
 		if !m.present {
-			return engine.InstanceRecord{}, errors.New("instance record member " + m.name + " is missing")
+			return sbxdb.InstanceRecord{}, errors.New("instance record member " + m.name + " is missing")
 		}
 	}
 	str := func(t *text) string {
@@ -179,7 +179,7 @@ func (w instanceJSON) record() (engine.InstanceRecord, error) {
 		}
 		return string(*t)
 	}
-	return engine.InstanceRecord{
+	return sbxdb.InstanceRecord{
 		Key: str(w.Key), Provider: str(w.Provider), ProviderSandboxID: str(w.ProviderSandboxID),
 		LatestSnapshotID: str(w.LatestSnapshotID), ThreadID: str(w.ThreadID),
 		LatestRunID: str(w.LatestRunID), UpdatedAt: *w.UpdatedAt,

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -130,7 +131,7 @@ type writer struct {
 }
 
 // appendNext appends the chain's next checkpoint on its head, durably.
-func (wr *writer) appendNext(db engine.CheckpointStore) error {
+func (wr *writer) appendNext(db sbxdb.CheckpointStore) error {
 	cp := wr.g.next()
 	head, err := db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: wr.g.head, Writer: wr.w})
 	if err != nil {
@@ -154,7 +155,7 @@ func openDB(tb testing.TB, opts *engine.Options) *engine.DB {
 
 // writers acquires one lease each on n threads "w00", "w01", … (acquired
 // concurrently, so setup shares commits too) with chains of nFiles files.
-func writers(tb testing.TB, db engine.CheckpointStore, n, nFiles int) []*writer {
+func writers(tb testing.TB, db sbxdb.CheckpointStore, n, nFiles int) []*writer {
 	tb.Helper()
 	out := make([]*writer, n)
 	errs := make([]error, n)
@@ -266,7 +267,7 @@ func AppendConcurrent(b *testing.B, n int) {
 // appendConcurrently makes n appends with one goroutine per writer, each
 // appending to its own chain until n appends have been claimed, and returns
 // the wall time and the first error.
-func appendConcurrently(db engine.CheckpointStore, ws []*writer, n int) (time.Duration, error) {
+func appendConcurrently(db sbxdb.CheckpointStore, ws []*writer, n int) (time.Duration, error) {
 	ops := make([]func() error, len(ws))
 	for i, wr := range ws {
 		ops[i] = func() error { return wr.appendNext(db) }

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/gc"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/internal/meta"
 )
@@ -195,7 +195,7 @@ func Sweep(b *testing.B, next func(b *testing.B) *GCStore) {
 		before := s.DB.WriteStats()
 		b.StartTimer()
 		start := time.Now()
-		res, err := s.DB.Sweep(ctx, engine.SweepOptions{OlderThan: 24 * time.Hour})
+		res, err := s.DB.Sweep(ctx, sbxdb.SweepOptions{OlderThan: 24 * time.Hour})
 		elapsed := time.Since(start)
 		b.StopTimer()
 		if err != nil || len(res.Deleted) != s.Unreferenced {
@@ -230,7 +230,7 @@ func CaptureDuringSweep(b *testing.B, next func(b *testing.B) *GCStore) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.DB.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: ws}); err != nil {
+			if _, err := s.DB.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: ws}); err != nil {
 				b.Fatal(err)
 			}
 			w.Release(ctx)
@@ -243,9 +243,9 @@ func CaptureDuringSweep(b *testing.B, next func(b *testing.B) *GCStore) {
 			idle = append(idle, capture(i))
 		}
 		var during []time.Duration
-		done := make(chan gc.SweepResult)
+		done := make(chan sbxdb.SweepResult)
 		go func() {
-			res, err := s.DB.Sweep(ctx, engine.SweepOptions{OlderThan: 24 * time.Hour})
+			res, err := s.DB.Sweep(ctx, sbxdb.SweepOptions{OlderThan: 24 * time.Hour})
 			if err != nil {
 				b.Error(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -94,10 +95,10 @@ func BlobPut(b *testing.B, size int, served bool) {
 	db, c := Served(b)
 	put := func(key string, body []byte) error {
 		if served {
-			_, err := c.PutObject(ctx, key, bytes.NewReader(body), engine.PutObjectOptions{Size: int64(len(body))})
+			_, err := c.PutObject(ctx, key, bytes.NewReader(body), sbxdb.PutObjectOptions{Size: int64(len(body))})
 			return err
 		}
-		_, err := db.PutObject(ctx, key, bytes.NewReader(body), engine.PutObjectOptions{Size: int64(len(body))})
+		_, err := db.PutObject(ctx, key, bytes.NewReader(body), sbxdb.PutObjectOptions{Size: int64(len(body))})
 		return err
 	}
 	bb := newBlobBody(size)
@@ -117,7 +118,7 @@ func BlobPut(b *testing.B, size int, served bool) {
 func BlobGet(b *testing.B, size int, served bool) {
 	db, c := Served(b)
 	body, key := newBlobBody(size).next(1)
-	if _, err := db.PutObject(ctx, key, bytes.NewReader(body), engine.PutObjectOptions{Size: int64(len(body))}); err != nil {
+	if _, err := db.PutObject(ctx, key, bytes.NewReader(body), sbxdb.PutObjectOptions{Size: int64(len(body))}); err != nil {
 		b.Fatal(err)
 	}
 	open := func() (io.ReadCloser, error) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -151,16 +152,16 @@ func absDir(dir string) (string, error) {
 
 // captureJSON is what `sbxdb capture --json` prints.
 type captureJSON struct {
-	ID       string              `json:"id"`
-	ThreadID string              `json:"threadId"`
-	ParentID *string             `json:"parentCheckpointId"`
-	Reason   chain.Reason        `json:"reason"`
-	Label    string              `json:"label,omitempty"`
-	Stats    engine.CaptureStats `json:"stats"`
+	ID       string             `json:"id"`
+	ThreadID string             `json:"threadId"`
+	ParentID *string            `json:"parentCheckpointId"`
+	Reason   chain.Reason       `json:"reason"`
+	Label    string             `json:"label,omitempty"`
+	Stats    sbxdb.CaptureStats `json:"stats"`
 	// Warnings names the entries that changed or vanished while read,
 	// and those skipped as unsupported.
-	Warnings []engine.CaptureWarning `json:"warnings,omitempty"`
-	Seconds  float64                 `json:"seconds"`
+	Warnings []sbxdb.CaptureWarning `json:"warnings,omitempty"`
+	Seconds  float64                `json:"seconds"`
 }
 
 func runCapture(inv *invocation, args []string) error {
@@ -183,7 +184,7 @@ func runCapture(inv *invocation, args []string) error {
 	defer db.Close()
 
 	start := time.Now()
-	var res *engine.CaptureResult
+	var res *sbxdb.CaptureResult
 	err = withLease(inv.ctx, db, inv.thread, inv.errOut, func(ctx context.Context, w lease.Writer) (err error) {
 		res, err = db.Capture(ctx, client.CaptureRequest{
 			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
@@ -196,7 +197,7 @@ func runCapture(inv *invocation, args []string) error {
 	})
 	if err != nil {
 		switch {
-		case errors.Is(err, engine.ErrEmptyCapture):
+		case errors.Is(err, sbxdb.ErrEmptyCapture):
 			return fmt.Errorf("%w%s; --allow-empty records the empty checkpoint", err, excludedIncludes(inv))
 		case errors.Is(err, chain.ErrUnsupportedEntry), engine.IsUnreadableEntry(err):
 			return fmt.Errorf("%w; --skip-unsupported leaves such entries out", err)
@@ -262,7 +263,7 @@ func excludedIncludes(inv *invocation) string {
 
 // warned is the outcome of a capture that printed its summary with err:
 // errWarnings (exit status 3) when it left warnings and nothing failed.
-func warned(err error, warnings []engine.CaptureWarning) error {
+func warned(err error, warnings []sbxdb.CaptureWarning) error {
 	if err == nil && len(warnings) > 0 {
 		return errWarnings
 	}
@@ -272,7 +273,7 @@ func warned(err error, warnings []engine.CaptureWarning) error {
 // printCaptureWarnings writes one line per entry that changed or vanished
 // while the capture read it, as tar does ("file changed as we read it"),
 // and per entry skipped as unsupported.
-func printCaptureWarnings(w io.Writer, warnings []engine.CaptureWarning) {
+func printCaptureWarnings(w io.Writer, warnings []sbxdb.CaptureWarning) {
 	for _, x := range warnings {
 		fmt.Fprintf(w, "sbxdb: warning: %s\n", x)
 	}
@@ -283,7 +284,7 @@ func printCaptureWarnings(w io.Writer, warnings []engine.CaptureWarning) {
 // policy) and of those skipped as unsupported, each left out when 0. An
 // entry is what either count of entries counts (an excluded directory
 // counts once), so neither has a noun to agree with its number.
-func leftOut(st engine.CaptureStats) string {
+func leftOut(st sbxdb.CaptureStats) string {
 	var s string
 	stores := st.ExcludedByRule[workspace.RuleStore]
 	if n := st.Excluded - stores; n > 0 {
@@ -303,7 +304,7 @@ func leftOut(st engine.CaptureStats) string {
 
 // changedWhileRead is the summary's count of changed and vanished entries,
 // empty when there were none.
-func changedWhileRead(st engine.CaptureStats) string {
+func changedWhileRead(st sbxdb.CaptureStats) string {
 	if st.Changed == 0 && st.Vanished == 0 {
 		return ""
 	}

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -31,7 +32,7 @@ func TestNoDefaultExcludes(t *testing.T) {
 	makeTree(t, ws, nodeTree)
 
 	js := decode[captureJSON](t, ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "d1", "--json"))
-	if want := (engine.CaptureStats{Files: 1, Dirs: 1, Bytes: 4, FilesRead: 1, BytesRead: 4, BlobsNew: 1, Excluded: 3,
+	if want := (sbxdb.CaptureStats{Files: 1, Dirs: 1, Bytes: 4, FilesRead: 1, BytesRead: 4, BlobsNew: 1, Excluded: 3,
 		ExcludedByRule: map[string]int{".env*": 1, ".git": 1, "node_modules": 1}}); !reflect.DeepEqual(js.Stats, withoutBytesNew(js.Stats, want)) {
 		t.Errorf("default policy stats %+v, want %+v", js.Stats, want)
 	}
@@ -52,7 +53,7 @@ func TestNoDefaultExcludes(t *testing.T) {
 
 // withoutBytesNew returns got with BytesNew of want: the compressed size
 // is not this test's business.
-func withoutBytesNew(got, want engine.CaptureStats) engine.CaptureStats {
+func withoutBytesNew(got, want sbxdb.CaptureStats) sbxdb.CaptureStats {
 	want.BytesNew = got.BytesNew
 	return want
 }
@@ -137,7 +138,7 @@ func TestCaptureSkipUnsupported(t *testing.T) {
 
 	code, out, errOut = cli(t, "capture", ws, "--db", store, "--thread", "main", "--id", "f2", "--skip-unsupported", "--json")
 	js := decode[captureJSON](t, out)
-	if code != exitWarnings || js.Stats.Skipped != 2 || len(js.Warnings) != 2 || js.Warnings[1] != (engine.CaptureWarning{Path: "sock", What: engine.EntrySkipped, Detail: "a socket"}) {
+	if code != exitWarnings || js.Stats.Skipped != 2 || len(js.Warnings) != 2 || js.Warnings[1] != (sbxdb.CaptureWarning{Path: "sock", What: sbxdb.EntrySkipped, Detail: "a socket"}) {
 		t.Errorf("--skip-unsupported --json: exit %d, %+v, stderr %q", code, js, errOut)
 	}
 }
@@ -175,13 +176,13 @@ func TestRestorePaths(t *testing.T) {
 // only when there was any.
 func TestSummaryLeftOut(t *testing.T) {
 	for _, c := range []struct {
-		st   engine.CaptureStats
+		st   sbxdb.CaptureStats
 		want string
 	}{
-		{engine.CaptureStats{}, ""},
-		{engine.CaptureStats{Excluded: 1}, ", 1 excluded by policy"},
-		{engine.CaptureStats{Excluded: 26, Skipped: 2}, ", 26 excluded by policy, 2 skipped as unsupported"},
-		{engine.CaptureStats{Skipped: 1}, ", 1 skipped as unsupported"},
+		{sbxdb.CaptureStats{}, ""},
+		{sbxdb.CaptureStats{Excluded: 1}, ", 1 excluded by policy"},
+		{sbxdb.CaptureStats{Excluded: 26, Skipped: 2}, ", 26 excluded by policy, 2 skipped as unsupported"},
+		{sbxdb.CaptureStats{Skipped: 1}, ", 1 skipped as unsupported"},
 	} {
 		if got := leftOut(c.st); got != c.want {
 			t.Errorf("leftOut(%+v) = %q, want %q", c.st, got, c.want)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // --rehash reads every file although the stat cache vouches for them all,
@@ -43,9 +43,9 @@ func TestCaptureRehashFlag(t *testing.T) {
 // the summary counts them; without any, the summary is as it always was.
 func TestCaptureWarningLines(t *testing.T) {
 	var buf bytes.Buffer
-	printCaptureWarnings(&buf, []engine.CaptureWarning{
-		{Path: "a b/c", What: engine.EntryChanged, Detail: "the file changed after the walk listed it; recorded as read"},
-		{Path: "gone", What: engine.EntryVanished, Detail: "the file vanished, or became a symlink, before it was read"},
+	printCaptureWarnings(&buf, []sbxdb.CaptureWarning{
+		{Path: "a b/c", What: sbxdb.EntryChanged, Detail: "the file changed after the walk listed it; recorded as read"},
+		{Path: "gone", What: sbxdb.EntryVanished, Detail: "the file vanished, or became a symlink, before it was read"},
 	})
 	want := `sbxdb: warning: "a b/c" changed: the file changed after the walk listed it; recorded as read
 sbxdb: warning: "gone" vanished: the file vanished, or became a symlink, before it was read
@@ -53,10 +53,10 @@ sbxdb: warning: "gone" vanished: the file vanished, or became a symlink, before 
 	if buf.String() != want {
 		t.Errorf("warning lines:\n%s\nwant\n%s", buf.String(), want)
 	}
-	if s := changedWhileRead(engine.CaptureStats{Changed: 1, Vanished: 2}); s != ", 1 changed and 2 vanished while read" {
+	if s := changedWhileRead(sbxdb.CaptureStats{Changed: 1, Vanished: 2}); s != ", 1 changed and 2 vanished while read" {
 		t.Errorf("summary part %q", s)
 	}
-	if s := changedWhileRead(engine.CaptureStats{}); s != "" {
+	if s := changedWhileRead(sbxdb.CaptureStats{}); s != "" {
 		t.Errorf("summary part without changes %q", s)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -276,7 +277,7 @@ func TestCaptureAgain(t *testing.T) {
 	if js.ID != "cp3" || js.ThreadID != "main" || deref(js.ParentID) != "cp2" || js.Reason != chain.ReasonNamed || js.Label != "v1" || js.Seconds <= 0 {
 		t.Errorf("capture --json: %+v", js)
 	}
-	if s := js.Stats; !reflect.DeepEqual(s, engine.CaptureStats{Files: 4, Dirs: 4, Symlinks: 2, Bytes: 43, Unchanged: 4, Excluded: 6,
+	if s := js.Stats; !reflect.DeepEqual(s, sbxdb.CaptureStats{Files: 4, Dirs: 4, Symlinks: 2, Bytes: 43, Unchanged: 4, Excluded: 6,
 		ExcludedByRule: map[string]int{".env*": 2, "node_modules": 1, "--exclude *.log": 2, "--exclude tmp/": 1}}) {
 		t.Errorf("capture --json stats: %+v", s)
 	}

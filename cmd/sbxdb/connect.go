@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -145,7 +146,7 @@ func (inv *invocation) refuseServer() error {
 			pid = fmt.Sprintf(" (pid %d)", n)
 		}
 	}
-	return reword(engine.ErrLocked, "store %s is served by sbxdb serve%s at %s; stop it first", inv.dir, pid, srv.addr)
+	return reword(sbxdb.ErrLocked, "store %s is served by sbxdb serve%s at %s; stop it first", inv.dir, pid, srv.addr)
 }
 
 // open returns the store the command works on: the running server of the

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -283,22 +284,22 @@ func TestCorruptCheckCommand(t *testing.T) {
 				// --json: the report says what is wrong, the exit status that something is.
 				t.Fatalf("check: exit %d, stdout %q, stderr %q; want exit 12 and findings", code, out, errOut)
 			}
-			var rep engine.CheckReport
+			var rep sbxdb.CheckReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("check --json: %v: %q", err, out)
 			}
 			if tc.metaPage {
-				if len(rep.Findings) != 1 || rep.Findings[0].Kind != engine.FindingMetaPage || rep.Findings[0].Severity != engine.SeverityWarning || rep.Checkpoints != 2 {
+				if len(rep.Findings) != 1 || rep.Findings[0].Kind != sbxdb.FindingMetaPage || rep.Findings[0].Severity != sbxdb.SeverityWarning || rep.Checkpoints != 2 {
 					t.Fatalf("check of a store with a damaged meta page: %+v", rep)
 				}
 				return
 			}
 			found, foundDetail := false, detail == ""
 			for _, f := range rep.Findings {
-				if f.Severity == engine.SeverityError && f.Subject == subject {
+				if f.Severity == sbxdb.SeverityError && f.Subject == subject {
 					found = true
 				}
-				if f.Severity == engine.SeverityError && detail != "" && strings.Contains(f.Detail, detail) {
+				if f.Severity == sbxdb.SeverityError && detail != "" && strings.Contains(f.Detail, detail) {
 					foundDetail = true
 				}
 			}

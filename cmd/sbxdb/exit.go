@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/server"
 )
 
@@ -92,14 +91,14 @@ func exitStatus(err error) (status int, code string) {
 	}
 	status, code = exitError, codeError
 	switch {
-	case errors.Is(err, engine.ErrAmbiguousRef):
+	case errors.Is(err, sbxdb.ErrAmbiguousRef):
 		code = server.CodeAmbiguous // as a server words it
-	case errors.Is(err, engine.ErrNoStore):
+	case errors.Is(err, sbxdb.ErrNoStore):
 		status, code = exitNoStore, codeNoStore
-	case errors.Is(err, engine.ErrLocked), errors.Is(err, chain.ErrWriterConflict):
+	case errors.Is(err, sbxdb.ErrLocked), errors.Is(err, chain.ErrWriterConflict):
 		status, code = exitBusy, codeBusy
 	case errors.Is(err, errProblems), errors.Is(err, chain.ErrInvalidBlob), errors.Is(err, chain.ErrMissingBlob),
-		errors.Is(err, chain.ErrCorrupt), errors.Is(err, cas.ErrCorrupt):
+		errors.Is(err, chain.ErrCorrupt), errors.Is(err, sbxdb.ErrBlobCorrupt):
 		status, code = exitDamaged, codeCorrupt
 	}
 	var ce *client.Error
@@ -107,7 +106,7 @@ func exitStatus(err error) (status int, code string) {
 		code = c
 	} else if errors.As(err, &ce) && ce.Code != "" {
 		code = ce.Code
-	} else if errors.Is(err, engine.ErrEmptyCapture) {
+	} else if errors.Is(err, sbxdb.ErrEmptyCapture) {
 		code = server.CodeEmptyCapture // as a server says it
 	}
 	return status, code

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -28,21 +28,21 @@ func TestExitStatus(t *testing.T) {
 		{&usageError{err: errors.New("missing THREAD")}, exitUsage, codeUsage},
 		{errWarnings, exitWarnings, ""},
 		{errInterrupted, exitInterrupted, codeInterrupted},
-		{reword(engine.ErrNoStore, "no sbxdb store at x"), exitNoStore, codeNoStore},
-		{reword(engine.ErrLocked, "store x is busy: held by another process (pid 1)"), exitBusy, codeBusy},
+		{reword(sbxdb.ErrNoStore, "no sbxdb store at x"), exitNoStore, codeNoStore},
+		{reword(sbxdb.ErrLocked, "store x is busy: held by another process (pid 1)"), exitBusy, codeBusy},
 		{fmt.Errorf("%w; if that writer is gone…", chain.Errorf(chain.ErrWriterConflict, "thread %q has a live writer", "t")), exitBusy, chain.CodeWriterConflict},
 		{chain.Errorf(chain.ErrInvalidBlob, "damaged"), exitDamaged, chain.CodeInvalidBlob},
 		{fmt.Errorf("restoring: %w", chain.Errorf(chain.ErrMissingBlob, "missing")), exitDamaged, chain.CodeMissingBlob},
 		{fmt.Errorf("%w: checkpoints/x: checksum", chain.ErrCorrupt), exitDamaged, codeCorrupt},
-		{fmt.Errorf("%w: pack 1", cas.ErrCorrupt), exitDamaged, codeCorrupt},
+		{fmt.Errorf("%w: pack 1", sbxdb.ErrBlobCorrupt), exitDamaged, codeCorrupt},
 		{errProblems, exitDamaged, codeCorrupt},
 		{&reportedError{errProblems}, exitDamaged, codeCorrupt},
 		{chain.Errorf(chain.ErrCheckpointNotFound, "checkpoint %q not found", "x"), exitError, chain.CodeCheckpointNotFound},
-		{&engine.AmbiguousRefError{Ref: "abcd", Candidates: []string{"abcd1", "abcd2"}, Count: 2}, exitError, "SBXDB_AMBIGUOUS"},
+		{&sbxdb.AmbiguousRefError{Ref: "abcd", Candidates: []string{"abcd1", "abcd2"}, Count: 2}, exitError, "SBXDB_AMBIGUOUS"},
 		{&client.Error{Status: 503, Code: "SBXDB_UNAVAILABLE", Message: "draining"}, exitError, "SBXDB_UNAVAILABLE"},
 		{fmt.Errorf("server unix:x: %w", client.ErrUnreachable), exitError, codeError},
 		{errors.New("checkpoint nope not found"), exitError, codeError},
-		{engine.ErrFormat, exitError, codeError},
+		{sbxdb.ErrFormat, exitError, codeError},
 	} {
 		if status, code := exitStatus(tc.err); status != tc.status || code != tc.code {
 			t.Errorf("exitStatus(%v) = %d, %q; want %d, %q", tc.err, status, code, tc.status, tc.code)
@@ -131,10 +131,10 @@ func TestJSONFailureAlone(t *testing.T) {
 // warnStore is a store whose captures report a file that vanished.
 type warnStore struct{ store }
 
-func (s warnStore) Capture(ctx context.Context, in client.CaptureRequest) (*engine.CaptureResult, error) {
+func (s warnStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
 	res, err := s.store.Capture(ctx, in)
 	if res != nil {
-		res.Warnings = append(res.Warnings, engine.CaptureWarning{Path: "gone.txt", What: engine.EntryVanished, Detail: "the file vanished before it was read"})
+		res.Warnings = append(res.Warnings, sbxdb.CaptureWarning{Path: "gone.txt", What: sbxdb.EntryVanished, Detail: "the file vanished before it was read"})
 		res.Stats.Vanished++
 	}
 	return res, err

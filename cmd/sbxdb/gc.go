@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/spf13/pflag"
@@ -68,7 +69,7 @@ func runCheck(inv *invocation, _ []string) error {
 		return err
 	}
 	defer db.Close()
-	opts := engine.CheckStoreOptions{VerifyBlobs: inv.verifyBlobs, Repair: inv.repair}
+	opts := sbxdb.CheckStoreOptions{VerifyBlobs: inv.verifyBlobs, Repair: inv.repair}
 	if inv.verifyBlobs {
 		opts.Progress = inv.checkProgress()
 	}
@@ -95,13 +96,13 @@ func runCheck(inv *invocation, _ []string) error {
 			verified = ", every blob read back"
 		}
 		notes := ""
-		if n := severity(rep, engine.SeverityNote); n > 0 {
+		if n := severity(rep, sbxdb.SeverityNote); n > 0 {
 			notes = ", " + count(n, "note")
 		}
 		fmt.Fprintf(inv.out, "%s, %s, %s referenced, %s stored (%d unreferenced)%s: %s, %s%s\n",
 			count(rep.Threads, "thread"), count(rep.Checkpoints, "checkpoint"), count(rep.BlobKeys, "blob key"),
-			count(rep.Blobs, "blob"), rep.Unreferenced, verified, count(severity(rep, engine.SeverityError), "error"),
-			count(severity(rep, engine.SeverityWarning), "warning"), notes)
+			count(rep.Blobs, "blob"), rep.Unreferenced, verified, count(severity(rep, sbxdb.SeverityError), "error"),
+			count(severity(rep, sbxdb.SeverityWarning), "warning"), notes)
 		if rep.OrphanFiles > 0 {
 			fmt.Fprintf(inv.out, "%s left by a crash (gc removes them)\n", count(rep.OrphanFiles, "orphan blob file"))
 		}
@@ -115,12 +116,12 @@ func runCheck(inv *invocation, _ []string) error {
 	}
 	if len(rep.Dropped) > 0 || rep.Reindexed > 0 || rep.ReindexedFiles > 0 {
 		// The blob index changed: what is wrong now decides the exit.
-		after, err := db.Check(inv.ctx, engine.CheckStoreOptions{})
+		after, err := db.Check(inv.ctx, sbxdb.CheckStoreOptions{})
 		if err != nil {
 			return err
 		}
 		if !inv.json {
-			fmt.Fprintf(inv.out, "after the repair: %s, %s\n", count(severity(after, engine.SeverityError), "error"), count(severity(after, engine.SeverityWarning), "warning"))
+			fmt.Fprintf(inv.out, "after the repair: %s, %s\n", count(severity(after, sbxdb.SeverityError), "error"), count(severity(after, sbxdb.SeverityWarning), "warning"))
 		}
 		if !after.Clean() {
 			return problems(inv)
@@ -128,7 +129,7 @@ func runCheck(inv *invocation, _ []string) error {
 		return nil
 	}
 	if !rep.Clean() {
-		if rep.Repaired > 0 && onlyKind(rep, engine.FindingRefCount) {
+		if rep.Repaired > 0 && onlyKind(rep, sbxdb.FindingRefCount) {
 			return nil // what was wrong is repaired
 		}
 		return problems(inv)
@@ -148,7 +149,7 @@ func problems(inv *invocation) error {
 // printBlobRepair says what a repair did to the blob index: the blobs it
 // dropped and the checkpoints that need them, what it re-indexed from
 // quarantine, and what it had to leave.
-func printBlobRepair(inv *invocation, rep *engine.CheckReport) {
+func printBlobRepair(inv *invocation, rep *sbxdb.CheckReport) {
 	if len(rep.Dropped) > 0 {
 		fmt.Fprintf(inv.out, "repaired: dropped %s from the index; the checkpoints naming them restore again once the same bytes are captured again:\n",
 			count(len(rep.Dropped), "damaged blob"))
@@ -168,7 +169,7 @@ func printBlobRepair(inv *invocation, rep *engine.CheckReport) {
 }
 
 // severity counts the findings of rep of one severity.
-func severity(rep *engine.CheckReport, sev string) int {
+func severity(rep *sbxdb.CheckReport, sev string) int {
 	n := 0
 	for _, f := range rep.Findings {
 		if f.Severity == sev {
@@ -179,9 +180,9 @@ func severity(rep *engine.CheckReport, sev string) int {
 }
 
 // onlyKind reports whether every error of rep is of kind.
-func onlyKind(rep *engine.CheckReport, kind string) bool {
-	return !slices.ContainsFunc(rep.Findings, func(f engine.Finding) bool {
-		return f.Severity == engine.SeverityError && f.Kind != kind
+func onlyKind(rep *sbxdb.CheckReport, kind string) bool {
+	return !slices.ContainsFunc(rep.Findings, func(f sbxdb.Finding) bool {
+		return f.Severity == sbxdb.SeverityError && f.Kind != kind
 	})
 }
 
@@ -261,7 +262,7 @@ func runGC(inv *invocation, _ []string) error {
 		return err
 	}
 	defer db.Close()
-	res, err := db.GC(inv.ctx, engine.GCOptions{
+	res, err := db.GC(inv.ctx, sbxdb.GCOptions{
 		Retain:          inv.keep != nil,
 		Keep:            derefInt(inv.keep),
 		Threads:         inv.threads,
@@ -326,7 +327,7 @@ func parseAge(s string) (time.Duration, error) {
 
 // printGC prints what gc did; complete is false when it stopped on an
 // error, after retention.
-func printGC(inv *invocation, res *engine.GCResult, complete bool) {
+func printGC(inv *invocation, res *sbxdb.GCResult, complete bool) {
 	verb := "deleted"
 	if inv.dryRun {
 		verb = "would delete"

@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -35,11 +37,11 @@ func TestCheckCommand(t *testing.T) {
 	packs, _ := filepath.Glob(filepath.Join(store, "blobs", "packs", "*.pack"))
 	flipLast(t, packs[0])
 	code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--json")
-	var rep engine.CheckReport
+	var rep sbxdb.CheckReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitDamaged || rep.Clean() || errOut != "" {
 		t.Fatalf("check of a damaged store: exit %d, %q, %q", code, out, errOut)
 	}
-	if f := rep.Findings[0]; f.Kind != engine.FindingBlob || !strings.HasPrefix(f.Subject, "sandbox-files/sha256/") {
+	if f := rep.Findings[0]; f.Kind != sbxdb.FindingBlob || !strings.HasPrefix(f.Subject, "sandbox-files/sha256/") {
 		t.Fatalf("finding %+v", f)
 	}
 	// Without reading blobs the damage is not seen.
@@ -74,7 +76,7 @@ func TestGCCommand(t *testing.T) {
 	wantMatch(t, out, `(?m)^deleted sandbox-files/sha256/[0-9a-f]{64}$`)
 	wantMatch(t, out, `(?m)^sweep: examined 7 blobs, 3 referenced; deleted 4 blobs`)
 	wantMatch(t, out, `(?m)^blobs stored: .* given back$`)
-	var res engine.GCResult
+	var res sbxdb.GCResult
 	if err := json.Unmarshal([]byte(ok(t, "gc", "--db", store, "--keep", "2", "--older-than", "0", "--json")), &res); err != nil || len(res.Sweep.Deleted) != 0 || res.Sweep.Examined != 3 {
 		t.Fatalf("second gc --json: %+v, %v", res, err)
 	}
@@ -187,9 +189,9 @@ func TestCheckRepairExitStatus(t *testing.T) {
 // default; --no-recompress leaves them, and --dry-run names them.
 func TestGCRecompressesColdPacks(t *testing.T) {
 	store := versions(t, 2)
-	gcJSON := func(args ...string) engine.GCResult {
+	gcJSON := func(args ...string) sbxdb.GCResult {
 		t.Helper()
-		var res engine.GCResult
+		var res sbxdb.GCResult
 		out := ok(t, append([]string{"gc", "--db", store, "--json"}, args...)...)
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("gc %v: %q: %v", args, out, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
@@ -61,7 +62,7 @@ func TestOpenWarnsOfQuarantine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Capture(t.Context(), engine.CaptureInput{Writer: w.Writer, Dir: ws, ID: "cp2"}); err != nil {
+	if _, err := e.Capture(t.Context(), sbxdb.CaptureInput{Writer: w.Writer, Dir: ws, ID: "cp2"}); err != nil {
 		t.Fatal(err)
 	}
 	// The file as a process killed right after cp2's commit leaves it: a

@@ -86,7 +86,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // The store directory every command uses when --db is not given.
@@ -231,11 +231,11 @@ func openError(inv *invocation, err error) error {
 		return nd
 	}
 	switch {
-	case errors.Is(err, engine.ErrNoStore):
+	case errors.Is(err, sbxdb.ErrNoStore):
 		return reword(err, "no sbxdb store at %s", inv.dir)
-	case errors.Is(err, engine.ErrLocked):
+	case errors.Is(err, sbxdb.ErrLocked):
 		// The engine says "…: DIR is held by another process (pid N)".
-		detail := strings.TrimPrefix(err.Error(), engine.ErrLocked.Error()+": "+inv.dir+" is ")
+		detail := strings.TrimPrefix(err.Error(), sbxdb.ErrLocked.Error()+": "+inv.dir+" is ")
 		return reword(err, "store %s is busy: %s", inv.dir, detail)
 	}
 	return err

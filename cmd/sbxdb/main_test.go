@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -215,7 +216,7 @@ func TestThreads(t *testing.T) {
 		m.Writer != (writer{State: "none"}) {
 		t.Errorf("main: %+v", m)
 	}
-	if p := js[3]; p.Writer != (writer{State: "expired", Fence: 1, ExpiresAt: ms(engine.DefaultLeaseDuration)}) {
+	if p := js[3]; p.Writer != (writer{State: "expired", Fence: 1, ExpiresAt: ms(sbxdb.DefaultLeaseDuration)}) {
 		t.Errorf("pruned writer: %+v", p.Writer)
 	}
 }

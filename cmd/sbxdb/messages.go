@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -86,9 +87,9 @@ func notADirectory(inv *invocation) error {
 	case err != nil || fi.IsDir():
 		return nil
 	case fi.Mode().IsRegular():
-		return reword(engine.ErrNoStore, "%s is a regular file, not a store directory", storeName(inv))
+		return reword(sbxdb.ErrNoStore, "%s is a regular file, not a store directory", storeName(inv))
 	}
-	return reword(engine.ErrNoStore, "%s is not a directory", storeName(inv))
+	return reword(sbxdb.ErrNoStore, "%s is not a directory", storeName(inv))
 }
 
 // needStore returns nil when the store's database file exists, else the
@@ -104,7 +105,7 @@ func needStore(inv *invocation) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return openError(inv, engine.ErrNoStore)
+		return openError(inv, sbxdb.ErrNoStore)
 	}
 	return openError(inv, err)
 }

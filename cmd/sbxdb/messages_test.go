@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
@@ -234,7 +236,7 @@ type unreadStore struct {
 	msg string
 }
 
-func (s unreadStore) Capture(ctx context.Context, in client.CaptureRequest) (*engine.CaptureResult, error) {
+func (s unreadStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
 	return nil, chain.Errorf(chain.ErrInvalidWorkspace, "%s", s.msg)
 }
 

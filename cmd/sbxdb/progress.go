@@ -10,7 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // isTerminal reports whether w is a terminal (a character device), where a
@@ -142,7 +142,7 @@ func (inv *invocation) clearStatus() {
 // most telling first. verb says what is done to the files ("reading",
 // "writing"). The ETA is left out when eta is "", the rate until time has
 // passed.
-func progressParts(verb string, p engine.Progress, elapsed time.Duration, eta string) []string {
+func progressParts(verb string, p sbxdb.Progress, elapsed time.Duration, eta string) []string {
 	parts := []string{
 		fmt.Sprintf("%s %d/%s", verb, p.Files, count(p.TotalFiles, "file")),
 		size(p.Bytes) + "/" + size(p.TotalBytes),
@@ -169,7 +169,7 @@ type progressPrinter struct {
 
 // progressFunc returns the Progress callback for a capture or restore begun
 // at start, or nil when standard error is not a terminal.
-func (inv *invocation) progressFunc(verb string, start time.Time) func(engine.Progress) {
+func (inv *invocation) progressFunc(verb string, start time.Time) func(sbxdb.Progress) {
 	if !inv.progress {
 		return nil
 	}
@@ -179,7 +179,7 @@ func (inv *invocation) progressFunc(verb string, start time.Time) func(engine.Pr
 // report redraws the line, with the time left once it can be estimated;
 // the last report (Done) erases it, so that the summary or an error starts
 // on a clean line.
-func (pp *progressPrinter) report(p engine.Progress) {
+func (pp *progressPrinter) report(p sbxdb.Progress) {
 	if p.Done {
 		pp.line.clear()
 		return

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 func TestSize(t *testing.T) {
@@ -30,7 +30,7 @@ func TestSize(t *testing.T) {
 }
 
 func TestProgressParts(t *testing.T) {
-	p := engine.Progress{Files: 200, TotalFiles: 1200, Bytes: 2_900_000, TotalBytes: 14_000_000}
+	p := sbxdb.Progress{Files: 200, TotalFiles: 1200, Bytes: 2_900_000, TotalBytes: 14_000_000}
 	for _, tc := range []struct {
 		elapsed time.Duration
 		eta     string
@@ -45,10 +45,10 @@ func TestProgressParts(t *testing.T) {
 			t.Errorf("progressParts after %v = %q, want %q", tc.elapsed, got, tc.want)
 		}
 	}
-	if got := strings.Join(progressParts("writing", engine.Progress{}, time.Second, ""), ", "); got != "writing 0/0 files, 0 B/0 B, 0 B/s" {
+	if got := strings.Join(progressParts("writing", sbxdb.Progress{}, time.Second, ""), ", "); got != "writing 0/0 files, 0 B/0 B, 0 B/s" {
 		t.Errorf("progressParts of nothing = %q", got)
 	}
-	if got := strings.Join(progressParts("writing", engine.Progress{TotalFiles: 1, TotalBytes: 5}, 0, ""), ", "); got != "writing 0/1 file, 0 B/5 B" {
+	if got := strings.Join(progressParts("writing", sbxdb.Progress{TotalFiles: 1, TotalBytes: 5}, 0, ""), ", "); got != "writing 0/1 file, 0 B/5 B" {
 		t.Errorf("progressParts of one file = %q", got)
 	}
 }
@@ -242,32 +242,32 @@ func TestProgressPrinter(t *testing.T) {
 	pp := &progressPrinter{line: &statusLine{w: &buf, cols: func() int { return 120 }}, verb: "writing", start: start, now: func() time.Time { return clock }}
 
 	// The last report erases nothing when nothing was drawn.
-	pp.report(engine.Progress{Done: true})
+	pp.report(sbxdb.Progress{Done: true})
 	if buf.Len() != 0 {
 		t.Errorf("done without a line: %q", buf.String())
 	}
 	clock = start.Add(time.Second)
-	pp.report(engine.Progress{Files: 10, TotalFiles: 20, Bytes: 12_000_000, TotalBytes: 24_000_000})
+	pp.report(sbxdb.Progress{Files: 10, TotalFiles: 20, Bytes: 12_000_000, TotalBytes: 24_000_000})
 	if want := "\rwriting 10/20 files, 12.0 MB/24.0 MB, 12.0 MB/s" + eraseLine; buf.String() != want {
 		t.Errorf("first line: %q, want %q", buf.String(), want)
 	}
 	// Half done after a second of reports: the time left shows.
 	buf.Reset()
 	clock = start.Add(2 * time.Second)
-	pp.report(engine.Progress{Files: 15, TotalFiles: 20, Bytes: 18_000_000, TotalBytes: 24_000_000})
+	pp.report(sbxdb.Progress{Files: 15, TotalFiles: 20, Bytes: 18_000_000, TotalBytes: 24_000_000})
 	if want := "\rwriting 15/20 files, 18.0 MB/24.0 MB, ETA 1s, 9.0 MB/s" + eraseLine; buf.String() != want {
 		t.Errorf("second line: %q, want %q", buf.String(), want)
 	}
 	buf.Reset()
 	clock = start.Add(3 * time.Second)
-	pp.report(engine.Progress{Files: 20, TotalFiles: 20, Bytes: 24, TotalBytes: 24})
+	pp.report(sbxdb.Progress{Files: 20, TotalFiles: 20, Bytes: 24, TotalBytes: 24})
 	if want := "\rwriting 20/20 files, 24 B/24 B, 8 B/s" + eraseLine; buf.String() != want {
 		t.Errorf("third line: %q, want %q", buf.String(), want)
 	}
 	// Done erases the line, leaving the cursor at its start, once.
 	buf.Reset()
-	pp.report(engine.Progress{Files: 20, TotalFiles: 20, Bytes: 24, TotalBytes: 24, Done: true})
-	pp.report(engine.Progress{Files: 20, TotalFiles: 20, Bytes: 24, TotalBytes: 24, Done: true})
+	pp.report(sbxdb.Progress{Files: 20, TotalFiles: 20, Bytes: 24, TotalBytes: 24, Done: true})
+	pp.report(sbxdb.Progress{Files: 20, TotalFiles: 20, Bytes: 24, TotalBytes: 24, Done: true})
 	if want := "\r" + eraseLine; buf.String() != want {
 		t.Errorf("done: %q, want %q", buf.String(), want)
 	}
@@ -300,7 +300,7 @@ func TestProgressClearedBeforeOutput(t *testing.T) {
 	ft := &fakeTerminal{cols: 40}
 	inv := &invocation{out: ft, errOut: ft, progress: true}
 	report := inv.progressFunc("reading", time.Now())
-	report(engine.Progress{Files: 1, TotalFiles: 3, Bytes: 10, TotalBytes: 30})
+	report(sbxdb.Progress{Files: 1, TotalFiles: 3, Bytes: 10, TotalBytes: 30})
 	drawn := ft.raw.String()
 	if !strings.HasPrefix(drawn, "\rreading 1/3 files") || !strings.HasSuffix(drawn, eraseLine) {
 		t.Fatalf("drawn: %q", drawn)
@@ -316,7 +316,7 @@ func TestProgressClearedBeforeOutput(t *testing.T) {
 	if ft.raw.String() != "more\n" {
 		t.Errorf("cleared twice: %q", ft.raw.String())
 	}
-	report(engine.Progress{Files: 2, TotalFiles: 3, Bytes: 20, TotalBytes: 30})
+	report(sbxdb.Progress{Files: 2, TotalFiles: 3, Bytes: 20, TotalBytes: 30})
 	ft.raw.Reset()
 	fmt.Fprintf(inv.errOut, "sbxdb: warning: x\n")
 	if want := "\r" + eraseLine + "sbxdb: warning: x\n"; ft.raw.String() != want {
@@ -327,7 +327,7 @@ func TestProgressClearedBeforeOutput(t *testing.T) {
 	}
 	// The error report clears a line no Done report erased (a server that
 	// went away mid-stream).
-	report(engine.Progress{Files: 2, TotalFiles: 3, Bytes: 20, TotalBytes: 30})
+	report(sbxdb.Progress{Files: 2, TotalFiles: 3, Bytes: 20, TotalBytes: 30})
 	inv.clearStatus()
 	if ft.screen() != "" || ft.col != 0 {
 		t.Errorf("after clearStatus: screen %q, cursor at %d", ft.screen(), ft.col)

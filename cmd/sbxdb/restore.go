@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/spf13/pflag"
 )
 
@@ -67,7 +67,7 @@ named by its absolute path, on its own machine.`,
 type restoreJSON struct {
 	ID  string `json:"id"`
 	Dir string `json:"dir"`
-	engine.RestoreStats
+	sbxdb.RestoreStats
 	Seconds float64 `json:"seconds"`
 }
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
@@ -427,7 +428,7 @@ func TestServeKilledDuringCapture(t *testing.T) {
 				time.AfterFunc(time.Duration(rng.IntN(80))*time.Millisecond, kill)
 			}
 			_, err := c.Capture(context.Background(), client.CaptureRequest{Writer: w, Dir: ws, ID: id,
-				Progress: func(engine.Progress) { kill() }})
+				Progress: func(sbxdb.Progress) { kill() }})
 			switch {
 			case err == nil:
 				acked = append(acked, id)
@@ -493,9 +494,9 @@ func TestServeTerminatedDuringCapture(t *testing.T) {
 			if grace == "0" {
 				time.AfterFunc(time.Duration(rand.IntN(60))*time.Millisecond, term)
 			}
-			var at *engine.Progress // the first report
+			var at *sbxdb.Progress // the first report
 			res, err := p.client(t, 0, "").Capture(context.Background(), client.CaptureRequest{Writer: w, Dir: ws, ID: "cp1",
-				Progress: func(pr engine.Progress) {
+				Progress: func(pr sbxdb.Progress) {
 					if at == nil {
 						at = &pr
 					}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -41,7 +42,7 @@ func TestServeTestMode(t *testing.T) {
 	if err != nil || l.Fence != 1 || !l.ExpiresAt().Equal(time.UnixMilli(1100)) {
 		t.Fatalf("acquire in the test store at 1000: %+v, %v", l, err)
 	}
-	if _, err := c.PutObject(ctx, "obj/a", strings.NewReader("hello"), engine.PutObjectOptions{Size: 5}); err != nil {
+	if _, err := c.PutObject(ctx, "obj/a", strings.NewReader("hello"), sbxdb.PutObjectOptions{Size: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if th, err := admin.Threads(ctx); err != nil || len(th) != 0 {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/server"
 )
@@ -101,7 +102,7 @@ func newTwin(t *testing.T, args []string) *twin {
 		// without one (serve would create it), or one of an older
 		// format (serve would migrate it).
 		probe, err := engine.Open(tw.store, &engine.Options{ReadOnly: true})
-		if errors.Is(err, engine.ErrNoStore) || errors.Is(err, engine.ErrFormat) {
+		if errors.Is(err, sbxdb.ErrNoStore) || errors.Is(err, sbxdb.ErrFormat) {
 			return nil
 		}
 		if err == nil {

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
@@ -206,7 +206,7 @@ func restoreCheck(ctx context.Context, t *testing.T, p *peerServer, id, scratch 
 func checkClean(t *testing.T, peers ...*peerServer) {
 	t.Helper()
 	for _, p := range peers {
-		rep, err := p.c.Check(t.Context(), engine.CheckStoreOptions{VerifyBlobs: true})
+		rep, err := p.c.Check(t.Context(), sbxdb.CheckStoreOptions{VerifyBlobs: true})
 		if err != nil {
 			t.Errorf("server %s: check --verify-blobs: %v", p.name, err)
 		} else if !rep.Clean() {
@@ -316,7 +316,7 @@ func TestServersS3GCWhileCapturing(t *testing.T) {
 	var gcErr error
 	wg.Go(func() {
 		for !stop.Load() && ctx.Err() == nil {
-			res, err := a.c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+			res, err := a.c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 			if err != nil {
 				gcErr = fmt.Errorf("gc through A after %d runs: %w", gcs.Load(), err)
 				return
@@ -737,19 +737,19 @@ func TestServersS3OutageMaintenance(t *testing.T) {
 			answer(fmt.Sprintf("restore of %s through %s", id, p.name), err)
 		}
 	}
-	rep, err := c.c.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true})
+	rep, err := c.c.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true})
 	if err == nil && !rep.Clean() {
 		t.Errorf("check --verify-blobs during the outage reports damage: %+v", rep)
 	} else {
 		answer("check --verify-blobs", err)
 	}
-	rep, err = c.c.Check(ctx, engine.CheckStoreOptions{VerifyBlobs: true, Repair: true})
+	rep, err = c.c.Check(ctx, sbxdb.CheckStoreOptions{VerifyBlobs: true, Repair: true})
 	if err == nil && (len(rep.Dropped) > 0 || !rep.Clean()) {
 		t.Errorf("check --verify-blobs --repair during the outage: dropped %d blobs: %+v", len(rep.Dropped), rep)
 	} else {
 		answer("check --verify-blobs --repair", err)
 	}
-	res, err := b.c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+	res, err := b.c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 	if err == nil {
 		t.Logf("gc during the outage: retention %v, swept %d", res.Retention.Deleted, len(res.Sweep.Deleted))
 	} else {
@@ -859,7 +859,7 @@ func TestServersS3KillDuringGC(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			for !stop.Load() {
-				if _, err := a.c.GC(ctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true}); err != nil {
+				if _, err := a.c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true}); err != nil {
 					done <- err // killed under it, or a failure
 					return
 				}
@@ -900,7 +900,7 @@ func TestServersS3KillDuringGC(t *testing.T) {
 		// B sweeps (A's sweep lock is gone with A) and captures on.
 		killedAt := time.Now()
 		gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := b.c.GC(gctx, engine.GCOptions{Retain: true, Keep: 1, Immediate: true})
+		_, err := b.c.GC(gctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 		gcancel()
 		if err != nil {
 			t.Fatalf("kill %d: gc through B after A was killed: %v", k, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 )
@@ -35,7 +36,7 @@ func TestMigrateAndStats(t *testing.T) {
 	}
 	ok(t, "restore", "c2", filepath.Join(t.TempDir(), "out"), "--db", store)
 
-	var s engine.StoreStats
+	var s sbxdb.StoreStats
 	if err := json.Unmarshal([]byte(ok(t, "stats", "--db", store, "--json")), &s); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
@@ -37,7 +37,7 @@ type store interface {
 	// ThreadSummary returns the number of the thread's checkpoints and
 	// their newest createdAt from the thread index, as
 	// engine.DB.ThreadSummary does, without reading a checkpoint.
-	ThreadSummary(ctx context.Context, threadID string) (engine.ThreadSummary, error)
+	ThreadSummary(ctx context.Context, threadID string) (sbxdb.ThreadSummary, error)
 	// ResolveCheckpoint returns the id of the checkpoint ref names (an
 	// exact id, THREAD@, THREAD@~N or a unique id prefix), as
 	// engine.DB.ResolveCheckpoint does; a prefix of several ids matches
@@ -45,18 +45,18 @@ type store interface {
 	ResolveCheckpoint(ctx context.Context, ref string) (string, error)
 	// DeleteThread removes the thread's checkpoints, head, transcript,
 	// writer lease and artifact records, as engine.DB.DeleteThread does.
-	DeleteThread(ctx context.Context, threadID string, force bool) (engine.DeleteThreadResult, error)
+	DeleteThread(ctx context.Context, threadID string, force bool) (sbxdb.DeleteThreadResult, error)
 	Fork(ctx context.Context, in chain.ForkInput) (*chain.Checkpoint, error)
 	BlobReferences(ctx context.Context) ([]chain.BlobRef, error)
 	Threads(ctx context.Context) ([]string, error)
 	Writers(ctx context.Context) (map[string]lease.State, error)
 	Unlock(ctx context.Context, threadID string) (lease.State, error)
-	Stats(ctx context.Context) (*engine.StoreStats, error)
-	GC(ctx context.Context, opts engine.GCOptions) (*engine.GCResult, error)
-	Check(ctx context.Context, opts engine.CheckStoreOptions) (*engine.CheckReport, error)
+	Stats(ctx context.Context) (*sbxdb.StoreStats, error)
+	GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error)
+	Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxdb.CheckReport, error)
 	leaser
-	Capture(ctx context.Context, in client.CaptureRequest) (*engine.CaptureResult, error)
-	Restore(ctx context.Context, in client.RestoreRequest) (engine.RestoreStats, error)
+	Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error)
+	Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error)
 	// OpenEntry returns a reader of the verified bytes of the file entry
 	// e, as engine.DB.OpenEntry does: the bytes are only known good once
 	// Read returns io.EOF, and every blob failure is
@@ -81,12 +81,12 @@ var (
 // the command line's globs in place of engine.DB's workspace.Policy.
 type localStore struct{ *engine.DB }
 
-func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*engine.CaptureResult, error) {
+func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
 	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
 	if err != nil {
 		return nil, err
 	}
-	return s.DB.Capture(ctx, engine.CaptureInput{
+	return s.DB.Capture(ctx, sbxdb.CaptureInput{
 		Writer: in.Writer, Dir: in.Dir, ID: in.ID, Reason: in.Reason, Label: in.Label,
 		SourceRunID: in.SourceRunID, CreatedAt: in.CreatedAt, Conversation: in.Conversation,
 		Artifacts: in.Artifacts, Policy: pol, Secrets: in.Secrets,
@@ -96,12 +96,12 @@ func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*eng
 	})
 }
 
-func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (engine.RestoreStats, error) {
+func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error) {
 	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
 	if err != nil {
-		return engine.RestoreStats{}, err
+		return sbxdb.RestoreStats{}, err
 	}
-	return s.DB.Restore(ctx, in.CheckpointID, in.Dir, &engine.RestoreOptions{
+	return s.DB.Restore(ctx, in.CheckpointID, in.Dir, &sbxdb.RestoreOptions{
 		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: in.Paths, Progress: in.Progress,
 	})
 }
@@ -170,7 +170,7 @@ func (re *remoteEntry) Close() error { return re.r.Close() }
 
 var (
 	errTooLong = errors.New("the server sent more bytes than the blob has")
-	errDigest  = fmt.Errorf("%w: sha256 of the bytes does not match the key", cas.ErrCorrupt)
+	errDigest  = fmt.Errorf("%w: sha256 of the bytes does not match the key", sbxdb.ErrBlobCorrupt)
 )
 
 // remoteBlobError words a failure to read an entry's blob from a server
@@ -196,7 +196,7 @@ func remoteBlobError(e *chain.Entry, err error) error {
 		}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrUnreachable):
 		return err
-	case errors.Is(err, cas.ErrNotFound), errors.Is(err, chain.ErrMissingBlob):
+	case errors.Is(err, sbxdb.ErrBlobNotFound), errors.Is(err, chain.ErrMissingBlob):
 		return missing()
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		why = "the server cut the body off before its end"

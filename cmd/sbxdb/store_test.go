@@ -13,7 +13,7 @@ import (
 	"testing/iotest"
 	"time"
 
-	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 )
@@ -65,7 +65,7 @@ func TestRemoteBlobError(t *testing.T) {
 	}{
 		{&client.Error{Status: 404, Code: "SBXDB_NOT_FOUND", Message: "no blob"}, chain.ErrMissingBlob,
 			"SANDBOX_SNAPSHOT_MISSING_BLOB: " + prefix + " is missing"},
-		{cas.ErrNotFound, chain.ErrMissingBlob, "SANDBOX_SNAPSHOT_MISSING_BLOB: " + prefix + " is missing"},
+		{sbxdb.ErrBlobNotFound, chain.ErrMissingBlob, "SANDBOX_SNAPSHOT_MISSING_BLOB: " + prefix + " is missing"},
 		{unavailable, nil, "shutting down"},
 		{&client.Error{Status: 422, Code: chain.CodeInvalidBlob, Message: "SANDBOX_SNAPSHOT_INVALID_BLOB: cas: " + e.BlobKey + ": blob corrupt: checksum"}, chain.ErrInvalidBlob,
 			"SANDBOX_SNAPSHOT_INVALID_BLOB: " + prefix + " is damaged: blob corrupt: checksum"},

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 )
@@ -57,7 +58,7 @@ func run(ctx context.Context, w io.Writer, dir, thread, workspace, out string) e
 	if err != nil {
 		return err
 	}
-	res, err := db.Capture(ctx, engine.CaptureInput{Writer: lease.Writer, Dir: workspace})
+	res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: lease.Writer, Dir: workspace})
 	if rerr := lease.Release(ctx); err == nil {
 		err = rerr
 	}

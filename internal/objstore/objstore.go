@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sbxdb/sbxdb"
 )
 
 // Store holds objects by name. Its methods are safe for concurrent use.
@@ -93,11 +95,7 @@ var (
 	// ErrExists: a Put with IfAbsent found the name taken. errors.Is(err,
 	// fs.ErrExist) holds as well.
 	ErrExists error = &sentinel{"object already exists", fs.ErrExist}
-	// ErrUnavailable: the store could not be reached or answered with a
-	// server error (connection refused, a timeout, an HTTP 5xx) after its
-	// retries; the error also wraps the last cause. The operation may be
-	// tried again later.
-	ErrUnavailable error = &sentinel{"object store unavailable", nil}
+
 	// ErrInvalidName: the name is one ValidName refuses.
 	ErrInvalidName error = &sentinel{"invalid object name", fs.ErrInvalid}
 )
@@ -117,7 +115,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Unavailable returns an error that matches both ErrUnavailable and cause.
 func Unavailable(cause error) error {
-	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	return fmt.Errorf("%w: %w", sbxdb.ErrBlobsUnavailable, cause)
 }
 
 // MaxNameLen is the longest name accepted, S3's limit on a key (a prefix an

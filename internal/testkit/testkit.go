@@ -1,7 +1,7 @@
 // Package testkit picks the scale of sbxdb's tests (how many iterations,
 // how large an input, how long a run) and holds the helpers tests of
 // several packages share. Only tests and the conformance kit
-// (engine/enginetest) import it. A tier changes how many times, how big
+// (storetest) import it. A tier changes how many times, how big
 // and how long, not which code paths run or what is asserted; the one test that needs a resource big by nature (a 256 MiB
 // record) skips below SBXDB_LONG=1, saying so.
 //
@@ -15,7 +15,7 @@
 //     or not. The million-entry manifest, 100 MB conversation and 100,000
 //     threads of engine/limits_test.go, the 256 MiB record (which only
 //     this tier runs), 300 kill cycles (crashtest), 2,000 differential
-//     sequences (engine/memstore), a 60 s soak, both errnos at every
+//     sequences (memstore), a 60 s soak, both errnos at every
 //     fault-injection step, a damaged-file flip every 61 bytes, and the
 //     full counts of the chain, capture, gc and redaction tests. The
 //     engine and crashtest packages take minutes each: on a busy machine

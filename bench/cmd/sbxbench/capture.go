@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/bench/peers"
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/cas"
@@ -208,9 +209,9 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		db.Close()
 		return err
 	}
-	capture := func() (*engine.CaptureResult, time.Duration, error) {
+	capture := func() (*sbxdb.CaptureResult, time.Duration, error) {
 		t := time.Now()
-		res, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
+		res, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
 		return res, time.Since(t), err
 	}
 	if _, _, err := capture(); err != nil {
@@ -458,7 +459,7 @@ func captureBench(ctx context.Context, rep *Report, cfg *config, tree string, sp
 		progress("restore, run %d of %d", i+1, runs)
 		settle()
 		c0, t := cpuTime(), time.Now()
-		if _, err := rdb.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), &engine.RestoreOptions{Policy: allFiles}); err != nil {
+		if _, err := rdb.Restore(ctx, head, filepath.Join(work, fmt.Sprintf("restore%d", i)), &sbxdb.RestoreOptions{Policy: allFiles}); err != nil {
 			rdb.Close()
 			return err
 		}
@@ -579,7 +580,7 @@ func timeCapture(ctx context.Context, store, tree, thread string) (wall, cpu tim
 	if err != nil {
 		return 0, 0, err
 	}
-	if _, err := db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles}); err != nil {
+	if _, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles}); err != nil {
 		return 0, 0, err
 	}
 	wall, cpu = time.Since(t), cpuTime()-c0

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
 )
 
@@ -65,7 +66,7 @@ func restoreChild(store, target string) int {
 		if err != nil {
 			return err
 		}
-		_, err = db.Restore(ctx, head, target, &engine.RestoreOptions{Policy: allFiles})
+		_, err = db.Restore(ctx, head, target, &sbxdb.RestoreOptions{Policy: allFiles})
 		return err
 	}()
 	if err != nil {

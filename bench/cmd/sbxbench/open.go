@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/bench/suite"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -55,7 +56,7 @@ func buildOpenStores(ctx context.Context, dir, tree string, sizes []openSize) ([
 			}
 			w, err := db.AcquireWriter(ctx, "open")
 			if err == nil {
-				_, err = db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
+				_, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
 			}
 			if cerr := db.Close(); err == nil {
 				err = cerr
@@ -169,7 +170,7 @@ func openBench(ctx context.Context, rep *Report, cfg *config, tree, cli string) 
 		if err != nil {
 			return err
 		}
-		r, err := db.Check(ctx, engine.CheckStoreOptions{})
+		r, err := db.Check(ctx, sbxdb.CheckStoreOptions{})
 		db.Close()
 		if err != nil {
 			return err

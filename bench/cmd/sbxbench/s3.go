@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit/s3server"
@@ -171,7 +172,7 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 			before, _ := db.BlobRequests()
 			t := time.Now()
 			err := labeled(ctx, "edit", c.id, func(ctx context.Context) error {
-				_, err := db.Capture(ctx, engine.CaptureInput{Writer: writers[c.id].Writer, Dir: tree, Policy: allFiles})
+				_, err := db.Capture(ctx, sbxdb.CaptureInput{Writer: writers[c.id].Writer, Dir: tree, Policy: allFiles})
 				return err
 			})
 			if err != nil {
@@ -224,7 +225,7 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 			settle()
 			t := time.Now()
 			err := labeled(ctx, "restore", c.id, func(ctx context.Context) error {
-				_, err := dbs[c.id].Restore(ctx, heads[c.id], target(c.id, i), &engine.RestoreOptions{Policy: allFiles})
+				_, err := dbs[c.id].Restore(ctx, heads[c.id], target(c.id, i), &sbxdb.RestoreOptions{Policy: allFiles})
 				return err
 			})
 			if err != nil {
@@ -238,7 +239,7 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 			settle()
 			t := time.Now()
 			err := labeled(ctx, "restore", "s3cold", func(ctx context.Context) error {
-				_, err := db.Restore(ctx, heads["s3"], target("s3cold", i), &engine.RestoreOptions{Policy: allFiles})
+				_, err := db.Restore(ctx, heads["s3"], target("s3cold", i), &sbxdb.RestoreOptions{Policy: allFiles})
 				return err
 			})
 			if err != nil {
@@ -317,7 +318,7 @@ func captureOnce(ctx context.Context, db *engine.DB, tree string) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, w.Release(ctx)) }()
-	_, err = db.Capture(ctx, engine.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
+	_, err = db.Capture(ctx, sbxdb.CaptureInput{Writer: w.Writer, Dir: tree, Policy: allFiles})
 	return err
 }
 

@@ -75,6 +75,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
@@ -90,12 +91,7 @@ const prefixLen = 1024
 
 // Errors of the database as a whole.
 var (
-	// ErrUnavailable: the database could not be reached, or the
-	// connection was lost. The cause is wrapped with it.
-	ErrUnavailable = errors.New("pgkv: database unavailable")
-	// ErrCommitUnknown: the connection was lost while COMMIT ran, so the
-	// transaction may or may not have been committed.
-	ErrCommitUnknown = errors.New("pgkv: commit outcome unknown")
+
 	// ErrNewerSchema: the database was written by a newer version of this
 	// package; Open refuses it.
 	ErrNewerSchema = errors.New("pgkv: database schema is newer than this program")
@@ -361,7 +357,7 @@ func (db *DB) acquire(ctx context.Context, op string, start func(*pgxpool.Conn) 
 		}
 		last = wrapErr(ctx, conn, op, err)
 		conn.Release()
-		if !errors.Is(last, ErrUnavailable) {
+		if !errors.Is(last, sbxdb.ErrMetadataUnavailable) {
 			break
 		}
 	}
@@ -378,7 +374,7 @@ func wrapErr(ctx context.Context, conn *pgxpool.Conn, op string, err error) erro
 		return fmt.Errorf("pgkv: %s: %w: %w", op, cerr, err)
 	}
 	if unavailable(conn, err) {
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+		return fmt.Errorf("%w: %s: %w", sbxdb.ErrMetadataUnavailable, op, err)
 	}
 	return fmt.Errorf("pgkv: %s: %w", op, err)
 }
@@ -606,9 +602,9 @@ func (t *tx) commitErr(ctx context.Context, op string, err error) error {
 		return wrapErr(ctx, t.conn, op, err)
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w: %s: %w: %w", ErrCommitUnknown, op, ctx.Err(), err)
+		return fmt.Errorf("%w: %s: %w: %w", sbxdb.ErrCommitUnknown, op, ctx.Err(), err)
 	}
-	return fmt.Errorf("%w (%w): %s: %w", ErrCommitUnknown, ErrUnavailable, op, err)
+	return fmt.Errorf("%w (%w): %s: %w", sbxdb.ErrCommitUnknown, sbxdb.ErrMetadataUnavailable, op, err)
 }
 
 func (t *tx) Writable() bool { return t.writable }

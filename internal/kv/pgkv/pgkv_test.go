@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/kv/kvtest"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
@@ -190,7 +191,7 @@ func TestRestart(t *testing.T) {
 			if err == nil {
 				continue
 			}
-			if i > 0 || !errors.Is(err, ErrUnavailable) {
+			if i > 0 || !errors.Is(err, sbxdb.ErrMetadataUnavailable) {
 				t.Fatalf("%s restart: Update %d after it: %v", restart.name, i, err)
 			}
 			t.Logf("%s restart: first Update after it: %v", restart.name, err)
@@ -199,7 +200,7 @@ func TestRestart(t *testing.T) {
 	pgtest.Stop(t)
 	err := incr()
 	pgtest.Start(t)
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, sbxdb.ErrMetadataUnavailable) {
 		t.Fatalf("Update while the server is down: %v, want ErrUnavailable", err)
 	}
 	if err := db.View(ctx, func(tx kv.Tx) error {
@@ -258,7 +259,7 @@ func TestLostConnection(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, sbxdb.ErrMetadataUnavailable) {
 		t.Fatalf("view with a lost connection: %v, want ErrUnavailable", err)
 	}
 	err = update(func(tx kv.Tx) error {
@@ -268,7 +269,7 @@ func TestLostConnection(t *testing.T) {
 		terminate(t, url, backendPID(tx))
 		return nil
 	})
-	if !errors.Is(err, ErrCommitUnknown) || !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, sbxdb.ErrCommitUnknown) || !errors.Is(err, sbxdb.ErrMetadataUnavailable) {
 		t.Fatalf("commit on a lost connection: %v, want ErrCommitUnknown and ErrUnavailable", err)
 	}
 	// A queued write whose sending fails, with the read after it, fails
@@ -288,7 +289,7 @@ func TestLostConnection(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCommitUnknown) {
+	if !errors.Is(err, sbxdb.ErrMetadataUnavailable) || errors.Is(err, sbxdb.ErrCommitUnknown) {
 		t.Fatalf("update whose write failed: %v, want ErrUnavailable and not ErrCommitUnknown", err)
 	}
 	if err := view(func(tx kv.Tx) error {

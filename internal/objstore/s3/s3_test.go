@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/internal/objstore/objstoretest"
 	"github.com/sbxdb/sbxdb/internal/testkit"
@@ -208,14 +209,14 @@ func TestServerStopped(t *testing.T) {
 		took := time.Since(start)
 		tries := s.Requests().Sub(before).Total()
 		t.Logf("%s with the server stopped: %v after %d tries in %v", name, err, tries, took.Round(time.Millisecond))
-		if !errors.Is(err, objstore.ErrUnavailable) {
+		if !errors.Is(err, sbxdb.ErrBlobsUnavailable) {
 			t.Errorf("%s with the server stopped: %v, want ErrUnavailable", name, err)
 		}
 		if tries != int64(DefaultMaxRetries) {
 			t.Errorf("%s with the server stopped made %d tries, want DefaultMaxRetries = %d", name, tries, DefaultMaxRetries)
 		}
 	}
-	if _, err := Open(ctx, cfg); !errors.Is(err, objstore.ErrUnavailable) {
+	if _, err := Open(ctx, cfg); !errors.Is(err, sbxdb.ErrBlobsUnavailable) {
 		t.Errorf("Open with the server stopped: %v, want ErrUnavailable", err)
 	}
 
@@ -247,7 +248,7 @@ func TestReadInterrupted(t *testing.T) {
 	if err == nil {
 		t.Skip("the whole body was buffered before the server stopped")
 	}
-	if !errors.Is(err, objstore.ErrUnavailable) {
+	if !errors.Is(err, sbxdb.ErrBlobsUnavailable) {
 		t.Errorf("read with the server gone: %v, want ErrUnavailable", err)
 	}
 }
@@ -406,7 +407,7 @@ func TestServerHangs(t *testing.T) {
 		MaxRetries:            2,
 		ResponseHeaderTimeout: 100 * time.Millisecond,
 	})
-	if !errors.Is(err, objstore.ErrUnavailable) {
+	if !errors.Is(err, sbxdb.ErrBlobsUnavailable) {
 		t.Errorf("Open against a server that never answers: %v, want ErrUnavailable", err)
 	}
 }
@@ -419,7 +420,7 @@ func TestWrongCredentials(t *testing.T) {
 	cfg.SecretKey = "wrong" + cfg.SecretKey
 	before := time.Now()
 	_, err := Open(context.Background(), cfg)
-	if err == nil || errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrNotExist) {
+	if err == nil || errors.Is(err, sbxdb.ErrBlobsUnavailable) || errors.Is(err, objstore.ErrNotExist) {
 		t.Errorf("Open with a wrong secret key: %v, want the server's refusal", err)
 	}
 	t.Logf("Open with a wrong secret key: %v (%v)", err, time.Since(before).Round(time.Millisecond))

@@ -1,4 +1,4 @@
-package enginetest
+package storetest
 
 import (
 	"math"

@@ -17,8 +17,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 // Store is an in-memory engine.Store. The zero value is not usable; call New.
@@ -29,7 +29,7 @@ import (
 // copies: inputs are cloned before they are validated and stored, and reads
 // return fresh clones.
 type Store struct {
-	opts engine.Options // validated, defaults filled
+	opts sbxdb.Options // validated, defaults filled
 
 	mu sync.Mutex // guards every field below
 
@@ -55,7 +55,7 @@ type Store struct {
 	// saved empty transcript is present and blocks a fork (SPEC §10 Q8).
 	transcripts map[string][]json.RawMessage
 	// instances maps key → record; any key, "" included, is allowed.
-	instances map[string]engine.InstanceRecord
+	instances map[string]sbxdb.InstanceRecord
 
 	// hookMu guards points. It is separate from mu so a test can register
 	// hooks while store calls run, and so a "fork.preflight" hook, which runs
@@ -65,13 +65,13 @@ type Store struct {
 }
 
 // Compile-time check that Store satisfies the full contract.
-var _ engine.Store = (*Store)(nil)
+var _ sbxdb.Store = (*Store)(nil)
 
 // New returns an empty store. opts is validated and completed by
-// engine.CheckOptions; invalid options give an error wrapping
+// sbxdb.Options.Check; invalid options give an error wrapping
 // engine.ErrInvalidOptions.
-func New(opts engine.Options) (*Store, error) {
-	o, err := engine.CheckOptions(&opts)
+func New(opts sbxdb.Options) (*Store, error) {
+	o, err := opts.Check()
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func New(opts engine.Options) (*Store, error) {
 		writers:     map[string]*writerState{},
 		refs:        map[string]int64{},
 		transcripts: map[string][]json.RawMessage{},
-		instances:   map[string]engine.InstanceRecord{},
+		instances:   map[string]sbxdb.InstanceRecord{},
 	}, nil
 }
 
@@ -198,7 +198,7 @@ func (s *Store) SaveThread(ctx context.Context, threadID string, msgs []json.Raw
 }
 
 // Instances returns the instance store (SPEC §4).
-func (s *Store) Instances() engine.InstanceStore { return instanceStore{s} }
+func (s *Store) Instances() sbxdb.InstanceStore { return instanceStore{s} }
 
 // putCheckpoint stores cp (which the store owns from now on), indexes it
 // under its thread and adds one reference to each distinct blob key. The

@@ -1,4 +1,4 @@
-package enginetest
+package storetest
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
@@ -41,7 +41,7 @@ func runCases(t *testing.T, newStore Factory, cases []kase) {
 type env struct {
 	t       *testing.T
 	sub     *Subject
-	s       engine.Store
+	s       sbxdb.Store
 	clock   *Clock
 	writers map[string]chain.Writer
 	threads map[string]bool

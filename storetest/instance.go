@@ -1,11 +1,11 @@
-package enginetest
+package storetest
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // RunInstanceConformance runs the instance-store cases of SPEC §9.3 (the I
@@ -16,18 +16,18 @@ func RunInstanceConformance(t *testing.T, newStore Factory) {
 }
 
 // baseRecord is the record of SPEC §9.3.
-func baseRecord() engine.InstanceRecord {
-	return engine.InstanceRecord{Key: "thread-1", Provider: "fake", ProviderSandboxID: "sb-1", ThreadID: "thread-1", UpdatedAt: 1}
+func baseRecord() sbxdb.InstanceRecord {
+	return sbxdb.InstanceRecord{Key: "thread-1", Provider: "fake", ProviderSandboxID: "sb-1", ThreadID: "thread-1", UpdatedAt: 1}
 }
 
-func (e *env) upsert(rec engine.InstanceRecord) {
+func (e *env) upsert(rec sbxdb.InstanceRecord) {
 	e.t.Helper()
 	e.noErr(fmt.Sprintf("Upsert(%q)", rec.Key), e.s.Instances().Upsert(bg, rec))
 }
 
 // wantRecord checks Get(key): nil for want nil, else deep-equal to want
 // (so an optional field left out of the last Upsert reads as absent, "").
-func (e *env) wantRecord(key string, want *engine.InstanceRecord) {
+func (e *env) wantRecord(key string, want *sbxdb.InstanceRecord) {
 	e.t.Helper()
 	got, err := e.s.Instances().Get(bg, key)
 	e.noErr(fmt.Sprintf("Instances().Get(%q)", key), err)

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/memstore"
+	"github.com/sbxdb/sbxdb/memstore"
 )
 
 // A writer takes the thread's lease, appends a root checkpoint and a child,
@@ -17,7 +17,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	clock := func() time.Time { return time.UnixMilli(1000) } // a frozen clock
-	store, err := memstore.New(engine.Options{Now: clock})
+	store, err := memstore.New(sbxdb.Options{Now: clock})
 	if err != nil {
 		panic(err)
 	}

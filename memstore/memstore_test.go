@@ -5,20 +5,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/enginetest"
+	"github.com/sbxdb/sbxdb/storetest"
 )
 
 // subject is the kit's Factory for the in-memory store. Reopen and
 // OpenSecond stay nil: an in-memory store keeps nothing and has no files, so
 // the kit skips the persistence cases.
-func subject(t *testing.T, opts engine.Options) *enginetest.Subject {
+func subject(t *testing.T, opts sbxdb.Options) *storetest.Subject {
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &enginetest.Subject{
+	return &storetest.Subject{
 		Store:       s,
 		InsertRaw:   s.insertRaw,
 		SetRefCount: s.setRefCount,
@@ -58,9 +58,9 @@ func (s *Store) setRefCount(key string, n int64) error {
 	return nil
 }
 
-func TestConformance(t *testing.T)         { enginetest.RunConformance(t, subject) }
-func TestForkConformance(t *testing.T)     { enginetest.RunForkConformance(t, subject) }
-func TestInstanceConformance(t *testing.T) { enginetest.RunInstanceConformance(t, subject) }
+func TestConformance(t *testing.T)         { storetest.RunConformance(t, subject) }
+func TestForkConformance(t *testing.T)     { storetest.RunForkConformance(t, subject) }
+func TestInstanceConformance(t *testing.T) { storetest.RunInstanceConformance(t, subject) }
 
 // TestDeleteHeadParentReusedInOtherThread pins the reading of SPEC §10 Q4 the
 // reference store takes: after retention deleted a checkpoint's parent and
@@ -70,7 +70,7 @@ func TestInstanceConformance(t *testing.T) { enginetest.RunInstanceConformance(t
 // never reach another thread's checkpoints through its head.
 func TestDeleteHeadParentReusedInOtherThread(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(engine.Options{})
+	s, err := New(sbxdb.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import "fmt"
 type hook struct{ fn func() error }
 
 // knownPoints are the points a hook may be registered at (the OnPoint points
-// of enginetest.Subject).
+// of storetest.Subject).
 //
 //   - "fork.preflight" runs after the fork's input checks and before the
 //     store lock is taken; its function may call the store.

@@ -1,4 +1,4 @@
-package enginetest
+package storetest
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
@@ -32,14 +32,14 @@ func unitCases() []kase {
 		// U2–U6: constructor validation. A zero duration means the default
 		// in Go, so the reference's 0 maps to sub-millisecond and negative
 		// durations, and NaN (which Go has not) to -1ns.
-		{"U2_LeaseDurationUnderOneMs", optionCase(engine.Options{LeaseDuration: time.Nanosecond}, engine.Options{LeaseDuration: -time.Millisecond},
-			engine.Options{LeaseDuration: 999 * time.Microsecond, RenewAfter: time.Millisecond})},
-		{"U3_LeaseDurationNegative", optionCase(engine.Options{LeaseDuration: -1})},
-		{"U4_RenewAfterUnderOneMs", optionCase(engine.Options{RenewAfter: time.Nanosecond}, engine.Options{RenewAfter: -time.Millisecond})},
-		{"U5_RenewAfterNegative", optionCase(engine.Options{RenewAfter: -1})},
-		{"U6_RenewAfterNotBelowLease", optionCase(engine.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 100 * time.Millisecond},
-			engine.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 200 * time.Millisecond},
-			engine.Options{LeaseDuration: 30 * time.Second})},
+		{"U2_LeaseDurationUnderOneMs", optionCase(sbxdb.Options{LeaseDuration: time.Nanosecond}, sbxdb.Options{LeaseDuration: -time.Millisecond},
+			sbxdb.Options{LeaseDuration: 999 * time.Microsecond, RenewAfter: time.Millisecond})},
+		{"U3_LeaseDurationNegative", optionCase(sbxdb.Options{LeaseDuration: -1})},
+		{"U4_RenewAfterUnderOneMs", optionCase(sbxdb.Options{RenewAfter: time.Nanosecond}, sbxdb.Options{RenewAfter: -time.Millisecond})},
+		{"U5_RenewAfterNegative", optionCase(sbxdb.Options{RenewAfter: -1})},
+		{"U6_RenewAfterNotBelowLease", optionCase(sbxdb.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 100 * time.Millisecond},
+			sbxdb.Options{LeaseDuration: 100 * time.Millisecond, RenewAfter: 200 * time.Millisecond},
+			sbxdb.Options{LeaseDuration: 30 * time.Second})},
 		{"U7_OtherThreadWriterIsLost", func(e *env) {
 			e.append(cp("b1", "thread-b", ""), "")
 			wa := e.writer("thread-a")
@@ -299,21 +299,21 @@ func unitCases() []kase {
 	}
 }
 
-// optionCase checks that engine.CheckOptions rejects each of bad with
+// optionCase checks that sbxdb.Options.Check rejects each of bad with
 // engine.ErrInvalidOptions, after the control that it accepts the defaults
 // and the conformance options.
-func optionCase(bad ...engine.Options) func(e *env) {
+func optionCase(bad ...sbxdb.Options) func(e *env) {
 	return func(e *env) {
 		e.t.Helper()
-		o, err := engine.CheckOptions(&engine.Options{})
-		if err != nil || o.LeaseDuration != engine.DefaultLeaseDuration || o.RenewAfter != engine.DefaultRenewAfter {
+		o, err := sbxdb.Options{}.Check()
+		if err != nil || o.LeaseDuration != sbxdb.DefaultLeaseDuration || o.RenewAfter != sbxdb.DefaultRenewAfter {
 			e.t.Errorf("CheckOptions(zero) = %v/%v, %v; want the defaults", o.LeaseDuration, o.RenewAfter, err)
 		}
-		if _, err := engine.CheckOptions(&engine.Options{LeaseDuration: leaseMs * time.Millisecond, RenewAfter: renewMs * time.Millisecond}); err != nil {
+		if _, err := (sbxdb.Options{LeaseDuration: leaseMs * time.Millisecond, RenewAfter: renewMs * time.Millisecond}).Check(); err != nil {
 			e.t.Errorf("CheckOptions(100ms, 25ms): %v", err)
 		}
 		for _, b := range bad {
-			if _, err := engine.CheckOptions(&b); !errors.Is(err, engine.ErrInvalidOptions) {
+			if _, err := b.Check(); !errors.Is(err, sbxdb.ErrInvalidOptions) {
 				e.t.Errorf("CheckOptions(LeaseDuration %v, RenewAfter %v) = %v, want ErrInvalidOptions", b.LeaseDuration, b.RenewAfter, err)
 			}
 		}

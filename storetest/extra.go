@@ -1,4 +1,4 @@
-package enginetest
+package storetest
 
 import (
 	"encoding/json"
@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
@@ -44,7 +44,7 @@ func extraCases() []kase {
 			scribbleMsgs(e.transcript("thread"))
 			e.equal("LoadThread after mutating a LoadThread result", e.transcript("thread"), wantMsgs)
 
-			rec := engine.InstanceRecord{Key: "k", Provider: "fake", ProviderSandboxID: "sb", ThreadID: "thread", UpdatedAt: 1}
+			rec := sbxdb.InstanceRecord{Key: "k", Provider: "fake", ProviderSandboxID: "sb", ThreadID: "thread", UpdatedAt: 1}
 			e.noErr("Upsert", e.s.Instances().Upsert(bg, rec))
 			got, err := e.s.Instances().Get(bg, "k")
 			e.noErr("Instances().Get", err)
@@ -66,7 +66,7 @@ func extraCases() []kase {
 			}), "")
 			e.saveThread("thread", msg("hello"), json.RawMessage(`{"a" : 1}`))
 			e.saveThread("empty")
-			rec := engine.InstanceRecord{Key: "k", Provider: "fake", ProviderSandboxID: "sb", ThreadID: "thread", LatestRunID: "run", UpdatedAt: 7}
+			rec := sbxdb.InstanceRecord{Key: "k", Provider: "fake", ProviderSandboxID: "sb", ThreadID: "thread", LatestRunID: "run", UpdatedAt: 7}
 			e.noErr("Upsert", e.s.Instances().Upsert(bg, rec))
 			held := e.acquire("held")
 			for range 2 {

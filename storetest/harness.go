@@ -1,30 +1,30 @@
-// Package enginetest is the conformance kit of sbxdb: the contract's store
+// Package storetest is the conformance kit of sbxdb: the contract's store
 // cases of SPEC §9 plus X cases beyond it (aliasing, concurrency,
 // persistence, atomicity, limits). Each case is a subtest named by its ID
 // and what it checks, C3_NullParentOnExistingHead, so that
 // -run 'Conformance/C3_' selects it. Any engine.Store passes the kit or is
 // not an sbxdb store; both the bbolt engine and the in-memory reference
 // store run it.
-package enginetest
+package storetest
 
 import (
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 )
 
 // Factory makes a fresh, empty store with opts for one subtest. It registers
 // its own cleanup with t.
-type Factory func(t *testing.T, opts engine.Options) *Subject
+type Factory func(t *testing.T, opts sbxdb.Options) *Subject
 
 // Subject is a store under test plus the hooks the kit needs to reach below
 // the public API. A nil hook makes the subtests that need it skip, saying
 // which hook is missing.
 type Subject struct {
-	Store engine.Store
+	Store sbxdb.Store
 
 	// InsertRaw stores cp exactly as given: no validation, lease, head or
 	// reference change. It fabricates states the contract cannot reach:
@@ -47,7 +47,7 @@ type Subject struct {
 
 	// Reopen closes the store and opens it again on the same files,
 	// returning the new handle. Nil for a store that keeps nothing.
-	Reopen func(t *testing.T) engine.Store
+	Reopen func(t *testing.T) sbxdb.Store
 
 	// OpenSecond tries to open a second handle on the same files while
 	// Store is open, and returns Open's error (nil if it wrongly opened).
@@ -64,7 +64,7 @@ type Clock struct {
 // NewClock returns a clock reading ms (epoch milliseconds).
 func NewClock(ms int64) *Clock { return &Clock{now: ms} }
 
-// Now returns the current reading; use it as engine.Options.Now.
+// Now returns the current reading; use it as sbxdb.Options.Now.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -94,6 +94,6 @@ func (c *Clock) Set(ms int64) {
 
 // ConformanceOptions are the options of the reference suite: a clock frozen
 // at 1000 ms, leases of 100 ms renewed after 25 ms.
-func ConformanceOptions(clock *Clock) engine.Options {
-	return engine.Options{Now: clock.Now, LeaseDuration: 100 * time.Millisecond, RenewAfter: 25 * time.Millisecond}
+func ConformanceOptions(clock *Clock) sbxdb.Options {
+	return sbxdb.Options{Now: clock.Now, LeaseDuration: 100 * time.Millisecond, RenewAfter: 25 * time.Millisecond}
 }

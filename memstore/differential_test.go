@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
-	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -22,9 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
+	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
+
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/engine/memstore"
+	"github.com/sbxdb/sbxdb/memstore"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
@@ -214,7 +216,7 @@ type runner struct {
 	rnd     *rand.Rand
 	clock   *clock
 	mem     *memstore.Store
-	db      engine.Store // the engine, or the client of its server
+	db      sbxdb.Store // the engine, or the client of its server
 	leases  []leasePair
 	history []string
 	step    int
@@ -241,22 +243,21 @@ func (r *runner) run(n int) (report string) {
 	case r.metadata != "":
 		test = "TestDifferentialShared"
 	}
-	replay := fmt.Sprintf("go test ./engine/memstore -run '%s$' -diff.seed %d", test, r.seed)
+	replay := fmt.Sprintf("go test ./memstore -run '%s$' -diff.seed %d", test, r.seed)
 	if src == nil {
 		src = rand.NewPCG(uint64(r.seed), 0x5eedbeef)
 	} else {
-		replay = "go test ./engine/memstore -run FuzzOperations/<input>"
+		replay = "go test ./memstore -run FuzzOperations/<input>"
 	}
 	r.rnd = rand.New(src)
 	r.outcomes = map[string]int{}
 	r.clock = &clock{ms: 1000}
-	opts := engine.Options{Now: r.clock.Now, LeaseDuration: leaseMs * time.Millisecond, RenewAfter: renewMs * time.Millisecond}
+	opts := sbxdb.Options{Now: r.clock.Now, LeaseDuration: leaseMs * time.Millisecond, RenewAfter: renewMs * time.Millisecond}
 	var err error
 	if r.mem, err = memstore.New(opts); err != nil {
 		return fmt.Sprintf("seed %d: memstore.New: %v", r.seed, err)
 	}
-	dbOpts := opts
-	dbOpts.NoSync = true
+	dbOpts := engine.Options{Now: opts.Now, LeaseDuration: opts.LeaseDuration, RenewAfter: opts.RenewAfter, NoSync: true}
 	// Fold reference counts after 1 to 4 pending checkpoints, so that
 	// sequences of a few dozen appends exercise folding (the default is 64).
 	dbOpts.RefFoldAfter = 1 + int(uint64(r.seed)%4)
@@ -733,7 +734,7 @@ func (r *runner) instances(ctx context.Context) {
 	key := pick(r.rnd, poolInst)
 	switch r.rnd.IntN(3) {
 	case 0, 1:
-		rec := engine.InstanceRecord{
+		rec := sbxdb.InstanceRecord{
 			Key: key, Provider: "fake", ProviderSandboxID: "sb-" + strconv.Itoa(r.rnd.IntN(3)),
 			ThreadID: pick(r.rnd, poolThreads), UpdatedAt: r.clock.Ms(),
 		}

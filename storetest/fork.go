@@ -1,4 +1,4 @@
-package enginetest
+package storetest
 
 import (
 	"encoding/json"
@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
@@ -125,8 +125,8 @@ func forkCases() []kase {
 			// isForkCapableSandboxCheckpointStore does), and the detected
 			// fork writes the transcript the same store then returns.
 			src := e.source()
-			var plain engine.CheckpointStore = e.s
-			forker, ok := plain.(engine.Forker)
+			var plain sbxdb.CheckpointStore = e.s
+			forker, ok := plain.(sbxdb.Forker)
 			if !ok {
 				e.t.Fatalf("%T offers no fork capability to a host holding engine.CheckpointStore", plain)
 			}

@@ -3,7 +3,7 @@ package memstore
 import (
 	"context"
 
-	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb"
 )
 
 // instanceStore is the SandboxInstanceStore view of a Store (SPEC §4). It
@@ -13,7 +13,7 @@ type instanceStore struct{ s *Store }
 
 // Get returns a copy of the record of key, or nil and no error when there is
 // none.
-func (is instanceStore) Get(ctx context.Context, key string) (*engine.InstanceRecord, error) {
+func (is instanceStore) Get(ctx context.Context, key string) (*sbxdb.InstanceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func (is instanceStore) Get(ctx context.Context, key string) (*engine.InstanceRe
 
 // Upsert inserts rec or fully replaces the record of rec.Key: optional
 // fields left empty are cleared, never merged.
-func (is instanceStore) Upsert(ctx context.Context, rec engine.InstanceRecord) error {
+func (is instanceStore) Upsert(ctx context.Context, rec sbxdb.InstanceRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

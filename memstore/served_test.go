@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/server"
@@ -15,7 +16,7 @@ import (
 // returns the Go client of it, and a function that stops the server and
 // closes the client (db stays open). The socket is in a directory of its
 // own under os.TempDir(), whose path is short enough for sun_path.
-func serveEngine(db *engine.DB) (engine.Store, func(), error) {
+func serveEngine(db *engine.DB) (sbxdb.Store, func(), error) {
 	dir, err := os.MkdirTemp("", "sbxd")
 	if err != nil {
 		return nil, nil, err
