@@ -16,9 +16,9 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/storetest"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/server"
+	"github.com/sbxdb/sbxdb/storetest"
 )
 
 // The conformance kit through sbxdb serve: the store is the Go client of a

@@ -11,12 +11,12 @@ import (
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/storetest"
 	"github.com/sbxdb/sbxdb/internal/fstree"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/internal/objstore/s3"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
 	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
+	"github.com/sbxdb/sbxdb/storetest"
 )
 
 // s3Subjects returns a factory of stores whose metadata is in a fresh

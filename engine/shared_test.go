@@ -6,8 +6,8 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/storetest"
 	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
+	"github.com/sbxdb/sbxdb/storetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -26,9 +26,9 @@ import (
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/memstore"
 	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
+	"github.com/sbxdb/sbxdb/memstore"
 )
 
 // The differential test drives the in-memory reference store and the bbolt
