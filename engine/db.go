@@ -116,9 +116,11 @@ type DB struct {
 	// is open.
 	txg      txGate
 	detached error
-	// lifeMu orders Recover and Close; closed says Close was called.
-	lifeMu sync.Mutex
-	closed bool
+	// lifeMu orders Recover and Close; closed says Close was called, and
+	// closedCh, made by Open, is closed then (RecoverLoop ends).
+	lifeMu   sync.Mutex
+	closed   bool
+	closedCh chan struct{}
 
 	// damaged is set, once, by the first damaged page a transaction ran
 	// into (db.tx); from then on every write fails with it (ErrCorrupt),
@@ -204,6 +206,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 		if err := removeCleanClose(dir); err != nil {
 			return nil, err
 		}
+		os.Remove(filepath.Join(dir, probeName)) // left by a Recover that died
 	}
 	// Commits write no freelist (NoFreelistSync): writing it costs every
 	// commit a page per 500 free pages. A writable Open then rebuilds it by
@@ -222,7 +225,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
 	}
-	db = &DB{dir: dir, path: path, opts: o, bolt: bdb, lock: lock, metaNote: metaNote, verified: verified}
+	db = &DB{dir: dir, path: path, opts: o, bolt: bdb, lock: lock, metaNote: metaNote, verified: verified, closedCh: make(chan struct{})}
 	if !o.ReadOnly {
 		st, serr := os.Stat(path)
 		if serr == nil {
@@ -317,6 +320,9 @@ func (db *DB) Dir() string { return db.dir }
 func (db *DB) Close() error {
 	db.lifeMu.Lock()
 	defer db.lifeMu.Unlock()
+	if !db.closed && db.closedCh != nil {
+		close(db.closedCh)
+	}
 	db.closed = true
 	if db.c != nil {
 		db.c.close()

@@ -80,6 +80,20 @@ func TestPoisonRecoverInPlace(t *testing.T) {
 	}
 	f.requireWritesRefused(syscall.EIO)
 	f.requireReadsWork()
+	// The disk still fails: the probe's sync does, and the store stays
+	// poisoned, with its first cause, its file open for reads.
+	f.ffs.Reset()
+	f.ffs.FailNth(faultfs.Sync, 1, syscall.ENOSPC)
+	if err := f.db.Recover(context.Background()); !errors.Is(err, engine.ErrPoisoned) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Recover while the disk fails: %v; want ErrPoisoned naming ENOSPC", err)
+	}
+	if err := f.db.Poisoned(); !errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Poisoned after a failed probe: %v; want the first cause, EIO", err)
+	}
+	f.readsWorkAgain()
+	if _, err := os.Stat(filepath.Join(f.dir, "store", "sbx.probe")); !os.IsNotExist(err) {
+		t.Fatalf("the probe's file after a failed probe: %v; want it removed", err)
+	}
 	if err := f.db.Recover(context.Background()); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}

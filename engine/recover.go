@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 )
 
 // Recovery of a poisoned store in place. A poisoned handle (ErrPoisoned)
-// refuses every write until Recover makes it what Close and Open would:
-// the database file closed and opened again, every page walked first
+// refuses every write until Recover makes it what Close and Open would,
+// once the disk takes a write and a sync again (probe): the database file
+// closed and opened again, every page walked first
 // (verifyPages: a poisoned handle records no clean close, so nothing
 // vouches for the file), the poison cleared. The *DB stays the same value,
 // so a server keeps its pointer; the store lock is held throughout, so no
@@ -55,6 +57,45 @@ import (
 // drainWait bounds how long Recover waits for the transactions in
 // progress to end.
 const drainWait = 5 * time.Second
+
+// probeBytes is the size of the file Recover writes and syncs beside the
+// database before it reopens anything: a disk still full, or still
+// failing, fails the probe, and the store stays poisoned rather than fail
+// the next write's commit again.
+const probeBytes = 1 << 20
+
+// probeName is the probe's file in the store directory, removed after.
+const probeName = "sbx.probe"
+
+// probe writes probeBytes to a file in the store directory, syncs it and
+// the directory, and removes it: whether the disk takes a write now.
+func (db *DB) probe() (err error) {
+	fsys := db.opts.FS
+	name := filepath.Join(db.dir, probeName)
+	f, err := fsys.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("probing the disk: %w", err)
+	}
+	defer func() {
+		f.Close()
+		if rerr := fsys.Remove(name); err == nil && rerr != nil {
+			err = fmt.Errorf("probing the disk: %w", rerr)
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for n := 0; n < probeBytes; n += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			return fmt.Errorf("probing the disk: %w", err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("probing the disk: %w", err)
+	}
+	if err := fsys.SyncDir(db.dir); err != nil {
+		return fmt.Errorf("probing the disk: %w", err)
+	}
+	return nil
+}
 
 // txGate counts the bbolt transactions in progress, and lets Recover stop
 // new ones while it swaps the file.
@@ -178,6 +219,9 @@ func (db *DB) Recover(ctx context.Context) error {
 		return *d
 	}
 	fail := func(err error) error { return fmt.Errorf("%w: recovering: %w", p, err) }
+	if err := db.probe(); err != nil {
+		return fail(err)
+	}
 	if err := db.txg.drain(ctx, drainWait); err != nil {
 		return fail(err)
 	}
@@ -258,12 +302,17 @@ type RecoverOptions struct {
 	Attempted func(err error)
 }
 
-// RecoverLoop recovers the store each time it is poisoned, until ctx ends:
+// RecoverLoop recovers the store each time it is poisoned, until ctx ends
+// or the store is closed:
 // it waits for a poison (PoisonNotify), then calls Recover with an
-// exponential, jittered backoff until it succeeds. It is what a server
-// runs; an embedded user may run it in a goroutine of its own, or call
+// exponential, jittered backoff until it succeeds. It returns at once for
+// a store that is never poisoned (read-only, or on shared metadata). It is
+// what a server runs; an embedded user may run it in a goroutine of its own, or call
 // Recover itself.
 func (db *DB) RecoverLoop(ctx context.Context, opts RecoverOptions) {
+	if db.shared != nil || db.c == nil {
+		return // never poisoned: shared metadata, or read-only
+	}
 	if opts.MinDelay <= 0 {
 		opts.MinDelay = 100 * time.Millisecond
 	}
@@ -275,12 +324,17 @@ func (db *DB) RecoverLoop(ctx context.Context, opts RecoverOptions) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-db.closedCh:
+			return
 		case <-db.PoisonNotify():
 		}
 		for delay := opts.MinDelay; ; delay = min(2*delay, opts.MaxDelay) {
 			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 			select {
 			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-db.closedCh:
 				t.Stop()
 				return
 			case <-t.C:
@@ -293,15 +347,5 @@ func (db *DB) RecoverLoop(ctx context.Context, opts RecoverOptions) {
 				break
 			}
 		}
-		if db.isClosed() {
-			return
-		}
 	}
-}
-
-// isClosed reports whether Close was called.
-func (db *DB) isClosed() bool {
-	db.lifeMu.Lock()
-	defer db.lifeMu.Unlock()
-	return db.closed
 }

@@ -27,7 +27,7 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--exit-on-poison] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -62,6 +62,13 @@ served by that store, at the clock its X-Sbxdb-Now header sets (epoch ms).
 Test stores are deleted when the server stops. Without --test, such
 requests are refused with 403.
 
+A failed sync (a full or failing disk) poisons the store: writes are then
+refused with 503 SBXDB_POISONED and Retry-After, and GET /v1/health
+answers 503 SBXDB_POISONED naming the cause, while reads go on. The
+server reopens the store by itself once the cause clears, retrying from
+100 ms, doubling to 30 s. With --exit-on-poison it stops instead, as on a
+signal, and exits 13, for a supervisor to restart it.
+
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
 flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
@@ -76,6 +83,7 @@ and exits 0.`,
 		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		fset.BoolVar(&f.exitOnPoison, "exit-on-poison", false, "exit with status 13 once the store is poisoned instead of reopening it")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -100,6 +108,9 @@ type serveFlags struct {
 	grace       time.Duration
 	maxRequests int
 	test        bool
+	// exitOnPoison stops the server once the store is poisoned, instead
+	// of letting it reopen the store (server.Options.NoRecover).
+	exitOnPoison bool
 }
 
 type serveFlagsKey struct{}
@@ -145,7 +156,7 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version(), TestStores: f.test}
+	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version(), TestStores: f.test, NoRecover: f.exitOnPoison}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -203,7 +214,26 @@ func runServe(inv *invocation, _ []string) error {
 		attrs = append(attrs, "testStores", true)
 	}
 	opts.Logger.Info("serving", attrs...)
-	err = server.New(db, opts).Serve(inv.ctx, ls...)
+	ctx := inv.ctx
+	var poisoned <-chan struct{}
+	if f.exitOnPoison {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		poisoned = db.PoisonNotify()
+		go func() {
+			select {
+			case <-poisoned:
+				opts.Logger.Error("store poisoned; stopping (--exit-on-poison)", "err", db.Poisoned())
+				cancel() // Serve stops as on a signal, letting requests finish
+			case <-ctx.Done():
+			}
+		}()
+	}
+	err = server.New(db, opts).Serve(ctx, ls...)
+	if perr := db.Poisoned(); err == nil && poisoned != nil && perr != nil && inv.ctx.Err() == nil {
+		err = fmt.Errorf("stopped (--exit-on-poison): %w", perr)
+	}
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
