@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,13 +23,21 @@ type Health struct {
 	Version string `json:"version"`
 	Format  int    `json:"format"`
 	Store   string `json:"store"` // the store directory
+	// Cause is, while the store is poisoned, the failure that poisoned
+	// it.
+	Cause string `json:"cause,omitempty"`
 }
 
 // Health asks the server whether it serves, and which store. It needs no
-// token.
+// token. While the store is poisoned the server answers 503: the error
+// matches engine.ErrPoisoned, and the Health returned is still filled in
+// (OK false, Cause set).
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
 	err := c.call(ctx, "/v1/health", nil, &h)
+	if ce, ok := errors.AsType[*Error](err); ok && ce.Code == "SBXDB_POISONED" {
+		json.Unmarshal(ce.body, &h)
+	}
 	return h, err
 }
 

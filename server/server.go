@@ -14,6 +14,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -78,6 +79,12 @@ type Options struct {
 	// timings, for conformance suites. Without it, every request that
 	// names a test store or sets a clock is refused, SBXDB_FORBIDDEN.
 	TestStores bool
+	// NoRecover leaves a poisoned store poisoned (engine.ErrPoisoned),
+	// for a caller that stops instead (serve --exit-on-poison). Without
+	// it, the server reopens the store in place once the cause clears
+	// (engine.DB.RecoverLoop: from 100 ms, doubling to 30 s, jittered),
+	// until the store is closed.
+	NoRecover bool
 }
 
 // Server serves one store. Its handler is safe for concurrent use.
@@ -143,6 +150,9 @@ func New(db *engine.DB, opts Options) *Server {
 		}
 		s.tests = newTestStores(logDir)
 	}
+	if !opts.NoRecover {
+		go db.RecoverLoop(context.Background(), engine.RecoverOptions{Attempted: s.recoverAttempted})
+	}
 	s.metrics = newMetrics(s, opts.Registry)
 	s.conns = newConnLimiter(opts.MaxConns, opts.AuthTimeout, func(reason string) {
 		s.metrics.connsClosed.WithLabelValues(reason).Inc()
@@ -151,6 +161,18 @@ func New(db *engine.DB, opts Options) *Server {
 	s.testStoreRoutes()
 	s.handler = s.middleware(s.mux)
 	return s
+}
+
+// recoverAttempted logs the outcome of an attempt to reopen the poisoned
+// store.
+func (s *Server) recoverAttempted(err error) {
+	if l := s.opts.Logger; l != nil {
+		if err != nil {
+			l.Warn("store poisoned; reopening failed, will retry", "err", err)
+		} else {
+			l.Info("store reopened after it was poisoned", "recoveries", s.db.Recoveries())
+		}
+	}
 }
 
 // resolvePrefix returns dir absolute, its symlinks resolved, and clean; a

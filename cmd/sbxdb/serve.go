@@ -30,7 +30,7 @@ var serveCmd = register(&command{
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
 		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--scrub-every DUR [--scrub-rate BYTES/S]] " +
-		"[--idle-exit DUR] [--test]",
+		"[--idle-exit DUR] [--exit-on-poison] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -84,6 +84,13 @@ connection open for DUR: from the start if none connects, and after the
 last one closes. A server started for the processes that use a store
 (the TypeScript package's open({dir})) exits with it once they are gone.
 
+A failed sync (a full or failing disk) poisons the store: writes are then
+refused with 503 SBXDB_POISONED and Retry-After, and GET /v1/health
+answers 503 SBXDB_POISONED naming the cause, while reads go on. The
+server reopens the store by itself once the cause clears, retrying from
+100 ms, doubling to 30 s. With --exit-on-poison it stops instead, as on a
+signal, and exits 13, for a supervisor to restart it.
+
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
 flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
@@ -103,6 +110,7 @@ and exits 0.`,
 		fset.DurationVar(&f.scrubEvery, "scrub-every", 0, "check the store and its blobs in the background every `DUR` (default never)")
 		fset.Int64Var(&f.scrubRate, "scrub-rate", server.DefaultScrubBytesPerSecond, "read blobs back at most `BYTES` per second while scrubbing")
 		fset.DurationVar(&f.idleExit, "idle-exit", 0, "stop once no client has been connected for `DUR` (0: never)")
+		fset.BoolVar(&f.exitOnPoison, "exit-on-poison", false, "exit with status 13 once the store is poisoned instead of reopening it")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -132,6 +140,9 @@ type serveFlags struct {
 	scrubRate   int64
 	idleExit    time.Duration
 	test        bool
+	// exitOnPoison stops the server once the store is poisoned, instead
+	// of letting it reopen the store (server.Options.NoRecover).
+	exitOnPoison bool
 }
 
 type serveFlagsKey struct{}
@@ -187,7 +198,7 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test}
+	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test, NoRecover: f.exitOnPoison}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -283,6 +294,21 @@ func runServe(inv *invocation, _ []string) error {
 		attrs = append(attrs, "idleExit", f.idleExit.String())
 	}
 	opts.Logger.Info("serving", attrs...)
+	var poisoned <-chan struct{}
+	if f.exitOnPoison {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		poisoned = db.PoisonNotify()
+		go func() {
+			select {
+			case <-poisoned:
+				opts.Logger.Error("store poisoned; stopping (--exit-on-poison)", "err", db.Poisoned())
+				cancel() // Serve stops as on a signal, letting requests finish
+			case <-ctx.Done():
+			}
+		}()
+	}
 	srv := server.New(db, opts)
 	scrubCtx, stopScrub := context.WithCancel(ctx)
 	scrubbed := make(chan struct{})
@@ -290,6 +316,9 @@ func runServe(inv *invocation, _ []string) error {
 	err = srv.Serve(ctx, ls...)
 	stopScrub()
 	<-scrubbed // before the store closes
+	if perr := db.Poisoned(); err == nil && poisoned != nil && perr != nil && inv.ctx.Err() == nil {
+		err = fmt.Errorf("stopped (--exit-on-poison): %w", perr)
+	}
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
