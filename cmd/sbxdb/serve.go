@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +29,7 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-body-memory SIZE] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -52,7 +54,11 @@ resolved, lies below an --allow-dirs PREFIX (repeatable; it must exist).
 Each request is logged on standard error (request id, method, route,
 status, duration, bytes in and out) as text or, with --log-format json,
 JSON. At most --max-requests requests are served at once (default 256); one
-more waits up to 5 s, then is refused with 503. GET /metrics serves
+more waits up to 5 s, then is refused with 503. The JSON request bodies
+held at once are at most --max-body-memory (default 1GiB; 0: no bound),
+each counted from its Content-Length; one that does not fit waits up to
+5 s for others to finish, then is refused with 503 and Retry-After, and
+one larger than the bound is refused with 413. GET /metrics serves
 Prometheus metrics.
 
 --test serves test stores, for test suites: POST /v1/test/stores opens
@@ -76,6 +82,8 @@ and exits 0.`,
 		fset.StringVar(&f.logFormat, "log-format", f.logFormat, "log requests as `text` or json")
 		fset.DurationVar(&f.grace, "grace", f.grace, "on a signal, let requests finish for `DUR` before cancelling them")
 		fset.IntVar(&f.maxRequests, "max-requests", f.maxRequests, "serve at most `N` requests at once")
+		f.maxBodyMemory = server.DefaultMaxBodyBytesInFlight
+		fset.Var(&f.maxBodyMemory, "max-body-memory", "hold at most `SIZE` of JSON request bodies at once (B, KiB, MiB, GiB; 0: no bound)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -99,7 +107,10 @@ type serveFlags struct {
 	logFormat   string
 	grace       time.Duration
 	maxRequests int
-	test        bool
+	// maxBodyMemory is server.Options.MaxBodyBytesInFlight; 0 sets no
+	// bound.
+	maxBodyMemory byteSize
+	test          bool
 }
 
 type serveFlagsKey struct{}
@@ -145,7 +156,11 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version(), TestStores: f.test}
+	opts := server.Options{MaxRequests: f.maxRequests, Grace: f.grace, Version: version(), TestStores: f.test,
+		MaxBodyBytesInFlight: int64(f.maxBodyMemory)}
+	if f.maxBodyMemory == 0 {
+		opts.MaxBodyBytesInFlight = -1 // Options' 0 is the default; no bound is negative
+	}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -211,3 +226,41 @@ func runServe(inv *invocation, _ []string) error {
 	opts.Logger.Info("stopped")
 	return err
 }
+
+// byteSize is a flag's count of bytes: a non-negative integer, optionally
+// followed by B, KiB, MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}} {
+		if v, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(v), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return fmt.Errorf("%q: want a number of bytes, optionally with B, KiB, MiB or GiB", s)
+	}
+	*b = byteSize(n << shift)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }
