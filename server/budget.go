@@ -37,7 +37,8 @@ func newBodyBudget(max int64, wait time.Duration) *bodyBudget {
 
 // acquire adds n bytes to the charges, waiting until they fit, for up to
 // b.wait in all since start, or until ctx is done. It reports whether it
-// charged them. n must be at most b.max.
+// charged them. waiting, when not nil, is called once n does not fit, before
+// the wait.
 func (b *bodyBudget) acquire(ctx context.Context, n int64, start time.Time, waiting func()) bool {
 	if b.max <= 0 || n <= 0 {
 		return true
@@ -53,15 +54,15 @@ func (b *bodyBudget) acquire(ctx context.Context, n int64, start time.Time, wait
 		changed := b.changed
 		b.mu.Unlock()
 		if timer == nil {
+			if waiting != nil {
+				waiting()
+			}
 			left := b.wait - time.Since(start)
 			if left <= 0 {
 				return false
 			}
 			timer = time.NewTimer(left)
 			defer timer.Stop()
-			if waiting != nil {
-				waiting()
-			}
 		}
 		select {
 		case <-changed:
