@@ -229,6 +229,7 @@ func (s *Server) testStoreServer(db *engine.DB) *Server {
 	opts.Registry = prometheus.NewRegistry()
 	srv := New(db, opts)
 	srv.parent = s
+	srv.body = s.body // one budget for every body the process holds
 	return srv
 }
 

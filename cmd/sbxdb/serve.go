@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,8 +31,8 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--scrub-every DUR [--scrub-rate BYTES/S]] " +
-		"[--idle-exit DUR] [--exit-on-poison] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--max-body-memory SIZE] " +
+		"[--scrub-every DUR [--scrub-rate BYTES/S]] [--idle-exit DUR] [--exit-on-poison] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -62,7 +64,11 @@ more waits up to 5 s, then is refused with 503. At most --max-conns
 connections are open at once (default 1024, or half the limit of open
 files when less); a TCP connection that sends no authenticated request
 within 10 s is closed, and so is the oldest such one when a connection
-arrives at the cap. GET /metrics serves Prometheus metrics.
+arrives at the cap. The JSON request bodies held at once are at most
+--max-body-memory (default 1GiB; 0: no bound), each counted from its
+Content-Length; one that does not fit waits up to 5 s for others to
+finish, then is refused with 503 and Retry-After, and one larger than the
+bound is refused with 413. GET /metrics serves Prometheus metrics.
 
 --scrub-every DUR checks the store in the background every DUR, as check
 --verify-blobs does (the page walk, the metadata, every blob read back),
@@ -111,6 +117,8 @@ and exits 0.`,
 		fset.Int64Var(&f.scrubRate, "scrub-rate", server.DefaultScrubBytesPerSecond, "read blobs back at most `BYTES` per second while scrubbing")
 		fset.DurationVar(&f.idleExit, "idle-exit", 0, "stop once no client has been connected for `DUR` (0: never)")
 		fset.BoolVar(&f.exitOnPoison, "exit-on-poison", false, "exit with status 13 once the store is poisoned instead of reopening it")
+		f.maxBodyMemory = server.DefaultMaxBodyBytesInFlight
+		fset.Var(&f.maxBodyMemory, "max-body-memory", "hold at most `SIZE` of JSON request bodies at once (B, KiB, MiB, GiB; 0: no bound)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -143,6 +151,9 @@ type serveFlags struct {
 	// exitOnPoison stops the server once the store is poisoned, instead
 	// of letting it reopen the store (server.Options.NoRecover).
 	exitOnPoison bool
+	// maxBodyMemory is server.Options.MaxBodyBytesInFlight; 0 sets no
+	// bound.
+	maxBodyMemory byteSize
 }
 
 type serveFlagsKey struct{}
@@ -198,7 +209,11 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test, NoRecover: f.exitOnPoison}
+	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test,
+		NoRecover: f.exitOnPoison, MaxBodyBytesInFlight: int64(f.maxBodyMemory)}
+	if f.maxBodyMemory == 0 {
+		opts.MaxBodyBytesInFlight = -1 // Options' 0 is the default; no bound is negative
+	}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -355,3 +370,41 @@ func writeNewToken(path string) (string, error) {
 	}
 	return token, nil
 }
+
+// byteSize is a flag's count of bytes: a non-negative integer, optionally
+// followed by B, KiB, MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}} {
+		if v, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(v), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return fmt.Errorf("%q: want a number of bytes, optionally with B, KiB, MiB or GiB", s)
+	}
+	*b = byteSize(n << shift)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }
