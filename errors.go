@@ -57,11 +57,9 @@ var (
 	// blob file or a directory of the blob store. What reached the disk is
 	// then unknown (the kernel may have dropped the pages it could not
 	// write), so every later write of the open store fails with it, naming
-	// the cause; reads go on. Close and Open the store again to write.
-	// A poisoned handle records no clean close, so the next Open treats
-	// the store as after an unclean shutdown: it walks the file's pages
-	// (cleanclose.go), and the blob store removes the packs and temporary
-	// files no index entry names.
+	// the cause; reads go on. The engine's Recover makes the store
+	// writable again in place once the cause is gone (RecoverLoop keeps
+	// trying; sbxdb serve runs it), as Close and Open would.
 	ErrPoisoned = errors.New("sbxdb: store must be reopened: an earlier sync failed")
 )
 

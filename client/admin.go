@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,13 +22,21 @@ type Health struct {
 	Version string `json:"version"`
 	Format  int    `json:"format"`
 	Store   string `json:"store"` // the store directory
+	// Cause is, while the store is poisoned, the failure that poisoned
+	// it.
+	Cause string `json:"cause,omitempty"`
 }
 
 // Health asks the server whether it serves, and which store. It needs no
-// token.
+// token. While the store is poisoned the server answers 503: the error
+// matches sbxdb.ErrPoisoned, and the Health returned is still filled in
+// (OK false, Cause set).
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
 	err := c.call(ctx, "/v1/health", nil, &h)
+	if ce, ok := errors.AsType[*Error](err); ok && ce.Code == "SBXDB_POISONED" {
+		json.Unmarshal(ce.body, &h)
+	}
 	return h, err
 }
 
@@ -110,7 +119,7 @@ type CaptureRequest struct {
 	// (workspace.Policy.NoDefaultExclude); a restore of the checkpoint
 	// must say the same.
 	NoDefaultExcludes bool
-	// SkipUnsupported and RequireFiles are engine.CaptureInput's.
+	// SkipUnsupported and RequireFiles are sbxdb.CaptureInput's.
 	SkipUnsupported, RequireFiles bool
 	// Progress, if set, receives the server's progress reports.
 	Progress func(sbxdb.Progress)
@@ -152,7 +161,7 @@ type RestoreRequest struct {
 	CheckpointID, Dir  string
 	Excludes, Includes []string
 	// Paths, if not empty, restores only these entries and the
-	// directories above them (engine.RestoreOptions.Paths). A path that
+	// directories above them (sbxdb.RestoreOptions.Paths). A path that
 	// is malformed or names nothing in the checkpoint is
 	// chain.ErrInvalidPath.
 	Paths                 []string

@@ -23,8 +23,8 @@ import (
 // (sbxdb.CheckObjectKey, sbxdb.CheckPutObject: a key with an empty, "."
 // or ".." segment cannot travel in a URL unchanged, nor can a header value
 // with surrounding blanks), a refused request
-// (SBXDB_BAD_REQUEST) matches engine.ErrInvalidObject, and a body that is
-// not the size declared fails as cas.ErrKeyMismatch before the server
+// (SBXDB_BAD_REQUEST) matches sbxdb.ErrInvalidObject, and a body that is
+// not the size declared fails as sbxdb.ErrBlobKeyMismatch before the server
 // could take it for complete.
 
 // The headers of the blob endpoints (server/blobs.go).
@@ -333,7 +333,7 @@ func (c *Client) StatObject(ctx context.Context, key string) (sbxdb.ObjectInfo, 
 }
 
 // DeleteObject deletes key (DELETE /v1/blobs/{key}); a key not stored is
-// not an error, a blob in use is engine.ErrBlobInUse.
+// not an error, a blob in use is sbxdb.ErrBlobInUse.
 func (c *Client) DeleteObject(ctx context.Context, key string) error {
 	if _, err := sbxdb.CheckObjectKey(key); err != nil {
 		return err
@@ -350,7 +350,7 @@ func (c *Client) DeleteObject(ctx context.Context, key string) error {
 	return nil
 }
 
-// ListObjects lists up to limit (0 to engine.MaxListObjects) keys starting
+// ListObjects lists up to limit (0 to sbxdb.MaxListObjects) keys starting
 // with prefix and after cursor, in key byte order, and returns the cursor
 // of the next page, "" after the last (GET /v1/blobs).
 func (c *Client) ListObjects(ctx context.Context, prefix, cursor string, limit int) ([]sbxdb.ObjectInfo, string, error) {

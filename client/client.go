@@ -1,6 +1,6 @@
 // Package client connects a Go host to a store served by sbxdb serve
 // (docs/API.md). A *Client implements the engine's interfaces
-// (engine.Store: CheckpointStore, Pruner, Forker, Transcripts, and
+// (sbxdb.Store: CheckpointStore, Pruner, Forker, Transcripts, and
 // Instances) over the API, so that a host moves between an embedded store
 // and a served one by changing only how it gets its store; every error
 // matches the sentinel the engine's would (errors.Is, chain.Code).

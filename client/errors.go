@@ -66,6 +66,7 @@ var byCode = map[string]error{
 	"SBXDB_READ_ONLY":          sbxdb.ErrReadOnly,
 	"SBXDB_AMBIGUOUS":          sbxdb.ErrAmbiguousRef,
 	"SBXDB_EMPTY_CAPTURE":      sbxdb.ErrEmptyCapture,
+	"SBXDB_POISONED":           sbxdb.ErrPoisoned,
 }
 
 // Error is a failure the server reported. It matches the sentinel of its
@@ -77,6 +78,9 @@ type Error struct {
 	// sentinel is byCode[Code]; for a contract code it is chain's, whose
 	// Code method chain.Code reads through Unwrap.
 	sentinel error
+	// body is the response's body as read (up to 1 MiB): a poisoned
+	// health answer carries the health beside the code (Client.Health).
+	body []byte
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -91,7 +95,9 @@ func responseError(resp *http.Response) error {
 		return &Error{Status: resp.StatusCode, Code: "SBXDB_INTERNAL",
 			Message: fmt.Sprintf("sbxdb: server answered %s", resp.Status), sentinel: ErrInternal}
 	}
-	return wireError(resp.StatusCode, body.Code, body.Message)
+	err := wireError(resp.StatusCode, body.Code, body.Message)
+	err.(*Error).body = b
+	return err
 }
 
 // wireError is the error of a code and message from the server.

@@ -31,8 +31,8 @@ func checkTestStore(opts *Options) error {
 }
 
 // TestStoreOptions are the lease timings of a new test store; zero means
-// the engine's default (engine.DefaultLeaseDuration,
-// engine.DefaultRenewAfter). They travel in whole milliseconds.
+// the engine's default (sbxdb.DefaultLeaseDuration,
+// sbxdb.DefaultRenewAfter). They travel in whole milliseconds.
 type TestStoreOptions struct {
 	LeaseDuration time.Duration
 	RenewAfter    time.Duration

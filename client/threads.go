@@ -9,7 +9,7 @@ import (
 // ResolveCheckpoint returns the id of the checkpoint ref names: an exact
 // id, THREAD@ or THREAD@~N, or a unique id prefix of at least 4 bytes, as
 // engine.DB.ResolveCheckpoint resolves it (POST /v1/checkpoints/resolve).
-// A prefix of several ids is an error matching engine.ErrAmbiguousRef
+// A prefix of several ids is an error matching sbxdb.ErrAmbiguousRef
 // (code SBXDB_AMBIGUOUS), whose message names the candidates; one that
 // names nothing matches chain.ErrCheckpointNotFound.
 func (c *Client) ResolveCheckpoint(ctx context.Context, ref string) (string, error) {

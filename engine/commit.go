@@ -233,7 +233,7 @@ func (c *committer) update(fn func(tx kv.Tx) error) (err error) {
 		if c.db.shared != nil {
 			return nil
 		}
-		return c.db.opts.FS.BeforeCommit(c.db.bolt.Path())
+		return c.db.opts.FS.BeforeCommit(c.db.path)
 	})
 	// A shared database's failed commit poisons nothing (shared.go).
 	if err != nil && committing && c.db.shared == nil {

@@ -728,11 +728,11 @@ func corruptProbe(t *testing.T, s *corruptStore, dir string, h harm, readOnly bo
 		switch {
 		case h.damaged(k):
 			if got != nil || !errors.Is(err, sbxdb.ErrBlobCorrupt) || !strings.Contains(err.Error(), k) {
-				t.Errorf("Blobs().Get of damaged %s = %d bytes, %v; want cas.ErrCorrupt naming it", k, len(got), err)
+				t.Errorf("Blobs().Get of damaged %s = %d bytes, %v; want sbxdb.ErrBlobCorrupt naming it", k, len(got), err)
 			}
 		case h.gone(k):
 			if got != nil || !errors.Is(err, sbxdb.ErrBlobNotFound) || !strings.Contains(err.Error(), k) {
-				t.Errorf("Blobs().Get of missing %s = %d bytes, %v; want cas.ErrNotFound naming it", k, len(got), err)
+				t.Errorf("Blobs().Get of missing %s = %d bytes, %v; want sbxdb.ErrBlobNotFound naming it", k, len(got), err)
 			}
 		case err != nil:
 			t.Errorf("Blobs().Get(%s): %v", k, err)

@@ -73,9 +73,30 @@ type DB struct {
 	// Check reports it.
 	metaNote string
 
-	// poisoned is set, once, by the first failed sync or database commit
-	// of this handle; from then on every write fails with it (ErrPoisoned).
-	poisoned atomic.Pointer[poisonError]
+	// poisoned is set by the first failed sync or database commit of this
+	// handle; from then on every write fails with it (ErrPoisoned), until
+	// Recover clears it. poisonSeq counts the failures reported (under
+	// poisonMu), the first and any later; poisonCh, when made, is closed
+	// once poisoned is set (PoisonNotify). recoveries counts the poisons
+	// Recover cleared.
+	poisoned   atomic.Pointer[poisonError]
+	poisonMu   sync.Mutex
+	poisonSeq  uint64
+	poisonCh   chan struct{}
+	recoveries atomic.Int64
+
+	// txg counts the bbolt transactions in progress: Recover swaps bolt
+	// only while none is (recover.go). detached, set and read only while
+	// Recover holds txg drained or inside a transaction txg counts, is why
+	// bolt is closed after a recovery that failed half way; nil when bolt
+	// is open.
+	txg      txGate
+	detached error
+	// lifeMu orders Recover and Close; closed says Close was called, and
+	// closedCh, made by Open, is closed then (RecoverLoop ends).
+	lifeMu   sync.Mutex
+	closed   bool
+	closedCh chan struct{}
 
 	// damaged is set, once, by the first damaged page a transaction ran
 	// into (db.tx); from then on every write fails with it (ErrCorrupt),
@@ -164,6 +185,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 		if err := removeCleanClose(dir); err != nil {
 			return nil, err
 		}
+		os.Remove(filepath.Join(dir, probeName)) // left by a Recover that died
 	}
 	// Commits write no freelist (NoFreelistSync): writing it costs every
 	// commit a page per 500 free pages. A writable Open then rebuilds it by
@@ -182,7 +204,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	if err != nil {
 		return nil, classifyOpenError(dir, path, err)
 	}
-	db = &DB{dir: dir, path: path, opts: o, bolt: bdb, lock: lock, metaNote: metaNote, verified: verified}
+	db = &DB{dir: dir, path: path, opts: o, bolt: bdb, lock: lock, metaNote: metaNote, verified: verified, closedCh: make(chan struct{})}
 	if !o.ReadOnly {
 		st, serr := os.Stat(path)
 		if serr == nil {
@@ -248,10 +270,15 @@ func (b blobIndex) Update(fn func(kv.Tx) error) error {
 func (b blobIndex) Refused() error       { return b.db.writeRefused() }
 func (b blobIndex) SyncFailed(err error) { b.db.poison(err) }
 
-// poison makes every later write of db fail with ErrPoisoned naming cause;
-// only the first cause is kept.
+// poison makes every later write of db fail with ErrPoisoned naming cause,
+// until Recover clears it; only the first cause is kept.
 func (db *DB) poison(cause error) {
-	db.poisoned.CompareAndSwap(nil, &poisonError{cause: cause})
+	db.poisonMu.Lock()
+	defer db.poisonMu.Unlock()
+	db.poisonSeq++
+	if db.poisoned.CompareAndSwap(nil, &poisonError{cause: cause}) && db.poisonCh != nil {
+		close(db.poisonCh)
+	}
 }
 
 // writeRefused returns the error writes fail with once db is damaged or
@@ -274,6 +301,12 @@ func (db *DB) Dir() string { return db.dir }
 // then records the clean close (cleanclose.go), so that the next Open need
 // not walk every page. Calling it twice is harmless.
 func (db *DB) Close() error {
+	db.lifeMu.Lock()
+	defer db.lifeMu.Unlock()
+	if !db.closed && db.closedCh != nil {
+		close(db.closedCh)
+	}
+	db.closed = true
 	if db.c != nil {
 		db.c.close()
 	}
@@ -286,6 +319,10 @@ func (db *DB) Close() error {
 		return nil
 	}
 	db.stopWalk()
+	if db.detached != nil {
+		db.lock.release() // a recovery failed after closing the file
+		return nil
+	}
 	var txid uint64
 	clean := db.c != nil && !db.crashed && db.writeRefused() == nil && db.closeFreelist() == nil &&
 		db.view(func(tx kv.Tx) error { txid = uint64(kv.BoltTx(tx).ID()); return nil }) == nil
@@ -352,6 +389,26 @@ func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
 		}
 		return db.shared.Update(context.Background(), fn)
 	}
+	db.txg.enter()
+	defer db.txg.exit()
+	if db.detached != nil {
+		// A recovery closed the file and could not open it again.
+		if p := db.poisoned.Load(); p != nil {
+			return fmt.Errorf("%w: %w", p, db.detached)
+		}
+		return db.detached
+	}
+	if writable {
+		if err := db.writeRefused(); err != nil {
+			return err // damaged or poisoned: nothing more is built on this tree
+		}
+	}
+	return db.txLocked(writable, fn)
+}
+
+// txLocked is db.tx on the database file, once txg counts the transaction
+// (or Recover holds it drained) and the write gate has been asked.
+func (db *DB) txLocked(writable bool, fn func(tx kv.Tx) error) (err error) {
 	defer db.recoverDamage(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	if !writable {
@@ -359,9 +416,6 @@ func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
 	}
 	if err := db.awaitWalk(); err != nil {
 		return err // no tree is built on pages not walked (cleanclose_walk.go)
-	}
-	if err := db.writeRefused(); err != nil {
-		return err // damaged or poisoned: nothing more is built on this tree
 	}
 	// Not bbolt's Update: on a panic, its rollback rebuilds the freelist
 	// by walking every page in a goroutine of bbolt's own (NoFreelistSync),

@@ -87,7 +87,7 @@ func digestOf(blobKey string) string { return blobKey[strings.LastIndexByte(blob
 // PutObject stores the bytes of r under key and returns what it stored.
 // For a content-addressed key, the body's sha256 must be the key's digest
 // and, when opts.Size is not -1, its length opts.Size: else the error
-// matches cas.ErrKeyMismatch and nothing is stored. Bytes stored already
+// matches sbxdb.ErrBlobKeyMismatch and nothing is stored. Bytes stored already
 // are not written again; their upload time is refreshed. For a plain key,
 // the bytes go into a blob and the record (content type, metadata, upload
 // time) replaces any earlier one in the transaction that indexes them; a
@@ -171,7 +171,7 @@ func addBody(ctx context.Context, b *cas.Batch, ns cas.Namespace, k objectKey, r
 }
 
 // sizedReader reads a body that must be want bytes long (-1: any length):
-// a longer or shorter one fails with a cas.ErrKeyMismatch error once that
+// a longer or shorter one fails with a sbxdb.ErrBlobKeyMismatch error once that
 // is known, reading at most one byte past want.
 type sizedReader struct {
 	r       io.Reader
@@ -199,9 +199,9 @@ func (s *sizedReader) mismatch(what string) error {
 }
 
 // OpenObject returns a reader of key's verified bytes and what is stored
-// under key. A key that is not stored is an error matching cas.ErrNotFound.
+// under key. A key that is not stored is an error matching sbxdb.ErrBlobNotFound.
 // Stored bytes that do not match their blob key are an error matching
-// chain.ErrInvalidBlob and cas.ErrCorrupt: from OpenObject when that is
+// chain.ErrInvalidBlob and sbxdb.ErrBlobCorrupt: from OpenObject when that is
 // known at once (a blob stored in a pack), else from the Read that would
 // have returned io.EOF (a blob of its own file, verified as it streams):
 // a caller must treat what it read as unverified until Read returns
@@ -269,7 +269,7 @@ func (e *damagedBlobError) Error() string   { return chain.CodeInvalidBlob + ": 
 func (e *damagedBlobError) Unwrap() []error { return []error{chain.ErrInvalidBlob, e.err} }
 
 // invalidBlob makes an error that says stored bytes are damaged
-// (cas.ErrCorrupt) match chain.ErrInvalidBlob too.
+// (sbxdb.ErrBlobCorrupt) match chain.ErrInvalidBlob too.
 func invalidBlob(err error) error {
 	if err != nil && errors.Is(err, sbxdb.ErrBlobCorrupt) {
 		return &damagedBlobError{err}
@@ -295,7 +295,7 @@ func (o *objectReader) WriteTo(w io.Writer) (int64, error) {
 func (o *objectReader) Close() error { return o.r.Close() }
 
 // StatObject describes what is stored under key (an error matching
-// cas.ErrNotFound when nothing is). It reads no bytes. A content-addressed
+// sbxdb.ErrBlobNotFound when nothing is). It reads no bytes. A content-addressed
 // blob's upload time is refreshed, on a writable store, as if its bytes
 // had been put again: a host that finds a blob present and skips its
 // upload relies on it as an upload would, so the sweep's olderThan window
@@ -316,7 +316,7 @@ func (db *DB) StatObject(ctx context.Context, key string) (sbxdb.ObjectInfo, err
 }
 
 // refreshBlob sets key's upload time to now through a batch that pins it
-// meanwhile; a key not stored is an error matching cas.ErrNotFound.
+// meanwhile; a key not stored is an error matching sbxdb.ErrBlobNotFound.
 func (db *DB) refreshBlob(ctx context.Context, key string) error {
 	b := db.blobs.NewBatch()
 	defer b.Close()

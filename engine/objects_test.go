@@ -123,7 +123,7 @@ func TestObjectKeys(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	before := stateOf(t, f.db)
-	bad := map[string]bool{ // key → also a cas.ErrInvalidKey
+	bad := map[string]bool{ // key → also a sbxdb.ErrInvalidBlobKey
 		"": false, "/a": false, "a/": false, "a//b": false, ".": false, "..": false,
 		"a/./b": false, "a/../b": false, "a\x00b": false, "\xff": false, "x/\xed\xa0\x80": false,
 		strings.Repeat("k", sbxdb.MaxObjectKeyBytes+1):   false,
@@ -135,7 +135,7 @@ func TestObjectKeys(t *testing.T) {
 		check := func(op string, err error) {
 			t.Helper()
 			if !errors.Is(err, sbxdb.ErrInvalidObject) || errors.Is(err, sbxdb.ErrInvalidBlobKey) != blobShaped {
-				t.Errorf("%s(%q) = %v; want ErrInvalidObject (and cas.ErrInvalidKey: %v)", op, key, err, blobShaped)
+				t.Errorf("%s(%q) = %v; want ErrInvalidObject (and sbxdb.ErrInvalidBlobKey: %v)", op, key, err, blobShaped)
 			}
 		}
 		_, err := f.db.PutObject(ctx, key, strings.NewReader("x"), sbxdb.PutObjectOptions{Size: -1})

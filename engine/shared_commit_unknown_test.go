@@ -22,7 +22,7 @@ import (
 // commitDropProxy forwards TCP to PostgreSQL. Once armed, the first
 // server reply carrying CommandComplete "COMMIT" is not forwarded: the
 // connection is closed instead. The server has committed; the client
-// cannot know (pgkv.ErrCommitUnknown).
+// cannot know (sbxdb.ErrCommitUnknown).
 type commitDropProxy struct {
 	url     string
 	armed   atomic.Bool

@@ -36,7 +36,7 @@ func (db *DB) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
 		return nil, err
 	}
 	s.Blobs, s.BlobLogicalBytes, s.BlobPhysicalBytes = u.Blobs, u.RawBytes, u.PackBytes+u.LargeBytes
-	if db.bolt == nil {
+	if db.shared != nil {
 		s.Metadata = db.path // no file: the database server keeps the metadata
 		return s, nil
 	}
@@ -44,7 +44,13 @@ func (db *DB) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs := db.bolt.Stats()
-	s.DBFileBytes, s.PageSize, s.FreePages = st.Size(), db.bolt.Info().PageSize, bs.FreePageN+bs.PendingPageN
+	s.DBFileBytes = st.Size()
+	if err := db.view(func(tx kv.Tx) error {
+		bs := db.bolt.Stats()
+		s.PageSize, s.FreePages = db.bolt.Info().PageSize, bs.FreePageN+bs.PendingPageN
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	return s, nil
 }

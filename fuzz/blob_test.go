@@ -593,13 +593,13 @@ func blobOpen(t *testing.T, dir string) (*engine.DB, error) {
 }
 
 // blobCheckErr checks an error about key from the blob store: it must be
-// a *cas.Error naming key, matching ErrCorrupt or ErrNotFound.
+// a *sbxdb.BlobError naming key, matching ErrCorrupt or ErrNotFound.
 func blobCheckErr(t *testing.T, what, key string, err error) {
 	t.Helper()
 	ce, ok := errors.AsType[*sbxdb.BlobError](err)
 	switch {
 	case !ok:
-		t.Errorf("%s %s: error %v (%T) is not a *cas.Error", what, key, err, err)
+		t.Errorf("%s %s: error %v (%T) is not a *sbxdb.BlobError", what, key, err, err)
 	case ce.Key != key:
 		t.Errorf("%s %s: error names key %q: %v", what, key, ce.Key, err)
 	case !errors.Is(err, sbxdb.ErrBlobCorrupt) && !errors.Is(err, sbxdb.ErrBlobNotFound):
@@ -665,7 +665,7 @@ const blobMaxAlloc = 256 << 20
 // replaced by data, or deleted (Open then removes the pack as an orphan).
 //
 // It proves that every read returns either the blob's exact bytes or a
-// *cas.Error naming the key that matches cas.ErrCorrupt or cas.ErrNotFound
+// *sbxdb.BlobError naming the key that matches sbxdb.ErrBlobCorrupt or sbxdb.ErrBlobNotFound
 // (never other bytes, never a panic), that blobs the damage did not touch
 // still read back exactly, that an exec takes under 5 s and allocates
 // under 256 MiB (a forged size cannot make a read allocate without bound),

@@ -1,5 +1,5 @@
 // Package memstore is the in-memory reference implementation of the sbxdb
-// store contract (engine.Store). Its one job is to state the contract of
+// store contract (sbxdb.Store). Its one job is to state the contract of
 // SPEC §2–§5.1 and §10 as plainly as possible, on maps under one mutex, so
 // that the conformance kit and a differential test can hold the durable bbolt
 // engine against it.
@@ -21,7 +21,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-// Store is an in-memory engine.Store. The zero value is not usable; call New.
+// Store is an in-memory sbxdb.Store. The zero value is not usable; call New.
 // All methods are safe for concurrent use.
 //
 // Every write checks everything first and mutates only after the last check
@@ -69,7 +69,7 @@ var _ sbxdb.Store = (*Store)(nil)
 
 // New returns an empty store. opts is validated and completed by
 // sbxdb.Options.Check; invalid options give an error wrapping
-// engine.ErrInvalidOptions.
+// sbxdb.ErrInvalidOptions.
 func New(opts sbxdb.Options) (*Store, error) {
 	o, err := opts.Check()
 	if err != nil {

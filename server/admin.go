@@ -49,14 +49,28 @@ type healthJSON struct {
 	// says the server serves, and damage stops no request but those that
 	// read the damaged data (restarting would not mend it).
 	Scrub *scrubHealthJSON `json:"scrub,omitempty"`
+	// Code, Message and Cause say why OK is false: a poisoned store
+	// (CodePoisoned), its error and the failure that poisoned it.
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+	Cause   string `json:"cause,omitempty"`
 }
 
+// health answers 200 with OK set, or, while the store is poisoned, 503
+// SBXDB_POISONED with the same body, OK false and the cause: a supervisor
+// probing it sees a server that cannot write.
 func (s *Server) health(r *http.Request) (any, error) {
 	dir := s.db.Dir()
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
-	return healthJSON{OK: true, Version: s.opts.Version, Format: engine.FormatVersion, Store: dir, Scrub: s.scrubHealth()}, nil
+	h := healthJSON{OK: true, Version: s.opts.Version, Format: engine.FormatVersion, Store: dir, Scrub: s.scrubHealth()}
+	if err := s.db.Poisoned(); err != nil {
+		h.OK, h.Code, h.Message = false, CodePoisoned, Message(err)
+		h.Cause = strings.TrimPrefix(err.Error(), sbxdb.ErrPoisoned.Error()+": ")
+		return nil, &bodyError{err: err, body: h}
+	}
+	return h, nil
 }
 
 // gcRequest is the body of POST /v1/gc.
@@ -183,7 +197,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// progressJSON is a progress line of capture and restore: engine.Progress
+// progressJSON is a progress line of capture and restore: sbxdb.Progress
 // with the JSON names of the wire.
 type progressJSON struct {
 	Files      int   `json:"files"`
@@ -281,7 +295,7 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 }
 
 // restoreRequest is the body of POST /v1/restore. Paths are the entries
-// to restore (engine.RestoreOptions.Paths), all when empty.
+// to restore (sbxdb.RestoreOptions.Paths), all when empty.
 type restoreRequest struct {
 	CheckpointID          chain.WireString `json:"checkpointId"`
 	Dir                   text             `json:"dir"`

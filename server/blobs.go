@@ -103,7 +103,7 @@ func objectHeaders(info sbxdb.ObjectInfo) http.Header {
 
 // EncodeMetadata is md as the value of HeaderMetadata: a JSON object, names
 // in byte order, every character outside printable ASCII escaped. md's
-// strings are UTF-8 (engine.CheckPutObject).
+// strings are UTF-8 (sbxdb.CheckPutObject).
 func EncodeMetadata(md map[string]string) string {
 	b, err := json.Marshal(md)
 	if err != nil {

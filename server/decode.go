@@ -30,18 +30,44 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 // refuses only a body too long or one that does not start as an object.
 // Its caller must validate the body before acting on it, and refuse one
 // that json.Valid refuses with errNotObject before any other error.
+//
+// The body is charged to the server's body budget before it is read
+// (charge): with its Content-Length, all of it at once, into a buffer of
+// exactly that size, so that the bytes read are all the memory the body
+// takes; without one, as its buffer grows.
 func (s *Server) readObject(r *http.Request) ([]byte, error) {
 	limit := s.opts.MaxJSONBytes
+	tooLarge := func(limit int64) error { return errorf(CodeTooLarge, "request body over %d bytes", limit) }
 	size := int64(512)
-	if cl := r.ContentLength; cl > 0 {
-		size = min(cl, limit, 1<<20) + 1 // +1: the read that sees EOF needs no new buffer
+	if cl := r.ContentLength; cl > limit {
+		return nil, tooLarge(limit)
+	} else if cl >= 0 {
+		if cl >= smallBody {
+			if err := s.charge(r, cl, cl); err != nil {
+				return nil, err
+			}
+		}
+		size = cl + 1 // +1: the read that sees EOF needs no new buffer
 	}
-	body, err := readAll(http.MaxBytesReader(nil, r.Body, limit), int(size))
+	charged := int64(0)
+	grow := func(c int) error {
+		if n := int64(c); n > smallBody && r.ContentLength < 0 {
+			if err := s.charge(r, n, n-max(charged, smallBody)); err != nil {
+				return err
+			}
+			charged = n
+		}
+		return nil
+	}
+	body, err := readAll(http.MaxBytesReader(nil, r.Body, limit), int(size), int(limit)+1, grow)
 	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, errorf(CodeTooLarge, "request body over %d bytes", mbe.Limit)
-	}
-	if err != nil {
+	var ce *codeError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge(mbe.Limit)
+	case errors.As(err, &ce):
+		return nil, err
+	case err != nil:
 		return nil, errorf(CodeBadRequest, "reading the request body: %v", err)
 	}
 	body = bytes.TrimSpace(body)
@@ -56,8 +82,10 @@ func errNotObject() error {
 	return errorf(CodeBadRequest, "the request body must be a JSON object")
 }
 
-// readAll is io.ReadAll into a buffer of size bytes to start with.
-func readAll(r io.Reader, size int) ([]byte, error) {
+// readAll is io.ReadAll into a buffer of size bytes to start with, which
+// doubles, up to most bytes, when full; grow is told each new capacity
+// before the buffer grows to it, and its error ends the read.
+func readAll(r io.Reader, size, most int, grow func(int) error) ([]byte, error) {
 	b := make([]byte, 0, max(size, 1))
 	for {
 		n, err := r.Read(b[len(b):cap(b)])
@@ -69,7 +97,11 @@ func readAll(r io.Reader, size int) ([]byte, error) {
 			return b, err
 		}
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			c := max(min(2*cap(b), most), cap(b)+512)
+			if err := grow(c); err != nil {
+				return nil, err
+			}
+			b = append(make([]byte, 0, c), b...)
 		}
 	}
 }

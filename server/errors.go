@@ -36,7 +36,16 @@ const (
 	// empty one.
 	CodeNoTestStore  = "SBXDB_NO_TEST_STORE"
 	CodeEmptyCapture = "SBXDB_EMPTY_CAPTURE"
+	// CodePoisoned is a write refused, and a health probe answered,
+	// while the store is poisoned (sbxdb.ErrPoisoned): a sync failed, and
+	// the server reopens the store once the cause clears. Reads go on.
+	CodePoisoned = "SBXDB_POISONED"
 )
+
+// poisonedRetryAfter is the Retry-After, in seconds, of a poisoned
+// store's answers: the server tries to reopen it every 100 ms at first,
+// backing off to 30 s while the cause lasts.
+const poisonedRetryAfter = "5"
 
 // ErrorBody is the JSON body of every failed request.
 type ErrorBody struct {
@@ -59,6 +68,8 @@ var sentinels = []struct {
 	err  error
 	code string
 }{
+	// First: it wraps the failed sync's error, whatever that matches.
+	{sbxdb.ErrPoisoned, CodePoisoned},
 	{sbxdb.ErrInvalidObject, CodeBadRequest},
 	{sbxdb.ErrBlobInUse, CodeBlobInUse},
 	{sbxdb.ErrAmbiguousRef, CodeAmbiguous},
@@ -114,6 +125,8 @@ func Message(err error) string {
 		return "metadata database unavailable: " + err.Error()
 	case errors.Is(err, engine.ErrBlobsUnavailable):
 		return "object storage unavailable: " + err.Error()
+	case errors.Is(err, sbxdb.ErrPoisoned):
+		return "writes are refused until the server reopens the store, once the cause clears: " + err.Error()
 	}
 	return err.Error()
 }
@@ -146,7 +159,7 @@ func Status(code string) int {
 		return http.StatusRequestedRangeNotSatisfiable
 	case chain.CodeInvalidBlob, chain.CodeInvalidArtifactBytes:
 		return http.StatusUnprocessableEntity
-	case CodeUnavailable, CodeReadOnly:
+	case CodeUnavailable, CodeReadOnly, CodePoisoned:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -157,14 +170,32 @@ func Status(code string) int {
 // has no body, and a refusal may come before any handler knows its route.
 func writeError(w http.ResponseWriter, err error) {
 	code := Code(err)
-	if code == CodeUnavailable {
+	switch code {
+	case CodeUnavailable:
 		w.Header().Set("Retry-After", "1")
+	case CodePoisoned:
+		w.Header().Set("Retry-After", poisonedRetryAfter)
 	}
 	w.Header().Set(HeaderCode, code)
 	msg := Message(err)
 	w.Header().Set(HeaderMessage, headerSafe(msg))
-	writeJSON(w, Status(code), ErrorBody{Code: code, Message: msg})
+	var body any = ErrorBody{Code: code, Message: msg}
+	if b, ok := errors.AsType[*bodyError](err); ok {
+		body = b.body
+	}
+	writeJSON(w, Status(code), body)
 }
+
+// bodyError is a failure answered with a body of its own instead of an
+// ErrorBody, one that carries at least its code and message (the poisoned
+// health: admin.go).
+type bodyError struct {
+	err  error
+	body any
+}
+
+func (e *bodyError) Error() string { return e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
 
 // writeJSON writes v as the JSON body of a response with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {

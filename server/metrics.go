@@ -116,6 +116,7 @@ type storeCollector struct {
 	db                    *engine.DB
 	txs, held, liveLeases *prometheus.Desc
 	batches               *prometheus.Desc
+	poisoned, recoveries  *prometheus.Desc
 }
 
 func newStoreCollector(db *engine.DB) *storeCollector {
@@ -129,6 +130,10 @@ func newStoreCollector(db *engine.DB) *storeCollector {
 			"Writes per transaction the group commit shared, by committed transaction.", nil, nil),
 		liveLeases: prometheus.NewDesc("sbxdb_writer_leases_live",
 			"Writer leases live now (held and not expired).", nil, nil),
+		poisoned: prometheus.NewDesc("sbxdb_store_poisoned",
+			"1 while the store is poisoned (a sync failed: writes are refused until it is reopened), else 0.", nil, nil),
+		recoveries: prometheus.NewDesc("sbxdb_store_recoveries_total",
+			"Times the store was reopened in place after it was poisoned, since it was opened.", nil, nil),
 	}
 }
 
@@ -137,9 +142,17 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.held
 	ch <- c.batches
 	ch <- c.liveLeases
+	ch <- c.poisoned
+	ch <- c.recoveries
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	poisoned := 0.0
+	if c.db.Poisoned() != nil {
+		poisoned = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.poisoned, prometheus.GaugeValue, poisoned)
+	ch <- prometheus.MustNewConstMetric(c.recoveries, prometheus.CounterValue, float64(c.db.Recoveries()))
 	ws := c.db.WriteStats()
 	ch <- prometheus.MustNewConstMetric(c.txs, prometheus.CounterValue, float64(ws.Transactions))
 	ch <- prometheus.MustNewConstMetric(c.held, prometheus.CounterValue, ws.Held.Seconds())

@@ -24,7 +24,7 @@ type rawJSON []byte
 // the response value or an error; the value is written as JSON with 200.
 func (s *Server) handle(pattern string, h func(r *http.Request) (any, error)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		v, err := h(r)
+		v, err := s.charged(r, h)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -60,7 +60,7 @@ type scrubOutcome struct {
 // --verify-blobs` does: the page walk, the metadata, the blob index and
 // every blob read back against its key, reading blobs at most
 // bytesPerSecond (0: DefaultScrubBytesPerSecond; the page walk and the
-// metadata checks are not paced, see engine.CheckStoreOptions). The first
+// metadata checks are not paced, see sbxdb.CheckStoreOptions). The first
 // scrub starts one interval after the call, each next one an interval
 // after the previous ended, so that scrubs never overlap. Findings are
 // logged (Options.Logger) and reported by /metrics and /v1/health; a scrub

@@ -14,6 +14,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -73,11 +74,28 @@ type Options struct {
 	// sends an authenticated request (any request when no Token is set;
 	// /v1/health does not count); 0 means DefaultAuthTimeout.
 	AuthTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the bytes of the JSON request bodies the
+	// server holds at once, each counted from its Content-Length (or as it
+	// is read, when the request sends none); bodies under 64 KiB are not
+	// counted. 0 means DefaultMaxBodyBytesInFlight; a negative one sets no
+	// bound. A request whose body does not fit waits up to 5 s for the
+	// bodies in flight to shrink, then is 503 SBXDB_UNAVAILABLE with
+	// Retry-After, having read nothing; one whose body is larger than the
+	// bound itself is 413 SBXDB_TOO_LARGE. A request holds its body's share
+	// until its handler returns, and holds, while the engine runs it, up to
+	// a few times its body in memory (docs/API.md).
+	MaxBodyBytesInFlight int64
 	// TestStores serves test stores (teststores.go, docs/API.md, Test
 	// mode): fresh stores of their own, each with its own clock and lease
 	// timings, for conformance suites. Without it, every request that
 	// names a test store or sets a clock is refused, SBXDB_FORBIDDEN.
 	TestStores bool
+	// NoRecover leaves a poisoned store poisoned (sbxdb.ErrPoisoned),
+	// for a caller that stops instead (serve --exit-on-poison). Without
+	// it, the server reopens the store in place once the cause clears
+	// (engine.DB.RecoverLoop: from 100 ms, doubling to 30 s, jittered),
+	// until the store is closed.
+	NoRecover bool
 }
 
 // Server serves one store. Its handler is safe for concurrent use.
@@ -97,6 +115,7 @@ type Server struct {
 	parent   *Server       // for a test store's server, the server that opened it
 	auth     *authLimiter  // the backoff of failed authentications
 	conns    *connLimiter  // the connections Serve accepted
+	body     *bodyBudget   // the JSON bodies in memory (MaxBodyBytesInFlight)
 
 	scrubMu sync.Mutex
 	scrub   *scrubber // the background scrub (scrub.go); nil if none runs
@@ -111,6 +130,9 @@ type hooks struct {
 	// progress is called with the request's context each time an
 	// operation reports progress.
 	progress func(r *http.Request)
+	// bodyWaiting is called when a request starts waiting for room in the
+	// body budget.
+	bodyWaiting func()
 }
 
 // New returns a server of db. The caller keeps db open while the server
@@ -131,8 +153,12 @@ func New(db *engine.DB, opts Options) *Server {
 	if opts.AuthTimeout <= 0 {
 		opts.AuthTimeout = DefaultAuthTimeout
 	}
+	if opts.MaxBodyBytesInFlight == 0 {
+		opts.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
 	s := &Server{db: db, opts: opts, mux: http.NewServeMux(),
-		slots: make(chan struct{}, opts.MaxRequests), slotWait: 5 * time.Second, auth: newAuthLimiter()}
+		slots: make(chan struct{}, opts.MaxRequests), slotWait: 5 * time.Second, auth: newAuthLimiter(),
+		body: newBodyBudget(opts.MaxBodyBytesInFlight, 5*time.Second)}
 	for _, d := range opts.AllowDirs {
 		s.allowDirs = append(s.allowDirs, resolvePrefix(d))
 	}
@@ -143,6 +169,9 @@ func New(db *engine.DB, opts Options) *Server {
 		}
 		s.tests = newTestStores(logDir)
 	}
+	if !opts.NoRecover {
+		go db.RecoverLoop(context.Background(), engine.RecoverOptions{Attempted: s.recoverAttempted})
+	}
 	s.metrics = newMetrics(s, opts.Registry)
 	s.conns = newConnLimiter(opts.MaxConns, opts.AuthTimeout, func(reason string) {
 		s.metrics.connsClosed.WithLabelValues(reason).Inc()
@@ -151,6 +180,18 @@ func New(db *engine.DB, opts Options) *Server {
 	s.testStoreRoutes()
 	s.handler = s.middleware(s.mux)
 	return s
+}
+
+// recoverAttempted logs the outcome of an attempt to reopen the poisoned
+// store.
+func (s *Server) recoverAttempted(err error) {
+	if l := s.opts.Logger; l != nil {
+		if err != nil {
+			l.Warn("store poisoned; reopening failed, will retry", "err", err)
+		} else {
+			l.Info("store reopened after it was poisoned", "recoveries", s.db.Recoveries())
+		}
+	}
 }
 
 // resolvePrefix returns dir absolute, its symlinks resolved, and clean; a

@@ -188,7 +188,7 @@ func (s *Server) createTestStore(r *http.Request) (any, error) {
 
 // optionMs returns the duration of a lease option in milliseconds: 0 (the
 // engine's default) when it is absent or null; an error wrapping
-// engine.ErrInvalidOptions when it is not an integer from 1 to the largest
+// sbxdb.ErrInvalidOptions when it is not an integer from 1 to the largest
 // number of milliseconds a time.Duration holds. The engine reads a zero
 // duration as its default, so that 0 is refused here, as the contract
 // refuses it.
@@ -230,6 +230,7 @@ func (s *Server) testStoreServer(db *engine.DB) *Server {
 	opts.Registry = prometheus.NewRegistry()
 	srv := New(db, opts)
 	srv.parent = s
+	srv.body = s.body // one budget for every body the process holds
 	return srv
 }
 

@@ -50,7 +50,7 @@ func (s *Server) threadSummary(r *http.Request) (any, error) {
 	return s.db.ThreadSummary(r.Context(), string(req.ThreadID))
 }
 
-// deleteThreadResponse is engine.DeleteThreadResult on the wire, its ids
+// deleteThreadResponse is sbxdb.DeleteThreadResult on the wire, its ids
 // as texts.
 type deleteThreadResponse struct {
 	Checkpoints     []text `json:"checkpoints"`

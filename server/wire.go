@@ -128,7 +128,7 @@ func appendArtifact(dst []byte, a *chain.Artifact) []byte {
 	return append(dst, '}')
 }
 
-// instanceJSON is an engine.InstanceRecord on the wire (SPEC §4), every string
+// instanceJSON is an sbxdb.InstanceRecord on the wire (SPEC §4), every string
 // a text (any Go string): the instance store takes any string, so a record must cross
 // unchanged whatever it holds. A required member that is absent or null
 // decodes to nil, which record refuses; an optional one (latestSnapshotId,

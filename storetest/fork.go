@@ -128,7 +128,7 @@ func forkCases() []kase {
 			var plain sbxdb.CheckpointStore = e.s
 			forker, ok := plain.(sbxdb.Forker)
 			if !ok {
-				e.t.Fatalf("%T offers no fork capability to a host holding engine.CheckpointStore", plain)
+				e.t.Fatalf("%T offers no fork capability to a host holding sbxdb.CheckpointStore", plain)
 			}
 			in := e.defaultFork()
 			got, err := forker.Fork(bg, in)

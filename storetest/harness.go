@@ -2,7 +2,7 @@
 // cases of SPEC §9 plus X cases beyond it (aliasing, concurrency,
 // persistence, atomicity, limits). Each case is a subtest named by its ID
 // and what it checks, C3_NullParentOnExistingHead, so that
-// -run 'Conformance/C3_' selects it. Any engine.Store passes the kit or is
+// -run 'Conformance/C3_' selects it. Any sbxdb.Store passes the kit or is
 // not an sbxdb store; both the bbolt engine and the in-memory reference
 // store run it.
 package storetest

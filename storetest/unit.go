@@ -300,7 +300,7 @@ func unitCases() []kase {
 }
 
 // optionCase checks that sbxdb.Options.Check rejects each of bad with
-// engine.ErrInvalidOptions, after the control that it accepts the defaults
+// sbxdb.ErrInvalidOptions, after the control that it accepts the defaults
 // and the conformance options.
 func optionCase(bad ...sbxdb.Options) func(e *env) {
 	return func(e *env) {

@@ -55,7 +55,7 @@ type Policy struct {
 }
 
 // Rule names, as SkipRule returns them and a capture counts the entries it
-// left out (engine.CaptureStats.ExcludedByRule). An exclude glob's rule is
+// left out (sbxdb.CaptureStats.ExcludedByRule). An exclude glob's rule is
 // ExcludeGlobRule(pattern).
 const (
 	RuleGit         = ".git"         // a ".git" segment

@@ -90,7 +90,11 @@ func (inv *invocation) findServer() (*foundServer, error) {
 	ctx, cancel := context.WithTimeout(inv.ctx, timeout)
 	h, err := c.Health(ctx)
 	cancel()
-	if err == nil && !h.OK {
+	if errors.Is(err, sbxdb.ErrPoisoned) && h.Store != "" {
+		// The server is there and serves reads: a write through it
+		// says the store is poisoned.
+		err = nil
+	} else if err == nil && !h.OK {
 		err = errors.New("its health is not ok")
 	}
 	if err != nil {

@@ -22,6 +22,7 @@ const (
 	exitNoStore     = 10  // no store at the path
 	exitBusy        = 11  // the store, or the thread's writer lease, is held
 	exitDamaged     = 12  // damaged data found
+	exitPoisoned    = 13  // the store is poisoned: a sync failed
 	exitInterrupted = 130 // SIGINT or SIGTERM
 )
 
@@ -49,6 +50,9 @@ const exitHelp = `exit status:
        message names it), or the thread's writer lease is held
   12   damaged data found: check found errors, or a blob or record is
        missing or damaged (cat, restore, …)
+  13   the store is poisoned: a sync failed (a full or failing disk), so
+       it refuses writes until reopened (a server reopens it by itself
+       once the cause clears; serve --exit-on-poison exits with it)
   130  interrupted (SIGINT or SIGTERM)
 
 With --json a failure prints one line on standard output and nothing else:
@@ -97,6 +101,8 @@ func exitStatus(err error) (status int, code string) {
 		status, code = exitNoStore, codeNoStore
 	case errors.Is(err, sbxdb.ErrLocked), errors.Is(err, chain.ErrWriterConflict):
 		status, code = exitBusy, codeBusy
+	case errors.Is(err, sbxdb.ErrPoisoned):
+		status, code = exitPoisoned, server.CodePoisoned
 	case errors.Is(err, errProblems), errors.Is(err, chain.ErrInvalidBlob), errors.Is(err, chain.ErrMissingBlob),
 		errors.Is(err, chain.ErrCorrupt), errors.Is(err, sbxdb.ErrBlobCorrupt):
 		status, code = exitDamaged, codeCorrupt

@@ -158,7 +158,7 @@ func progressParts(verb string, p sbxdb.Progress, elapsed time.Duration, eta str
 
 // progressPrinter draws the progress lines of a capture or restore on a
 // status line. Its report is called from one goroutine at a time
-// (engine.Progress's contract).
+// (sbxdb.Progress's contract).
 type progressPrinter struct {
 	line  *statusLine
 	verb  string

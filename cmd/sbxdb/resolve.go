@@ -13,7 +13,7 @@ several ids start with is an error naming some of them.`
 // resolveCheckpoint returns the id of the checkpoint ref names
 // (checkpointHelp). A ref that names none is
 // SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND saying why, and a prefix of
-// several ids matches engine.ErrAmbiguousRef, naming candidates: both
+// several ids matches sbxdb.ErrAmbiguousRef, naming candidates: both
 // exit status 1.
 func resolveCheckpoint(inv *invocation, db store, ref string) (string, error) {
 	return db.ResolveCheckpoint(inv.ctx, ref)

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,8 +31,8 @@ var serveCmd = register(&command{
 	noJSON:  true,
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
-		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--scrub-every DUR [--scrub-rate BYTES/S]] " +
-		"[--idle-exit DUR] [--test]",
+		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--max-body-memory SIZE] " +
+		"[--scrub-every DUR [--scrub-rate BYTES/S]] [--idle-exit DUR] [--exit-on-poison] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
 serves it over HTTP/1.1 + JSON (docs/API.md) until SIGINT or SIGTERM. While
@@ -62,7 +64,11 @@ more waits up to 5 s, then is refused with 503. At most --max-conns
 connections are open at once (default 1024, or half the limit of open
 files when less); a TCP connection that sends no authenticated request
 within 10 s is closed, and so is the oldest such one when a connection
-arrives at the cap. GET /metrics serves Prometheus metrics.
+arrives at the cap. The JSON request bodies held at once are at most
+--max-body-memory (default 1GiB; 0: no bound), each counted from its
+Content-Length; one that does not fit waits up to 5 s for others to
+finish, then is refused with 503 and Retry-After, and one larger than the
+bound is refused with 413. GET /metrics serves Prometheus metrics.
 
 --scrub-every DUR checks the store in the background every DUR, as check
 --verify-blobs does (the page walk, the metadata, every blob read back),
@@ -84,6 +90,13 @@ connection open for DUR: from the start if none connects, and after the
 last one closes. A server started for the processes that use a store
 (the TypeScript package's open({dir})) exits with it once they are gone.
 
+A failed sync (a full or failing disk) poisons the store: writes are then
+refused with 503 SBXDB_POISONED and Retry-After, and GET /v1/health
+answers 503 SBXDB_POISONED naming the cause, while reads go on. The
+server reopens the store by itself once the cause clears, retrying from
+100 ms, doubling to 30 s. With --exit-on-poison it stops instead, as on a
+signal, and exits 13, for a supervisor to restart it.
+
 On SIGINT or SIGTERM the server stops accepting, lets the requests in
 flight finish for up to --grace (default 30s; 0 cancels them at once),
 cancels the rest (a write is one transaction: a cancelled one leaves
@@ -103,6 +116,9 @@ and exits 0.`,
 		fset.DurationVar(&f.scrubEvery, "scrub-every", 0, "check the store and its blobs in the background every `DUR` (default never)")
 		fset.Int64Var(&f.scrubRate, "scrub-rate", server.DefaultScrubBytesPerSecond, "read blobs back at most `BYTES` per second while scrubbing")
 		fset.DurationVar(&f.idleExit, "idle-exit", 0, "stop once no client has been connected for `DUR` (0: never)")
+		fset.BoolVar(&f.exitOnPoison, "exit-on-poison", false, "exit with status 13 once the store is poisoned instead of reopening it")
+		f.maxBodyMemory = server.DefaultMaxBodyBytesInFlight
+		fset.Var(&f.maxBodyMemory, "max-body-memory", "hold at most `SIZE` of JSON request bodies at once (B, KiB, MiB, GiB; 0: no bound)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -132,6 +148,12 @@ type serveFlags struct {
 	scrubRate   int64
 	idleExit    time.Duration
 	test        bool
+	// exitOnPoison stops the server once the store is poisoned, instead
+	// of letting it reopen the store (server.Options.NoRecover).
+	exitOnPoison bool
+	// maxBodyMemory is server.Options.MaxBodyBytesInFlight; 0 sets no
+	// bound.
+	maxBodyMemory byteSize
 }
 
 type serveFlagsKey struct{}
@@ -187,7 +209,11 @@ func (f *serveFlags) check() error {
 
 func runServe(inv *invocation, _ []string) error {
 	f := serveFlagsOf(inv)
-	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test}
+	opts := server.Options{MaxRequests: f.maxRequests, MaxConns: f.maxConns, Grace: f.grace, Version: version(), TestStores: f.test,
+		NoRecover: f.exitOnPoison, MaxBodyBytesInFlight: int64(f.maxBodyMemory)}
+	if f.maxBodyMemory == 0 {
+		opts.MaxBodyBytesInFlight = -1 // Options' 0 is the default; no bound is negative
+	}
 	if f.grace == 0 {
 		opts.Grace = -1 // Options.Grace 0 is the default; none is negative
 	}
@@ -283,6 +309,21 @@ func runServe(inv *invocation, _ []string) error {
 		attrs = append(attrs, "idleExit", f.idleExit.String())
 	}
 	opts.Logger.Info("serving", attrs...)
+	var poisoned <-chan struct{}
+	if f.exitOnPoison {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		poisoned = db.PoisonNotify()
+		go func() {
+			select {
+			case <-poisoned:
+				opts.Logger.Error("store poisoned; stopping (--exit-on-poison)", "err", db.Poisoned())
+				cancel() // Serve stops as on a signal, letting requests finish
+			case <-ctx.Done():
+			}
+		}()
+	}
 	srv := server.New(db, opts)
 	scrubCtx, stopScrub := context.WithCancel(ctx)
 	scrubbed := make(chan struct{})
@@ -290,6 +331,9 @@ func runServe(inv *invocation, _ []string) error {
 	err = srv.Serve(ctx, ls...)
 	stopScrub()
 	<-scrubbed // before the store closes
+	if perr := db.Poisoned(); err == nil && poisoned != nil && perr != nil && inv.ctx.Err() == nil {
+		err = fmt.Errorf("stopped (--exit-on-poison): %w", perr)
+	}
 	closeAll()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -326,3 +370,41 @@ func writeNewToken(path string) (string, error) {
 	}
 	return token, nil
 }
+
+// byteSize is a flag's count of bytes: a non-negative integer, optionally
+// followed by B, KiB, MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}} {
+		if v, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(v), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return fmt.Errorf("%q: want a number of bytes, optionally with B, KiB, MiB or GiB", s)
+	}
+	*b = byteSize(n << shift)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }

@@ -431,6 +431,10 @@ type peerWriter struct {
 	w      chain.Writer
 	head   string
 	n      int
+	// unsure is set while the last append's outcome is unknown: a killed
+	// server's COMMIT may still complete in the database after the head
+	// was read back, so the head may move once more.
+	unsure bool
 }
 
 // step makes one append through p. When p does not answer (it is gone)
@@ -442,10 +446,22 @@ func (pw *peerWriter) step(ctx context.Context, l *ledger, p *peerServer, others
 	id := fmt.Sprintf("%s-%04d", pw.thread, pw.n)
 	cp, own := peerCheckpoint(pw.thread, id, pw.head)
 	got, err := p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: pw.head, Writer: pw.w})
+	if errors.Is(err, chain.ErrStaleHead) && pw.unsure {
+		// The unknown append committed after its head was read back: read
+		// the head again (the dead server's transaction has ended, or this
+		// append would have waited for it) and append on it.
+		head, herr := p.c.Head(ctx, pw.thread)
+		if herr != nil {
+			return fmt.Errorf("append %s through %s: %w; reading the head again: %w", id, p.name, err, herr)
+		}
+		pw.head, pw.unsure = head, false
+		cp, own = peerCheckpoint(pw.thread, id, pw.head)
+		got, err = p.c.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: pw.head, Writer: pw.w})
+	}
 	switch {
 	case err == nil && got == id:
 		l.record(l.acked, id, own)
-		pw.head = id
+		pw.head, pw.unsure = id, false
 		return nil
 	case err == nil:
 		return fmt.Errorf("append %s through %s returned head %q", id, p.name, got)
@@ -453,7 +469,7 @@ func (pw *peerWriter) step(ctx context.Context, l *ledger, p *peerServer, others
 		l.record(l.unknown, id, own)
 		for _, o := range others {
 			if head, herr := o.c.Head(ctx, pw.thread); herr == nil {
-				pw.head = head
+				pw.head, pw.unsure = head, true
 				return nil
 			}
 		}

@@ -41,7 +41,7 @@ type store interface {
 	// ResolveCheckpoint returns the id of the checkpoint ref names (an
 	// exact id, THREAD@, THREAD@~N or a unique id prefix), as
 	// engine.DB.ResolveCheckpoint does; a prefix of several ids matches
-	// engine.ErrAmbiguousRef either way.
+	// sbxdb.ErrAmbiguousRef either way.
 	ResolveCheckpoint(ctx context.Context, ref string) (string, error)
 	// DeleteThread removes the thread's checkpoints, head, transcript,
 	// writer lease and artifact records, as engine.DB.DeleteThread does.
@@ -190,7 +190,7 @@ func remoteBlobError(e *chain.Entry, err error) error {
 			return missing()
 		case chain.CodeInvalidBlob, "SBXDB_CORRUPT":
 			why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
-			why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as cas.Error words it
+			why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as sbxdb.BlobError words it
 		default:
 			return err // the server's own failure: unavailable, unauthorized, …
 		}

@@ -181,7 +181,7 @@ func SplitArray(raw []byte) ([]json.RawMessage, error) {
 	return append(out, body[start:len(body):len(body)]), nil
 }
 
-// Warning is a capture warning (engine.CaptureWarning) as the wire carries
+// Warning is a capture warning (sbxdb.CaptureWarning) as the wire carries
 // it: the path and the detail as Text, since an entry's name is bytes and
 // need not be UTF-8, so that a warning reads the same through a server as
 // on the files.

@@ -17,7 +17,7 @@
 //
 // Errors wrap objstore.ErrNotExist, objstore.ErrExists and, for a refused
 // connection, a timeout or an HTTP 5xx after Config.MaxRetries attempts,
-// objstore.ErrUnavailable. A refusal the server states (wrong credentials,
+// sbxdb.ErrBlobsUnavailable. A refusal the server states (wrong credentials,
 // access denied) is none of these: trying again will not help.
 //
 // Over http a request's body is signed chunk by chunk (SigV4 streaming), so
@@ -180,7 +180,7 @@ const (
 
 // Open returns the Store cfg describes, creating the bucket if it is
 // missing. It makes one or two requests, so an unreachable server fails
-// here with objstore.ErrUnavailable.
+// here with sbxdb.ErrBlobsUnavailable.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
