@@ -216,7 +216,7 @@ func TestCaptureRestore(t *testing.T) {
 		`3 new blobs \(200 B stored\), 1 deduplicated, 6 excluded by policy in \d+\.\d\ds\n$`)
 
 	show := ok(t, "show", "cp1", "--db", store)
-	for _, s := range []string{"parent      (root)\n", "reason      automatic\n", "files: 10\n"} {
+	for _, s := range []string{"parent      (root)\n", "reason      automatic\n", "entries: 10 (4 files, 4 empty dirs, 2 symlinks)\n"} {
 		if !strings.Contains(show, s) {
 			t.Errorf("show cp1 lacks %q:\n%s", s, show)
 		}
