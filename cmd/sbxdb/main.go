@@ -152,6 +152,8 @@ type invocation struct {
 	skipUnsupported   bool       // --skip-unsupported
 	allowEmpty        bool       // --allow-empty
 	paths             stringList // --path (restore)
+	outFile           string     // -o, --output (export)
+	format            string     // --format (export)
 
 	// The flags of check, gc and compact.
 	verifyBlobs     bool           // --verify-blobs
