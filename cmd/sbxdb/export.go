@@ -209,4 +209,3 @@ func (a zipArchive) symlink(name, target string, mtime time.Time) error {
 }
 
 func (a zipArchive) Close() error { return a.w.Close() }
-
