@@ -160,7 +160,7 @@ func TestDeps(t *testing.T) {
 		"github.com/sbxdb/sbxdb/server", "github.com/sbxdb/sbxdb/internal/meta", "github.com/sbxdb/sbxdb/internal/kv",
 		"github.com/sbxdb/sbxdb/internal/objstore",
 	}
-	for _, pkg := range []string{".", "./client", "./memstore", "./storetest"} {
+	for _, pkg := range []string{".", "./client", "./memstore", "./storetest", "./lifecycle"} {
 		cmd := exec.Command("go", "list", "-deps", pkg)
 		cmd.Dir = root
 		out, err := cmd.Output()
