@@ -78,6 +78,10 @@ type StoreStats struct {
 	Blobs             int   `json:"blobs"`
 	BlobLogicalBytes  int64 `json:"blobLogicalBytes"`
 	BlobPhysicalBytes int64 `json:"blobPhysicalBytes"`
+	// Packs counts the pack files; BlobDeadBytes is what of them no index
+	// entry names any more, which a repack gives back.
+	Packs         int   `json:"packs"`
+	BlobDeadBytes int64 `json:"blobDeadBytes"`
 	// DBFileBytes is the size of the bbolt file; FreePages of its pages
 	// hold nothing (reused by later writes; sbxdb compact gives them back).
 	DBFileBytes int64 `json:"dbFileBytes"`

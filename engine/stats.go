@@ -36,6 +36,7 @@ func (db *DB) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
 		return nil, err
 	}
 	s.Blobs, s.BlobLogicalBytes, s.BlobPhysicalBytes = u.Blobs, u.RawBytes, u.PackBytes+u.LargeBytes
+	s.Packs, s.BlobDeadBytes = u.Packs, u.DeadBytes
 	if db.shared != nil {
 		s.Metadata = db.path // no file: the database server keeps the metadata
 		return s, nil

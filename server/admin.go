@@ -110,6 +110,9 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 	}
 	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
 		res, err := s.db.GC(ctx, opts)
+		if !in.DryRun {
+			s.metrics.gcLast.done("gc", err)
+		}
 		if err != nil {
 			return nil, badOptions(err)
 		}
@@ -143,6 +146,9 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 	opts := sbxdb.SweepOptions{OlderThan: olderThan, Immediate: in.Immediate, DryRun: in.DryRun}
 	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
 		res, err := s.db.Sweep(ctx, opts)
+		if !in.DryRun {
+			s.metrics.gcLast.done("sweep", err)
+		}
 		if err != nil {
 			return nil, badOptions(err)
 		}

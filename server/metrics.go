@@ -31,6 +31,7 @@ type metrics struct {
 	appends  prometheus.Counter
 	gcRuns   *prometheus.CounterVec // by kind: gc or sweep
 	gcFreed  *prometheus.CounterVec // blob bytes freed, by kind
+	gcLast   gcLast                 // the last run's end and outcome, by kind
 
 	authFailures  prometheus.Counter     // tokens checked and refused
 	authThrottled prometheus.Counter     // requests refused unchecked, their peer backing off
@@ -89,6 +90,8 @@ func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
 		return float64(s.conns.openConns())
 	})
 	reg.MustRegister(m.authFailures, m.authThrottled, m.connsClosed, connsOpen)
+	m.gcLast = newGCLast()
+	reg.MustRegister(m.gcLast.at, m.gcLast.ok, newSizeCollector(s.db, storeSizeEvery), buildInfo(s.opts.Version))
 	return m
 }
 
