@@ -13,6 +13,7 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/wire"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -34,7 +35,7 @@ type Health struct {
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
 	err := c.call(ctx, "/v1/health", nil, &h)
-	if ce, ok := errors.AsType[*Error](err); ok && ce.Code == "SBXDB_POISONED" {
+	if ce, ok := errors.AsType[*Error](err); ok && ce.Code == wire.CodePoisoned {
 		json.Unmarshal(ce.body, &h)
 	}
 	return h, err
@@ -247,10 +248,7 @@ func (c *Client) maintain(ctx context.Context, path string, in any, progress fun
 		var line struct {
 			Progress json.RawMessage `json:"progress"`
 			Result   json.RawMessage `json:"result"`
-			Error    *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
+			Error    *wire.ErrorBody `json:"error"`
 		}
 		if err := dec.Decode(&line); err != nil {
 			if ctx.Err() != nil {
@@ -309,15 +307,6 @@ func texts(ss []string) []text {
 	out := make([]text, len(ss))
 	for i, s := range ss {
 		out[i] = text(s)
-	}
-	return out
-}
-
-// engineWarnings is the engine's form of a capture's warnings off the wire.
-func engineWarnings(ws []warning) []sbxdb.CaptureWarning {
-	var out []sbxdb.CaptureWarning
-	for _, w := range ws {
-		out = append(out, sbxdb.CaptureWarning{Path: string(w.Path), What: sbxdb.EntryChange(w.What), Detail: string(w.Detail)})
 	}
 	return out
 }

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf16"
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
 // Blobs, plain objects and artifact records over the API (docs/API.md).
@@ -26,14 +26,6 @@ import (
 // (SBXDB_BAD_REQUEST) matches sbxdb.ErrInvalidObject, and a body that is
 // not the size declared fails as sbxdb.ErrBlobKeyMismatch before the server
 // could take it for complete.
-
-// The headers of the blob endpoints (server/blobs.go).
-const (
-	headerMetadata = "X-Sbxdb-Metadata"
-	headerUploaded = "X-Sbxdb-Uploaded"
-	headerCode     = "X-Sbxdb-Code"
-	headerMessage  = "X-Sbxdb-Message"
-)
 
 // blobPath is the path of key, each segment percent-encoded.
 func blobPath(key string) string {
@@ -67,8 +59,8 @@ func (c *Client) doBlob(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	if code := resp.Header.Get(headerCode); code != "" && req.Method == http.MethodHead {
-		return nil, blobErr(wireError(resp.StatusCode, code, resp.Header.Get(headerMessage)))
+	if code := resp.Header.Get(wire.HeaderCode); code != "" && req.Method == http.MethodHead {
+		return nil, blobErr(wireError(resp.StatusCode, code, resp.Header.Get(wire.HeaderMessage)))
 	}
 	return nil, blobErr(responseError(resp))
 }
@@ -98,7 +90,7 @@ func (c *Client) PutObject(ctx context.Context, key string, r io.Reader, opts sb
 		req.Header.Set("Content-Type", opts.ContentType)
 	}
 	if len(opts.CustomMetadata) > 0 {
-		req.Header.Set(headerMetadata, encodeMetadata(opts.CustomMetadata))
+		req.Header.Set(wire.HeaderMetadata, wire.EncodeMetadata(opts.CustomMetadata))
 	}
 	resp, err := c.doBlob(req)
 	if body.err != nil {
@@ -277,14 +269,14 @@ func infoOf(key string, resp *http.Response) (sbxdb.ObjectInfo, error) {
 		return info, fmt.Errorf("client: %s: no size in the response", key)
 	}
 	var err error
-	if info.Uploaded, err = strconv.ParseInt(h.Get(headerUploaded), 10, 64); err != nil {
+	if info.Uploaded, err = strconv.ParseInt(h.Get(wire.HeaderUploaded), 10, 64); err != nil {
 		return info, fmt.Errorf("client: %s: no upload time in the response: %w", key, err)
 	}
 	if sbxdb.CheckBlobKey(key) != nil { // a plain object: its own attributes
 		info.ContentType = h.Get("Content-Type")
-		if v := h.Get(headerMetadata); v != "" {
+		if v := h.Get(wire.HeaderMetadata); v != "" {
 			if err := json.Unmarshal([]byte(v), &info.CustomMetadata); err != nil {
-				return info, fmt.Errorf("client: %s: the %s header: %w", key, headerMetadata, err)
+				return info, fmt.Errorf("client: %s: the %s header: %w", key, wire.HeaderMetadata, err)
 			}
 			if len(info.CustomMetadata) == 0 {
 				info.CustomMetadata = nil
@@ -292,26 +284,6 @@ func infoOf(key string, resp *http.Response) (sbxdb.ObjectInfo, error) {
 		}
 	}
 	return info, nil
-}
-
-// encodeMetadata is md as the value of the X-Sbxdb-Metadata header
-// (server.EncodeMetadata): a JSON object in ASCII, every other character
-// escaped.
-func encodeMetadata(md map[string]string) string {
-	b, _ := json.Marshal(md) // a map of strings always marshals
-	var out strings.Builder
-	for _, r := range string(b) {
-		switch {
-		case r < 0x7f:
-			out.WriteRune(r)
-		case r > 0xffff:
-			r1, r2 := utf16.EncodeRune(r)
-			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
-		default:
-			fmt.Fprintf(&out, `\u%04x`, r)
-		}
-	}
-	return out.String()
 }
 
 // StatObject describes key (HEAD /v1/blobs/{key}), refreshing a blob's

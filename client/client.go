@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
 // Options configure a Client. The zero value suits a unix socket.
@@ -147,9 +149,9 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if c.testStore != "" {
-		req.Header.Set(headerTestStore, c.testStore)
+		req.Header.Set(wire.HeaderTestStore, c.testStore)
 		if c.now != nil {
-			req.Header.Set(headerNow, strconv.FormatInt(c.now().UnixMilli(), 10))
+			req.Header.Set(wire.HeaderNow, strconv.FormatInt(c.now().UnixMilli(), 10))
 		}
 	}
 	return req, nil

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
 // connPool carries the API's JSON exchanges (call and post) on a unix
@@ -207,11 +209,11 @@ func (c *Client) appendHead(dst []byte, method, path string, body []byte) []byte
 		dst = append(dst, "\r\n"...)
 	}
 	if c.testStore != "" {
-		dst = append(dst, headerTestStore+": "...)
+		dst = append(dst, wire.HeaderTestStore+": "...)
 		dst = append(dst, c.testStore...)
 		dst = append(dst, "\r\n"...)
 		if c.now != nil {
-			dst = append(dst, headerNow+": "...)
+			dst = append(dst, wire.HeaderNow+": "...)
 			dst = strconv.AppendInt(dst, c.now().UnixMilli(), 10)
 			dst = append(dst, "\r\n"...)
 		}

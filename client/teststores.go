@@ -12,12 +12,6 @@ import (
 	"time"
 )
 
-// The headers of test mode (server.HeaderTestStore, server.HeaderNow).
-const (
-	headerTestStore = "X-Sbxdb-Test-Store"
-	headerNow       = "X-Sbxdb-Now"
-)
-
 // checkTestStore refuses a TestStore that is no header value: one holding
 // a control character or a byte that is not ASCII. Every id a server makes
 // is 32 hexadecimal digits.

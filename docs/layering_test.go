@@ -58,9 +58,10 @@ func TestModelPackagesStayOffTheStore(t *testing.T) {
 // TestServerAndClientMeetOnlyOnTheWire checks the served path's layering:
 // the server reaches the store only through the engine's public API (no
 // bbolt, no store-internal package), the client only through the wire, and
-// the two share only internal/wire (the encodings of the document's
-// formats), so docs/API.md is the whole contract between them and any other
-// client (the TypeScript package) can implement it.
+// neither imports the other: what both need of the wire is internal/wire
+// (the document's encodings, header names and codes, written once), so
+// docs/API.md is the whole contract between them and any other client (the
+// TypeScript package) can implement it.
 func TestServerAndClientMeetOnlyOnTheWire(t *testing.T) {
 	forbidden := map[string][]string{
 		"server": {"go.etcd.io/bbolt", "github.com/sbxdb/sbxdb/internal/meta", "github.com/sbxdb/sbxdb/internal/boltcheck", "github.com/sbxdb/sbxdb/client"},

@@ -510,13 +510,3 @@ func accepts(r *http.Request, mediaType string) bool {
 	}
 	return false
 }
-
-// wireWarnings is a capture's warnings as the wire carries them; never nil,
-// so that the JSON holds an array.
-func wireWarnings(ws []sbxdb.CaptureWarning) []warning {
-	out := make([]warning, len(ws))
-	for i, w := range ws {
-		out[i] = warning{Path: text(w.Path), What: string(w.What), Detail: text(w.Detail)}
-	}
-	return out
-}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,37 +8,30 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
-	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
-// sbxdb's own error codes, for failures the contract has no code for
-// (docs/API.md, Errors).
+// The wire codes (docs/API.md, Errors): internal/wire's, under the names
+// the server's code and its tests use.
 const (
-	CodeBadRequest       = "SBXDB_BAD_REQUEST"
-	CodeBlobMismatch     = "SBXDB_BLOB_MISMATCH"
-	CodeUnauthorized     = "SBXDB_UNAUTHORIZED"
-	CodeForbidden        = "SBXDB_FORBIDDEN"
-	CodeNotFound         = "SBXDB_NOT_FOUND"
-	CodeMethodNotAllowed = "SBXDB_METHOD_NOT_ALLOWED"
-	CodeBlobInUse        = "SBXDB_BLOB_IN_USE"
-	CodeTooLarge         = "SBXDB_TOO_LARGE"
-	CodeRange            = "SBXDB_RANGE"
-	CodeCorrupt          = "SBXDB_CORRUPT"
-	CodeInternal         = "SBXDB_INTERNAL"
-	CodeUnavailable      = "SBXDB_UNAVAILABLE"
-	CodeReadOnly         = "SBXDB_READ_ONLY"
-	CodeAmbiguous        = "SBXDB_AMBIGUOUS"
-	// CodeNoTestStore names a test store that does not exist (any more):
-	// distinct from CodeNotFound, which a blob or object missing from a
-	// store gives, so that a client never reads a deleted store as an
-	// empty one.
-	CodeNoTestStore  = "SBXDB_NO_TEST_STORE"
-	CodeEmptyCapture = "SBXDB_EMPTY_CAPTURE"
-	// CodePoisoned is a write refused, and a health probe answered,
-	// while the store is poisoned (sbxdb.ErrPoisoned): a sync failed, and
-	// the server reopens the store once the cause clears. Reads go on.
-	CodePoisoned = "SBXDB_POISONED"
+	CodeBadRequest       = wire.CodeBadRequest
+	CodeBlobMismatch     = wire.CodeBlobMismatch
+	CodeUnauthorized     = wire.CodeUnauthorized
+	CodeForbidden        = wire.CodeForbidden
+	CodeNotFound         = wire.CodeNotFound
+	CodeMethodNotAllowed = wire.CodeMethodNotAllowed
+	CodeBlobInUse        = wire.CodeBlobInUse
+	CodeTooLarge         = wire.CodeTooLarge
+	CodeRange            = wire.CodeRange
+	CodeCorrupt          = wire.CodeCorrupt
+	CodeInternal         = wire.CodeInternal
+	CodeUnavailable      = wire.CodeUnavailable
+	CodeReadOnly         = wire.CodeReadOnly
+	CodeAmbiguous        = wire.CodeAmbiguous
+	CodeNoTestStore      = wire.CodeNoTestStore
+	CodeEmptyCapture     = wire.CodeEmptyCapture
+	CodePoisoned         = wire.CodePoisoned
 )
 
 // poisonedRetryAfter is the Retry-After, in seconds, of a poisoned
@@ -48,10 +40,7 @@ const (
 const poisonedRetryAfter = "5"
 
 // ErrorBody is the JSON body of every failed request.
-type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type ErrorBody = wire.ErrorBody
 
 // codeError is a failure the server itself decides, with its code.
 type codeError struct{ code, msg string }
@@ -62,49 +51,31 @@ func errorf(code, format string, args ...any) error {
 	return &codeError{code, fmt.Sprintf(format, args...)}
 }
 
-// sentinels maps the engine's errors that have no contract code to
-// sbxdb's codes. The first match wins.
-var sentinels = []struct {
+// blobStoreErrors are the blob store's own errors, which the table of
+// internal/wire (the contract's and the engine's sentinels) cannot name
+// without linking the blob store into every client. They are checked after
+// that table; none is ever wrapped together with one of its sentinels but
+// ErrBlobInUse, which is checked first there (engine.DeleteObject).
+var blobStoreErrors = []struct {
 	err  error
 	code string
 }{
-	// First: it wraps the failed sync's error, whatever that matches.
-	{sbxdb.ErrPoisoned, CodePoisoned},
-	{sbxdb.ErrInvalidObject, CodeBadRequest},
-	{sbxdb.ErrBlobInUse, CodeBlobInUse},
-	{sbxdb.ErrAmbiguousRef, CodeAmbiguous},
-	{chain.ErrTooLarge, CodeTooLarge},
-	{sbxdb.ErrBlobKeyMismatch, CodeBlobMismatch},
 	{cas.ErrPinned, CodeBlobInUse},
-	{sbxdb.ErrBlobNotFound, CodeNotFound},
-	{sbxdb.ErrInvalidBlobKey, CodeBadRequest},
-	{chain.ErrCorrupt, CodeCorrupt},
-	{sbxdb.ErrBlobCorrupt, CodeCorrupt},
-	{sbxdb.ErrReadOnly, CodeReadOnly},
-	{sbxdb.ErrEmptyCapture, CodeEmptyCapture},
 	{cas.ErrReadOnly, CodeReadOnly},
-	{sbxdb.ErrClosed, CodeUnavailable},
-	// The metadata database (engine.Options.Metadata) is down or was
-	// lost mid-request: the server is up and a retry may succeed once the
-	// database is back, as for any other outage.
-	{engine.ErrMetadataUnavailable, CodeUnavailable},
-	// So is the bucket of the blobs (engine.Options.Blobs).
-	{engine.ErrBlobsUnavailable, CodeUnavailable},
-	{context.Canceled, CodeUnavailable},
-	{context.DeadlineExceeded, CodeUnavailable},
 }
 
-// Code returns the wire code of err: the contract's where it has one,
-// else sbxdb's.
+// Code returns the wire code of err: the one the server decided (errorf),
+// else the contract's or the engine's (wire.Code), else the blob store's,
+// else CodeInternal.
 func Code(err error) string {
 	var ce *codeError
 	if errors.As(err, &ce) {
 		return ce.code
 	}
-	if c := chain.Code(err); c != "" {
+	if c, ok := wire.Code(err); ok {
 		return c
 	}
-	for _, s := range sentinels {
+	for _, s := range blobStoreErrors {
 		if errors.Is(err, s.err) {
 			return s.code
 		}
@@ -132,38 +103,7 @@ func Message(err error) string {
 }
 
 // Status returns the HTTP status of a wire code (docs/API.md, Errors).
-func Status(code string) int {
-	switch code {
-	case chain.CodeInvalidID, chain.CodeInvalidEntry, chain.CodeInvalidPath,
-		chain.CodeInvalidWorkspace, chain.CodeUnsupportedEntry,
-		CodeBadRequest, CodeBlobMismatch, CodeEmptyCapture:
-		return http.StatusBadRequest
-	case CodeUnauthorized:
-		return http.StatusUnauthorized
-	case CodeForbidden:
-		return http.StatusForbidden
-	case chain.CodeCheckpointNotFound, chain.CodeForkSourceNotFound,
-		chain.CodeMissingBlob, chain.CodeMissingCheckpointArtifact, CodeNotFound, CodeNoTestStore:
-		return http.StatusNotFound
-	case CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case chain.CodeStaleHead, chain.CodeParentMismatch, chain.CodeDuplicateID,
-		chain.CodeNotHead, chain.CodeWriterConflict, chain.CodeWriterLost,
-		chain.CodeForkSourceThreadMismatch, chain.CodeForkDestinationNotEmpty,
-		chain.CodeForeignCheckpointArtifact, chain.CodeAtomicForkRequired, CodeBlobInUse,
-		CodeAmbiguous:
-		return http.StatusConflict
-	case CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeRange:
-		return http.StatusRequestedRangeNotSatisfiable
-	case chain.CodeInvalidBlob, chain.CodeInvalidArtifactBytes:
-		return http.StatusUnprocessableEntity
-	case CodeUnavailable, CodeReadOnly, CodePoisoned:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+func Status(code string) int { return wire.Status(code) }
 
 // writeError writes err as an ErrorBody with its status, and its code and
 // message also as headers (HeaderCode, HeaderMessage): the answer to a HEAD

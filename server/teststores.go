@@ -27,15 +27,13 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
-// Header names of test mode.
+// Header names of test mode: internal/wire's.
 const (
-	// HeaderTestStore names the test store a request is served by.
-	HeaderTestStore = "X-Sbxdb-Test-Store"
-	// HeaderNow sets the clock of the request's test store, in epoch
-	// milliseconds, before the request is served.
-	HeaderNow = "X-Sbxdb-Now"
+	HeaderTestStore = wire.HeaderTestStore
+	HeaderNow       = wire.HeaderNow
 )
 
 // MaxTestStores bounds the test stores open at once in one server.

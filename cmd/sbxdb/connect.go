@@ -12,6 +12,7 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
 // How a command finds a running sbxdb serve of its store.
@@ -215,7 +216,7 @@ func (inv *invocation) serverError(err error) error {
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		switch ce.Code {
-		case "SBXDB_UNAUTHORIZED", "SBXDB_FORBIDDEN", "SBXDB_UNAVAILABLE":
+		case wire.CodeUnauthorized, wire.CodeForbidden, wire.CodeUnavailable:
 			return fmt.Errorf("server %s: %w (%s)", inv.served, err, ce.Code)
 		}
 	}

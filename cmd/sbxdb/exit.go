@@ -10,7 +10,7 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
-	"github.com/sbxdb/sbxdb/server"
+	"github.com/sbxdb/sbxdb/internal/wire"
 )
 
 // The exit statuses of sbxdb (exitHelp says them to the user).
@@ -32,10 +32,20 @@ const (
 	codeUsage       = "SBXDB_USAGE"
 	codeNoStore     = "SBXDB_NO_STORE"
 	codeBusy        = "SBXDB_BUSY"
-	codeCorrupt     = "SBXDB_CORRUPT"
+	codeCorrupt     = wire.CodeCorrupt // a server's code for a damaged record
 	codeInterrupted = "SBXDB_INTERRUPTED"
 	codeError       = "SBXDB_ERROR"
 )
+
+// serverCodes are the codes of a server (internal/wire's table) that a
+// failure on the files prints too when it is the error a server sends
+// them for (wire.Code): every other failure without a contract code
+// prints one of the codes above.
+var serverCodes = map[string]bool{
+	wire.CodeAmbiguous:    true, // a checkpoint prefix several ids start with
+	wire.CodePoisoned:     true, // a sync failed (exitPoisoned)
+	wire.CodeEmptyCapture: true, // --include globs that matched no file
+}
 
 // exitHelp is the exit status section of sbxdb help.
 const exitHelp = `exit status:
@@ -96,13 +106,13 @@ func exitStatus(err error) (status int, code string) {
 	status, code = exitError, codeError
 	switch {
 	case errors.Is(err, sbxdb.ErrAmbiguousRef):
-		code = server.CodeAmbiguous // as a server words it
+		// exit status 1, the code a server gives it (below)
 	case errors.Is(err, sbxdb.ErrNoStore):
 		status, code = exitNoStore, codeNoStore
 	case errors.Is(err, sbxdb.ErrLocked), errors.Is(err, chain.ErrWriterConflict):
 		status, code = exitBusy, codeBusy
 	case errors.Is(err, sbxdb.ErrPoisoned):
-		status, code = exitPoisoned, server.CodePoisoned
+		status = exitPoisoned // the code a server gives it (below)
 	case errors.Is(err, errProblems), errors.Is(err, chain.ErrInvalidBlob), errors.Is(err, chain.ErrMissingBlob),
 		errors.Is(err, chain.ErrCorrupt), errors.Is(err, sbxdb.ErrBlobCorrupt):
 		status, code = exitDamaged, codeCorrupt
@@ -112,8 +122,8 @@ func exitStatus(err error) (status int, code string) {
 		code = c
 	} else if errors.As(err, &ce) && ce.Code != "" {
 		code = ce.Code
-	} else if errors.Is(err, sbxdb.ErrEmptyCapture) {
-		code = server.CodeEmptyCapture // as a server says it
+	} else if c, ok := wire.Code(err); ok && serverCodes[c] {
+		code = c // as a server says it
 	}
 	return status, code
 }

@@ -182,22 +182,20 @@ func remoteBlobError(e *chain.Entry, err error) error {
 		return chain.Errorf(chain.ErrMissingBlob, "%q: blob %s is missing", e.Path, e.BlobKey)
 	}
 	why := err.Error()
+	// A server's error matches the sentinel of its code (internal/wire's
+	// table): SBXDB_NOT_FOUND sbxdb.ErrBlobNotFound, SBXDB_CORRUPT
+	// chain.ErrCorrupt, a contract code chain's.
 	var ce *client.Error
 	switch {
-	case errors.As(err, &ce):
-		switch ce.Code {
-		case "SBXDB_NOT_FOUND", chain.CodeMissingBlob:
-			return missing()
-		case chain.CodeInvalidBlob, "SBXDB_CORRUPT":
-			why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
-			why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as sbxdb.BlobError words it
-		default:
-			return err // the server's own failure: unavailable, unauthorized, …
-		}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrUnreachable):
 		return err
 	case errors.Is(err, sbxdb.ErrBlobNotFound), errors.Is(err, chain.ErrMissingBlob):
 		return missing()
+	case errors.As(err, &ce) && (errors.Is(ce, chain.ErrInvalidBlob) || errors.Is(ce, chain.ErrCorrupt)):
+		why = strings.TrimPrefix(strings.TrimPrefix(ce.Message, "sbxdb: "), ce.Code+": ")
+		why = strings.TrimPrefix(why, "cas: "+e.BlobKey+": ") // as sbxdb.BlobError words it
+	case errors.As(err, &ce):
+		return err // the server's own failure: unavailable, unauthorized, …
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		why = "the server cut the body off before its end"
 	}

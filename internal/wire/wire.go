@@ -1,8 +1,22 @@
-// Package wire holds the encodings of docs/API.md that encoding/json
-// cannot give exactly and that the server and the Go client both write and
-// read: any Go string without loss (Text), and conversation messages byte
-// for byte (AppendMessages, SplitArray). Each side keeps its own request
-// and response shapes.
+// Package wire is the wire of docs/API.md as the Go server, the Go client
+// and the CLI write and read it, written once:
+//
+//   - the encodings encoding/json cannot give exactly: any Go string
+//     without loss (Text), and conversation messages byte for byte
+//     (AppendMessages, SplitArray);
+//   - the records that hold them, in the one form both sides write and
+//     read (records.go: checkpoints, instance records, writers, lease
+//     states and leases, capture warnings);
+//   - the X-Sbxdb-* header names (headers.go) and the metadata header's
+//     encoding (metadata.go);
+//   - the error body, sbxdb's SBXDB_* codes, and the one two-way table
+//     between codes and errors (errors.go): Code (error → code, for a
+//     server), Sentinel (code → the error a client's error matches),
+//     Status (code → HTTP status).
+//
+// It imports the contract (the module root), chain, lease and
+// internal/proc: no engine and no blob store, so that a host linking the
+// client links no storage.
 package wire
 
 import (
