@@ -13,6 +13,7 @@ import (
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/wire"
+	"github.com/sbxdb/sbxdb/server"
 )
 
 // How a command finds a running sbxdb serve of its store.
@@ -170,7 +171,15 @@ func (inv *invocation) open() (store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return wrapStore(localStore{db}), nil
+	ls := localStore{DB: db}
+	if inv.writes {
+		// While this command holds the store for writing, the others
+		// reach it through this process, as through sbxdb serve, rather
+		// than finding it busy. Best effort: a socket that cannot be
+		// made (another server answers there) serves nothing.
+		ls.stopServing, _ = server.ServeLocal(db, server.Options{Version: version(), NoRecover: true})
+	}
+	return wrapStore(ls), nil
 }
 
 // wrapStore wraps every store a command opens: tests make it report what

@@ -78,8 +78,22 @@ var (
 )
 
 // localStore is a store this process opened. Its Capture and Restore take
-// the command line's globs in place of engine.DB's workspace.Policy.
-type localStore struct{ *engine.DB }
+// the command line's globs in place of engine.DB's workspace.Policy. A
+// store opened for writing serves the other processes of this machine
+// while the command runs (server.ServeLocal): stopServing stops that, and
+// Close calls it before it closes the store.
+type localStore struct {
+	*engine.DB
+	stopServing func()
+}
+
+// Close stops serving the store, if it was, then closes it.
+func (s localStore) Close() error {
+	if s.stopServing != nil {
+		s.stopServing()
+	}
+	return s.DB.Close()
+}
 
 func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
 	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
