@@ -209,11 +209,14 @@ once older than --older-than.
 
 Prints the checkpoints deleted per thread, the blobs deleted, the packs
 rewritten and recompressed and the bytes given back (-v lists every blob
-key). --dry-run changes nothing and prints what would be deleted and
-which packs would be rewritten as the store is now (its sweep counts the
-references retention would drop). With --json: {retention: {deleted,
-busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
-before, after, recompressed, recompressedBytes}, before, after}.
+key). --dry-run changes nothing and prints the plan: what would be
+deleted as the store is now (its sweep counts the references retention
+would drop), which files repacking would rewrite after that sweep, and the
+bytes it would give back (with --json, the same fields and freed); a run
+after it decides again, keeping what was used or leased meanwhile. With
+--json: {retention: {deleted, busy}, sweep: {examined, referenced, deleted,
+bytes}, repack: {packs, blobs, before, after, recompressed,
+recompressedBytes}, before, after}.
 
 ` + viaServer,
 	flags: func(fset *pflag.FlagSet, inv *invocation) {
