@@ -298,6 +298,9 @@ type GCPlan struct {
 	keep  int           // retention's keep (max(Keep, 1)), 0 for none
 	sweep *gc.SweepPlan // nil: the sweep is planned when it runs (GC)
 	now   time.Time     // the sweep plan's clock reading
+	// lazy: retention is planned when it runs, after the usage and the
+	// refusal are read (GC: nothing is read twice).
+	lazy bool
 }
 
 // gcKeep validates opts' retention and returns its keep: 0 for none.
@@ -319,16 +322,6 @@ func gcKeep(opts sbxdb.GCOptions) (int, error) {
 // back. Like GC it refuses, deleting nothing, when a referenced blob is
 // missing. ExecuteGC carries the plan out.
 func (db *DB) PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*GCPlan, error) {
-	p, err := db.planGC(ctx, opts, true)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// planGC plans a GC; without sweep, only its retention (ids, no
-// references), which is what GC needs.
-func (db *DB) planGC(ctx context.Context, opts sbxdb.GCOptions, sweep bool) (*GCPlan, error) {
 	keep, err := gcKeep(opts)
 	if err != nil {
 		return nil, err
@@ -341,9 +334,9 @@ func (db *DB) planGC(ctx context.Context, opts sbxdb.GCOptions, sweep bool) (*GC
 	if err := db.refuseMissing(ctx); err != nil {
 		return nil, err
 	}
-	without, err := db.planRetention(ctx, keep, opts.Threads, &p.Retention, sweep)
-	if err != nil || !sweep {
-		return p, err
+	without, err := db.planRetention(ctx, keep, opts.Threads, &p.Retention, true)
+	if err != nil {
+		return nil, err
 	}
 	release, err := db.lockSweeps(ctx)
 	if err != nil {
@@ -388,22 +381,25 @@ func (db *DB) refuseMissing(ctx context.Context) error {
 // writer lease is held are skipped and listed in Retention.Busy. Nothing is
 // deleted when a referenced blob is missing.
 //
-// GC is a plan and its execution, with one difference from PlanGC then
-// ExecuteGC: its plan holds retention alone, and the sweep lists the blobs
-// after retention has run (a single pass, as gc.Sweep). Planning the sweep
-// before retention would decode every checkpoint retention deletes for the
-// references it drops, and would miss the blobs that checkpoints deleted
-// meanwhile leave unreferenced; listing after costs the same one listing.
-// Its retention, too, deletes what retention deletes when it runs on the
-// planned threads, not only the planned ids.
+// GC is ExecuteGC of a plan made as it runs, with two differences from
+// PlanGC then ExecuteGC. Its plan holds retention alone (ids, no
+// checkpoint decoded), made once the usage is read and the refusal
+// checked, and the sweep lists the blobs after retention has run (a single
+// pass, as gc.Sweep): planning the sweep before retention would decode
+// every checkpoint retention deletes for the references it drops, and
+// would miss the blobs that checkpoints deleted meanwhile leave
+// unreferenced, for the same one listing. And its retention deletes what
+// retention deletes when it runs on the planned threads, not only the
+// planned ids.
 func (db *DB) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error) {
 	if db.c == nil {
 		return nil, sbxdb.ErrReadOnly
 	}
-	p, err := db.planGC(ctx, opts, false)
+	keep, err := gcKeep(opts)
 	if err != nil {
 		return nil, err
 	}
+	p := &GCPlan{db: db, keep: keep, lazy: true, GCPlan: sbxdb.GCPlan{Options: opts, Retention: sbxdb.RetentionResult{Deleted: map[string][]string{}}}}
 	return db.executeGC(ctx, p, false)
 }
 
@@ -439,6 +435,11 @@ func (db *DB) executeGC(ctx context.Context, p *GCPlan, exact bool) (*sbxdb.GCRe
 	}
 	if err := db.refuseMissing(ctx); err != nil {
 		return nil, err
+	}
+	if p.lazy {
+		if _, err := db.planRetention(ctx, p.keep, opts.Threads, &p.Retention, false); err != nil {
+			return res, err
+		}
 	}
 	if p.keep > 0 {
 		// Only threads with something to delete take a lease: most threads
