@@ -63,14 +63,47 @@ type GCOptions struct {
 	// Recompress also rewrites at cas.RecompressLevel the packs written
 	// at a lower level more than OlderThan ago (cas.RepackOptions).
 	Recompress bool
-	// DryRun changes nothing and reports what would be deleted. Its sweep
-	// counts the references the retention step would drop; its repack
-	// names the packs that would be rewritten as they are now, before the
-	// sweep (Packs, Before, Recompressed, RecompressedBytes).
-	DryRun bool
 }
 
-// GCResult is what DB.GC did (or, dry, would do).
+// GCPlan is what a GC with Options would do, decided without changing
+// anything (a dry run): DB.PlanGC makes one, prints and tests take it as a
+// value, and the engine's ExecuteGC carries it out. Its JSON has the
+// fields of GCResult's and Freed.
+//
+// Executing a plan is safe however stale it is: each deletion is decided
+// again under the locks that decide it in a GC, so a blob referenced since
+// the plan is kept and a thread whose writer lease was taken since is
+// skipped (and named busy); nothing the plan does not name is deleted by
+// the retention or the sweep.
+type GCPlan struct {
+	// Options are those the plan was made with. Not in the JSON.
+	Options GCOptions `json:"-"`
+	// Retention: the checkpoint ids retention would delete, per thread,
+	// and the threads it would skip because a live writer holds them.
+	Retention RetentionResult `json:"retention"`
+	// Sweep: the blob keys the sweep would delete once retention has run
+	// (its counts drop the references of the checkpoints retention
+	// deletes) and their stored bytes.
+	Sweep SweepResult `json:"sweep"`
+	// Repack: the packs and large files that repacking would rewrite
+	// after that sweep (Packs, Before) and, of those, the ones it would
+	// recompress (Recompressed, RecompressedBytes). Zero with the blobs
+	// in object storage, where packs are not rewritten.
+	Repack RepackStats `json:"repack"`
+	// Freed is the bytes on disk the GC would give back, recompression
+	// not counted: the large blob files the sweep deletes and the dead
+	// bytes (the sweep's included) of the packs repacking rewrites. With
+	// the blobs in object storage, the bytes the sweep deletes.
+	Freed int64 `json:"freed"`
+	// Orphans is always 0: orphan files are counted only when removed.
+	Orphans int `json:"orphans"`
+	// Before is the blob store usage when the plan was made; After is
+	// the same, since planning changes nothing.
+	Before BlobUsage `json:"before"`
+	After  BlobUsage `json:"after"`
+}
+
+// GCResult is what DB.GC did.
 type GCResult struct {
 	Retention RetentionResult `json:"retention"`
 	Sweep     SweepResult     `json:"sweep"`

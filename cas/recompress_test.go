@@ -62,9 +62,13 @@ func TestRepackRecompressesAtABetterLevel(t *testing.T) {
 	if st, err := f.s.Repack(ctx, RepackOptions{Threshold: DefaultRepackThreshold}); err != nil || st.Packs != 0 {
 		t.Fatalf("Repack without Recompress = %+v, %v", st, err)
 	}
-	plan, err := f.s.RepackPlan(ctx, RepackOptions{Threshold: DefaultRepackThreshold, Recompress: true})
-	if err != nil || plan.Packs != 2 || plan.Recompressed != 2 || plan.Before != packBytes(t, f) {
-		t.Fatalf("RepackPlan = %+v, %v (packs hold %d bytes)", plan, err, packBytes(t, f))
+	p, err := f.s.PlanRepack(ctx, RepackOptions{Threshold: DefaultRepackThreshold, Recompress: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := p.Stats
+	if plan.Packs != 2 || plan.Recompressed != 2 || plan.Before != packBytes(t, f) {
+		t.Fatalf("PlanRepack = %+v, %v (packs hold %d bytes)", plan, err, packBytes(t, f))
 	}
 	st, err := f.s.Repack(ctx, RepackOptions{Threshold: DefaultRepackThreshold, Recompress: true})
 	if err != nil || st.Packs != 2 || st.Recompressed != 2 || st.Blobs != len(blobs) || st.RecompressedBytes != plan.Before {
@@ -309,9 +313,13 @@ func TestRepackRecompressesLargeFiles(t *testing.T) {
 	if before.level != 0 || before.codec != codecZstd {
 		t.Fatalf("a batch's large frame: %+v", before)
 	}
-	plan, err := f.s.RepackPlan(ctx, RepackOptions{Threshold: 1, Recompress: true})
-	if err != nil || plan.Recompressed != 1 || plan.RecompressedBytes != headerSize+int64(before.stored) {
-		t.Fatalf("RepackPlan = %+v, %v", plan, err)
+	p, err := f.s.PlanRepack(ctx, RepackOptions{Threshold: 1, Recompress: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := p.Stats
+	if plan.Recompressed != 1 || plan.RecompressedBytes != headerSize+int64(before.stored) {
+		t.Fatalf("PlanRepack = %+v, %v", plan, err)
 	}
 	st, err := f.s.Repack(ctx, RepackOptions{Threshold: 1, Recompress: true})
 	if err != nil || st.Recompressed != 1 || st.After >= st.Before {

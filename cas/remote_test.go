@@ -218,8 +218,8 @@ func TestRemoteLayout(t *testing.T) {
 	if _, err := f.s.Repack(ctx, RepackOptions{Threshold: 0.5}); !errors.Is(err, ErrRemoteUnsupported) || !strings.Contains(err.Error(), "repack") {
 		t.Errorf("Repack = %v; want ErrRemoteUnsupported naming it", err)
 	}
-	if _, err := f.s.RepackPlan(ctx, RepackOptions{Threshold: 0.5}); !errors.Is(err, ErrRemoteUnsupported) {
-		t.Errorf("RepackPlan = %v; want ErrRemoteUnsupported", err)
+	if _, err := f.s.PlanRepack(ctx, RepackOptions{Threshold: 0.5}, nil); !errors.Is(err, ErrRemoteUnsupported) {
+		t.Errorf("PlanRepack = %v; want ErrRemoteUnsupported", err)
 	}
 }
 

@@ -101,13 +101,16 @@ func (s *Store) Usage(ctx context.Context) (sbxdb.BlobUsage, error) {
 // repackPlan picks the packs Repack rewrites, and the level it writes them
 // at: RecompressLevel if any is picked for its level, else the highest
 // level any of them was written at, so a repack never compresses worse.
-func (s *Store) repackPlan(tx kv.Tx, opts RepackOptions, st *sbxdb.RepackStats) (map[uint64]packStats, zstd.EncoderLevel, error) {
+// dying (nil for a repack) adds, per pack, dead bytes a planned sweep would
+// leave (PlanRepack).
+func (s *Store) repackPlan(tx kv.Tx, opts RepackOptions, st *sbxdb.RepackStats, dying map[uint64]uint64) (map[uint64]packStats, zstd.EncoderLevel, error) {
 	old := map[uint64]packStats{}
 	level := CaptureLevel
 	err := forEachPack(tx, func(id uint64, ps packStats, err error) error {
 		if err != nil {
 			return err
 		}
+		ps.dead = min(ps.total, ps.dead+dying[id])
 		switch {
 		case ps.dead > 0 && float64(ps.dead) >= opts.Threshold*float64(ps.total):
 			level = max(level, ps.at())
@@ -145,34 +148,6 @@ func checkRepackOptions(opts RepackOptions) error {
 		return fmt.Errorf("cas: repack threshold %v is not in (0, 1]", opts.Threshold)
 	}
 	return nil
-}
-
-// RepackPlan reports what Repack with opts would rewrite now (Packs,
-// Before, Recompressed, RecompressedBytes), changing nothing.
-func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (sbxdb.RepackStats, error) {
-	var st sbxdb.RepackStats
-	if s.opts.Remote != nil {
-		return st, remoteUnsupported("repack")
-	}
-	if err := checkRepackOptions(opts); err != nil {
-		return st, err
-	}
-	err := s.db.View(func(tx kv.Tx) error {
-		_, _, err := s.repackPlan(tx, opts, &st)
-		return err
-	})
-	if err == nil && opts.Recompress {
-		var larges []largeItem
-		if larges, _, err = s.coldLarges(ctx, opts.ColdBefore); err == nil {
-			for _, l := range larges {
-				st.Packs++
-				st.Before += headerSize + int64(l.e.stored)
-				st.Recompressed++
-				st.RecompressedBytes += headerSize + int64(l.e.stored)
-			}
-		}
-	}
-	return st, err
 }
 
 // largeItem is a large blob that Repack may recompress.
@@ -434,7 +409,7 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (sbxdb.RepackSta
 	var moves []move
 	err := s.db.View(func(tx kv.Tx) error {
 		var err error
-		if old, level, err = s.repackPlan(tx, opts, &plan); err != nil || len(old) == 0 {
+		if old, level, err = s.repackPlan(tx, opts, &plan, nil); err != nil || len(old) == 0 {
 			return err
 		}
 		return forEachEntry(ctx, tx, func(key string, e *entry, err error) error {

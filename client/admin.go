@@ -55,16 +55,31 @@ func (c *Client) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
 // Durations travel in milliseconds: a positive OlderThan is rounded up to
 // the next one.
 func (c *Client) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error) {
-	in := map[string]any{
-		"retain": opts.Retain, "keep": opts.Keep, "threads": adminStrings(opts.Threads),
-		"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate,
-		"repackThreshold": opts.RepackThreshold, "recompress": opts.Recompress, "dryRun": opts.DryRun,
-	}
 	var res sbxdb.GCResult
-	if err := c.call(ctx, "/v1/gc", in, &res); err != nil {
+	if err := c.call(ctx, "/v1/gc", gcBody(opts, false), &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
+}
+
+// PlanGC returns what GC with opts would do on the server, changing
+// nothing (engine.DB.PlanGC; POST /v1/gc with dryRun). The plan is a
+// report: it is carried out by the server's own GC, not sent back.
+func (c *Client) PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCPlan, error) {
+	p := sbxdb.GCPlan{Options: opts}
+	if err := c.call(ctx, "/v1/gc", gcBody(opts, true), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// gcBody is the body of POST /v1/gc.
+func gcBody(opts sbxdb.GCOptions, dryRun bool) map[string]any {
+	return map[string]any{
+		"retain": opts.Retain, "keep": opts.Keep, "threads": adminStrings(opts.Threads),
+		"olderThanMs": ceilMillis(opts.OlderThan), "immediate": opts.Immediate,
+		"repackThreshold": opts.RepackThreshold, "recompress": opts.Recompress, "dryRun": dryRun,
+	}
 }
 
 // Sweep deletes the blobs nothing references that are older than

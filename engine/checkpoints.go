@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -242,6 +243,12 @@ func (db *DB) DeleteHead(ctx context.Context, threadID, checkpointID string, w l
 // returns the deleted ids in List order. The head does not move; the oldest
 // kept checkpoint may be left naming a deleted parent.
 func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, w lease.Writer) ([]string, error) {
+	return db.deleteCheckpoints(ctx, threadID, keep, w, nil)
+}
+
+// deleteCheckpoints is DeleteCheckpoints deleting, when only is not nil,
+// only the checkpoints it names among those retention deletes now.
+func (db *DB) deleteCheckpoints(ctx context.Context, threadID string, keep int, w lease.Writer, only map[string]struct{}) ([]string, error) {
 	if err := chain.CheckIDs("threadId", threadID, "writer threadId", w.ThreadID); err != nil {
 		return nil, err
 	}
@@ -260,6 +267,9 @@ func (db *DB) DeleteCheckpoints(ctx context.Context, threadID string, keep int, 
 		}
 		if deleted, err = threadCheckpoints(tx, threadID, kept); err != nil {
 			return err
+		}
+		if only != nil {
+			deleted = slices.DeleteFunc(deleted, func(id string) bool { _, ok := only[id]; return !ok })
 		}
 		if err := meta.DeleteCheckpoints(tx, deleted); err != nil {
 			return err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -33,17 +34,12 @@ import (
 // checkpoints' alone.
 
 // Sweep deletes the blobs no checkpoint references that are older than
-// opts.OlderThan (SPEC §5.2) and returns what it deleted. It refuses to run,
+// opts.OlderThan (SPEC §5.2) and returns what it deleted; with opts.DryRun it
+// returns its plan (gc.PlanSweep) and deletes nothing. It refuses to run,
 // with an error naming a key, when a referenced blob is missing: the store
 // is damaged, and sbxdb check says how. Deleted packed blobs leave dead
 // space in their packs until Repack.
 func (db *DB) Sweep(ctx context.Context, opts sbxdb.SweepOptions) (sbxdb.SweepResult, error) {
-	return db.sweep(ctx, opts, nil)
-}
-
-// sweep is Sweep with, for a dry run, the references a retention would
-// drop taken off first.
-func (db *DB) sweep(ctx context.Context, opts sbxdb.SweepOptions, without map[string]int64) (sbxdb.SweepResult, error) {
 	if db.c == nil && !opts.DryRun {
 		return sbxdb.SweepResult{}, sbxdb.ErrReadOnly
 	}
@@ -54,15 +50,28 @@ func (db *DB) sweep(ctx context.Context, opts sbxdb.SweepOptions, without map[st
 	defer release()
 	// One clock reading for the listing's window and the re-check at
 	// deletion, which keeps a blob uploaded at or after now−OlderThan.
-	now := db.opts.Now()
-	return gc.Sweep(ctx, gc.SweepInput{
+	in := db.sweepInput(opts.OlderThan, opts.Immediate, db.opts.Now(), nil)
+	if opts.DryRun {
+		p, err := gc.PlanSweep(ctx, in)
+		if err != nil {
+			return sbxdb.SweepResult{}, err
+		}
+		return p.Result(), nil
+	}
+	return gc.Sweep(ctx, in)
+}
+
+// sweepInput wires the sweep to this store: marks from checkedRefs (less
+// the references in without, which a planned retention would drop) and
+// deletes through sweepBlobs, which re-checks each key at now−olderThan.
+func (db *DB) sweepInput(olderThan time.Duration, immediate bool, now time.Time, without map[string]int64) gc.SweepInput {
+	return gc.SweepInput{
 		References: checkedRefs{db: db, without: without},
-		Blobs:      &sweepBlobs{db: db, deadline: now.Add(-opts.OlderThan)},
-		OlderThan:  opts.OlderThan,
-		Immediate:  opts.Immediate,
+		Blobs:      &sweepBlobs{db: db, deadline: now.Add(-olderThan)},
+		OlderThan:  olderThan,
+		Immediate:  immediate,
 		Now:        func() time.Time { return now },
-		DryRun:     opts.DryRun,
-	})
+	}
 }
 
 // retainer is the store as GC's retention sees it: its leases live
@@ -70,7 +79,14 @@ func (db *DB) sweep(ctx context.Context, opts sbxdb.SweepOptions, without map[st
 // while retention holds a thread's lease blocks the thread for seconds
 // (from another host, where it cannot be proved dead, nothing else would
 // free it before the lease expires).
-type retainer struct{ *DB }
+type retainer struct {
+	*DB
+	// only, when not nil, limits the deletions to the ids it names per
+	// thread (an executed plan's): a checkpoint the plan did not show is
+	// never deleted, even if a capture since pushed it out of the newest
+	// keep.
+	only map[string]map[string]struct{}
+}
 
 // retentionLease is how long a lease GC's retention takes lives: one
 // DeleteCheckpoints transaction per thread, far shorter.
@@ -78,6 +94,16 @@ const retentionLease = 10 * time.Second
 
 func (r retainer) AcquireWriter(ctx context.Context, threadID string) (*lease.Lease, error) {
 	return r.AcquireWriterWith(ctx, threadID, lease.AcquireOptions{Duration: retentionLease})
+}
+
+func (r retainer) DeleteCheckpoints(ctx context.Context, threadID string, keep int, w lease.Writer) ([]string, error) {
+	var only map[string]struct{}
+	if r.only != nil {
+		if only = r.only[threadID]; only == nil {
+			only = map[string]struct{}{}
+		}
+	}
+	return r.deleteCheckpoints(ctx, threadID, keep, w, only)
 }
 
 // lockSweeps holds gcMu and, on shared metadata, the database's sweep lock
@@ -263,74 +289,186 @@ func (db *DB) Repack(ctx context.Context, opts cas.RepackOptions) (sbxdb.RepackS
 	return db.blobs.Repack(ctx, opts)
 }
 
+// GCPlan is a GC planned by PlanGC: the printable sbxdb.GCPlan and what
+// ExecuteGC needs besides, the sweep's plan with its sizes and the clock
+// reading its window is measured from.
+type GCPlan struct {
+	sbxdb.GCPlan
+	db    *DB
+	keep  int           // retention's keep (max(Keep, 1)), 0 for none
+	sweep *gc.SweepPlan // nil: the sweep is planned when it runs (GC)
+	now   time.Time     // the sweep plan's clock reading
+	// lazy: retention is planned when it runs, after the usage and the
+	// refusal are read (GC: nothing is read twice).
+	lazy bool
+}
+
+// gcKeep validates opts' retention and returns its keep: 0 for none.
+func gcKeep(opts sbxdb.GCOptions) (int, error) {
+	if !opts.Retain {
+		return 0, nil
+	}
+	if opts.Keep < 0 || opts.Keep > chain.MaxSafeInteger {
+		return 0, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be an integer from 0 to 2^53−1", opts.Keep)
+	}
+	return max(opts.Keep, 1), nil
+}
+
+// PlanGC decides what GC with opts would do now and changes nothing (a dry
+// run; the store may be read-only): the checkpoints retention would delete
+// and the threads it would skip, the blob keys the sweep would delete once
+// those checkpoints are gone (decoding them for the references they drop),
+// the packs repacking would rewrite after that sweep, and the bytes given
+// back. Like GC it refuses, deleting nothing, when a referenced blob is
+// missing. ExecuteGC carries the plan out.
+func (db *DB) PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*GCPlan, error) {
+	keep, err := gcKeep(opts)
+	if err != nil {
+		return nil, err
+	}
+	p := &GCPlan{db: db, keep: keep, GCPlan: sbxdb.GCPlan{Options: opts, Retention: sbxdb.RetentionResult{Deleted: map[string][]string{}}}}
+	if p.Before, err = db.blobs.Usage(ctx); err != nil {
+		return nil, err
+	}
+	p.After = p.Before
+	if err := db.refuseMissing(ctx); err != nil {
+		return nil, err
+	}
+	without, err := db.planRetention(ctx, keep, opts.Threads, &p.Retention, true)
+	if err != nil {
+		return nil, err
+	}
+	release, err := db.lockSweeps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.now = db.opts.Now()
+	p.sweep, err = gc.PlanSweep(ctx, db.sweepInput(opts.OlderThan, opts.Immediate, p.now, without))
+	release()
+	if err != nil {
+		return nil, err
+	}
+	p.Sweep = p.sweep.Result()
+	p.Freed = p.Sweep.Bytes
+	if db.opts.Blobs == "" {
+		rp, err := db.blobs.PlanRepack(ctx, db.repackOptions(opts), p.sweep.Keys)
+		if err != nil {
+			return nil, err
+		}
+		p.Repack, p.Freed = rp.Stats, rp.Freed
+	}
+	return p, nil
+}
+
+// refuseMissing returns the sweep's refusal, if it would refuse: a
+// referenced blob is missing. Under the sweep lock, as in the sweep:
+// checkedRefs reads the references and then the blob index, and without
+// it a concurrent sweep could delete, between the two reads, a blob whose
+// last checkpoint was deleted after the references were read — a missing
+// blob that is not missing.
+func (db *DB) refuseMissing(ctx context.Context) error {
+	release, err := db.lockSweeps(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = (checkedRefs{db: db}).BlobReferences(ctx)
+	return err
+}
+
 // GC runs retention on every thread (or opts.Threads), then the sweep,
 // then repacking, then removes blob files a crash left behind. Threads whose
 // writer lease is held are skipped and listed in Retention.Busy. Nothing is
 // deleted when a referenced blob is missing.
+//
+// GC is ExecuteGC of a plan made as it runs, with two differences from
+// PlanGC then ExecuteGC. Its plan holds retention alone (ids, no
+// checkpoint decoded), made once the usage is read and the refusal
+// checked, and the sweep lists the blobs after retention has run (a single
+// pass, as gc.Sweep): planning the sweep before retention would decode
+// every checkpoint retention deletes for the references it drops, and
+// would miss the blobs that checkpoints deleted meanwhile leave
+// unreferenced, for the same one listing. And its retention deletes what
+// retention deletes when it runs on the planned threads, not only the
+// planned ids.
 func (db *DB) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error) {
-	if db.c == nil && !opts.DryRun {
+	if db.c == nil {
 		return nil, sbxdb.ErrReadOnly
 	}
-	if opts.Retain && (opts.Keep < 0 || opts.Keep > chain.MaxSafeInteger) {
-		return nil, chain.Errorf(chain.ErrInvalidEntry, "keep %d must be an integer from 0 to 2^53−1", opts.Keep)
+	keep, err := gcKeep(opts)
+	if err != nil {
+		return nil, err
 	}
-	keep := 0 // no retention
-	if opts.Retain {
-		keep = max(opts.Keep, 1)
+	p := &GCPlan{db: db, keep: keep, lazy: true, GCPlan: sbxdb.GCPlan{Options: opts, Retention: sbxdb.RetentionResult{Deleted: map[string][]string{}}}}
+	return db.executeGC(ctx, p, false)
+}
+
+// ExecuteGC carries out p, a plan PlanGC made on db, possibly a while ago,
+// and returns what it did. Every deletion is decided again under the lock
+// that decides it in GC, so a stale plan is safe: retention takes each
+// planned thread's writer lease and deletes, of the ids the plan names,
+// those still outside the newest Keep of its head chain (a thread whose
+// lease was taken since is skipped and listed in Retention.Busy, with the
+// threads the plan found busy); the sweep deletes, of the keys the plan
+// names, those still unreferenced, unheld, unpinned and not uploaded since
+// the plan's window (gc.ExecuteSweep, sweepBlobs); repacking decides again
+// from the index which packs to rewrite; orphan files are removed as in
+// GC. Nothing the plan does not name is deleted by retention or the sweep.
+// The refusal on a missing referenced blob is checked again first.
+func (db *DB) ExecuteGC(ctx context.Context, p *GCPlan) (*sbxdb.GCResult, error) {
+	switch {
+	case p == nil || p.db != db:
+		return nil, fmt.Errorf("engine: ExecuteGC: not a plan of this store")
+	case db.c == nil:
+		return nil, sbxdb.ErrReadOnly
 	}
+	return db.executeGC(ctx, p, true)
+}
+
+// executeGC carries out p; exact limits retention to the planned ids.
+func (db *DB) executeGC(ctx context.Context, p *GCPlan, exact bool) (*sbxdb.GCResult, error) {
+	opts := p.Options
 	res := &sbxdb.GCResult{Retention: sbxdb.RetentionResult{Deleted: map[string][]string{}}}
 	var err error
 	if res.Before, err = db.blobs.Usage(ctx); err != nil {
 		return nil, err
 	}
-	// Refuse before deleting anything, not after retention, when the sweep
-	// would refuse: a referenced blob is missing. Under gcMu, as in the
-	// sweep: checkedRefs reads the references and then the blob index, and
-	// without it a concurrent sweep could delete, between the two reads, a
-	// blob whose last checkpoint was deleted after the references were read
-	// — a missing blob that is not missing.
-	release, err := db.lockSweeps(ctx)
-	if err != nil {
+	if err := db.refuseMissing(ctx); err != nil {
 		return nil, err
 	}
-	_, err = (checkedRefs{db: db}).BlobReferences(ctx)
-	release()
-	if err != nil {
-		return nil, err
-	}
-	sweep := sbxdb.SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate, DryRun: opts.DryRun}
-	if opts.DryRun {
-		without, err := db.planRetention(ctx, keep, opts.Threads, res, true)
-		if err != nil {
-			return nil, err
-		}
-		if res.Sweep, err = db.sweep(ctx, sweep, without); err != nil {
+	if p.lazy {
+		if _, err := db.planRetention(ctx, p.keep, opts.Threads, &p.Retention, false); err != nil {
 			return res, err
 		}
-		if db.opts.Blobs == "" {
-			res.Repack, err = db.blobs.RepackPlan(ctx, db.repackOptions(opts))
-		}
-		res.After = res.Before
-		return res, err
 	}
-	if keep > 0 {
+	if p.keep > 0 {
 		// Only threads with something to delete take a lease: most threads
 		// of a large store have nothing, and each lease is a write.
-		var plan sbxdb.GCResult
-		plan.Retention.Deleted = map[string][]string{}
-		if _, err := db.planRetention(ctx, keep, opts.Threads, &plan, false); err != nil {
-			return res, err
+		r := retainer{DB: db}
+		if exact {
+			r.only = map[string]map[string]struct{}{}
+			for t, ids := range p.Retention.Deleted {
+				r.only[t] = map[string]struct{}{}
+				for _, id := range ids {
+					r.only[t][id] = struct{}{}
+				}
+			}
 		}
-		threads := slices.Sorted(maps.Keys(plan.Retention.Deleted))
+		threads := slices.Sorted(maps.Keys(p.Retention.Deleted))
 		if len(threads) > 0 {
-			if res.Retention, err = gc.KeepNewestAll(ctx, retainer{db}, keep, threads...); err != nil {
+			if res.Retention, err = gc.KeepNewestAll(ctx, r, p.keep, threads...); err != nil {
 				return res, err
 			}
 		}
-		res.Retention.Busy = append(res.Retention.Busy, plan.Retention.Busy...)
+		res.Retention.Busy = append(res.Retention.Busy, p.Retention.Busy...)
 		slices.Sort(res.Retention.Busy)
 	}
-	if res.Sweep, err = db.Sweep(ctx, sweep); err != nil {
+	if p.sweep == nil {
+		res.Sweep, err = db.Sweep(ctx, sbxdb.SweepOptions{OlderThan: opts.OlderThan, Immediate: opts.Immediate})
+	} else {
+		res.Sweep, err = db.executeSweep(ctx, p)
+	}
+	if err != nil {
 		return res, err
 	}
 	// Packs in object storage are not rewritten (cas.ErrRemoteUnsupported:
@@ -348,6 +486,18 @@ func (db *DB) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, er
 	return res, err
 }
 
+// executeSweep deletes the keys of p's sweep plan under the sweep lock,
+// each re-checked in its delete transaction against the plan's window.
+func (db *DB) executeSweep(ctx context.Context, p *GCPlan) (sbxdb.SweepResult, error) {
+	release, err := db.lockSweeps(ctx)
+	if err != nil {
+		return sbxdb.SweepResult{}, err
+	}
+	defer release()
+	in := db.sweepInput(p.Options.OlderThan, p.Options.Immediate, p.now, nil)
+	return gc.ExecuteSweep(ctx, in, p.sweep)
+}
+
 // repackOptions returns the repack options of a GC with opts: cold packs
 // are those whose files were written more than opts.OlderThan ago, by the
 // wall clock that stamps files (as for RemoveOrphans).
@@ -362,11 +512,11 @@ func (db *DB) repackOptions(opts sbxdb.GCOptions) cas.RepackOptions {
 	return ro
 }
 
-// planRetention fills res.Retention.Deleted with what retention would
-// delete, and res.Retention.Busy with the threads a live writer holds (they
+// planRetention fills res.Deleted with what retention would delete, and
+// res.Busy with the threads a live writer holds (they
 // are left alone). With refs, it also returns, per blob key, how many references
 // that would drop (decoding those checkpoints; without, only ids are read).
-func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res *sbxdb.GCResult, refs bool) (map[string]int64, error) {
+func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res *sbxdb.RetentionResult, refs bool) (map[string]int64, error) {
 	if keep == 0 {
 		return nil, nil
 	}
@@ -395,14 +545,14 @@ func (db *DB) planRetention(ctx context.Context, keep int, threads []string, res
 				return err
 			} else if st.Live(now) {
 				// A writer holds the thread: the run would skip it.
-				res.Retention.Busy = append(res.Retention.Busy, t)
+				res.Busy = append(res.Busy, t)
 				continue
 			}
 			err = meta.ForEachInThread(tx, t, func(id string) error {
 				if _, ok := kept[id]; ok {
 					return nil
 				}
-				res.Retention.Deleted[t] = append(res.Retention.Deleted[t], id)
+				res.Deleted[t] = append(res.Deleted[t], id)
 				if !refs {
 					return nil
 				}

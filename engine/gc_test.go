@@ -199,10 +199,8 @@ func TestGCReclaimsSpace(t *testing.T) {
 	}
 	f.advance(48 * time.Hour)
 	opts := sbxdb.GCOptions{Retain: true, Keep: keep, OlderThan: 24 * time.Hour}
-	dryOpts := opts
-	dryOpts.DryRun = true
 	before := dirBytes(t, filepath.Join(f.dir, "store"))
-	dry, err := f.db.GC(ctx, dryOpts)
+	dry, err := f.db.PlanGC(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,8 +76,6 @@ type SweepInput struct {
 	Immediate bool
 	// Now is the clock; default time.Now.
 	Now func() time.Time
-	// DryRun lists what would be deleted and deletes nothing.
-	DryRun bool
 }
 
 // markCheckEvery is how many keys the mark phase examines between checks of
@@ -85,34 +83,57 @@ type SweepInput struct {
 // cost nothing.
 const markCheckEvery = 1 << 14
 
-// Sweep deletes the blobs under sandbox-files/ and sandbox-artifacts/ that no
-// checkpoint uses and that were uploaded more than OlderThan ago (SPEC §5.2,
-// §10 Q16). Keys outside those prefixes are never touched.
+// SweepPlan is what a sweep would delete, decided from one listing and one
+// reading of the references: the keys under sandbox-files/ and
+// sandbox-artifacts/ that no reference names and that were uploaded more
+// than OlderThan before the plan's clock reading. It is a value: print it,
+// test it, then carry it out with ExecuteSweep (or drop it).
+type SweepPlan struct {
+	Examined   int // distinct keys listed under the two prefixes
+	Referenced int // of those, how many had a reference
+	// Keys are the keys to delete, in UTF-8 byte order, never nil, and
+	// Stored their stored sizes (Info.Stored), index for index.
+	Keys   []string
+	Stored []int64
+}
+
+// Bytes is Stored summed: what deleting every key of the plan gives back.
+func (p *SweepPlan) Bytes() int64 {
+	var n int64
+	for _, s := range p.Stored {
+		n += s
+	}
+	return n
+}
+
+// Result is the plan as the SweepResult a sweep deleting all of it reports:
+// what a dry run prints. Deleted is Keys itself, read only.
+func (p *SweepPlan) Result() sbxdb.SweepResult {
+	return sbxdb.SweepResult{Examined: p.Examined, Referenced: p.Referenced, Deleted: p.Keys, Bytes: p.Bytes()}
+}
+
+// PlanSweep decides what Sweep would delete now and deletes nothing (SPEC
+// §5.2, §10 Q16): the blobs under sandbox-files/ and sandbox-artifacts/
+// that no checkpoint uses and that were uploaded more than OlderThan ago.
+// Keys outside those prefixes are never planned.
 //
 // It lists the blobs first and reads the references after, so a checkpoint
 // committed while the listing ran is seen as a reference. A key listed with
-// no upload time is kept (fail closed). Keys are deleted in byte order; the
-// first delete error stops the sweep and is returned with the result so far,
-// whose Deleted holds the keys deleted before it (deleting them was safe: they
-// were unreferenced).
-//
-// Sweep never modifies the checkpoint store and takes no writer lease. Over a
-// plain object store it races with a capture that re-uses an old unreferenced
-// blob (SPEC §5.2): run it when no capture runs, or over a Blobs whose
-// DeleteKeys re-checks pins and references, as the engine's does.
-func Sweep(ctx context.Context, in SweepInput) (sbxdb.SweepResult, error) {
+// no upload time is kept (fail closed). On an error of the mark phase
+// (ctx), the plan holds the counts so far and no key.
+func PlanSweep(ctx context.Context, in SweepInput) (*SweepPlan, error) {
 	switch {
 	case in.References == nil:
-		return sbxdb.SweepResult{}, fmt.Errorf("%w: References is nil", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: References is nil", ErrInvalidOptions)
 	case in.Blobs == nil:
-		return sbxdb.SweepResult{}, fmt.Errorf("%w: Blobs is nil", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: Blobs is nil", ErrInvalidOptions)
 	case in.OlderThan < 0:
-		return sbxdb.SweepResult{}, fmt.Errorf("%w: OlderThan %v is negative", ErrInvalidOptions, in.OlderThan)
+		return nil, fmt.Errorf("%w: OlderThan %v is negative", ErrInvalidOptions, in.OlderThan)
 	case in.OlderThan == 0 && !in.Immediate:
-		return sbxdb.SweepResult{}, fmt.Errorf("%w: OlderThan is 0 and Immediate is not set", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: OlderThan is 0 and Immediate is not set", ErrInvalidOptions)
 	}
 	if err := ctx.Err(); err != nil {
-		return sbxdb.SweepResult{}, err
+		return nil, err
 	}
 	// One clock reading, taken before listing: a key uploaded while the sweep
 	// runs then has Uploaded >= now and is never old enough.
@@ -123,35 +144,111 @@ func Sweep(ctx context.Context, in SweepInput) (sbxdb.SweepResult, error) {
 
 	files, err := listRoot(ctx, in.Blobs, filesRoot)
 	if err != nil {
-		return sbxdb.SweepResult{}, err
+		return nil, err
 	}
 	artifacts, err := listRoot(ctx, in.Blobs, artifactsRoot)
 	if err != nil {
-		return sbxdb.SweepResult{}, err
+		return nil, err
 	}
 	refs, err := in.References.BlobReferences(ctx)
 	if err != nil {
-		return sbxdb.SweepResult{}, fmt.Errorf("gc: read blob references: %w", err)
+		return nil, fmt.Errorf("gc: read blob references: %w", err)
 	}
 	refs = sortedRefs(refs)
 
-	var res sbxdb.SweepResult
-	keys, stored, err := mark(ctx, &res, [2][]cas.Info{artifacts, files}, refs, now, in.OlderThan)
+	p := &SweepPlan{}
+	keys, stored, err := mark(ctx, p, [2][]cas.Info{artifacts, files}, refs, now, in.OlderThan)
 	if err != nil {
-		return res, err
+		p.Keys = []string{}
+		return p, err
 	}
-	switch kd, ok := in.Blobs.(KeysDeleter); {
-	case in.DryRun:
-		res.Deleted = keys
-		for _, n := range stored {
-			res.Bytes += n
+	p.Keys, p.Stored = keys, stored
+	return p, nil
+}
+
+// Sweep plans (PlanSweep) and carries the plan out at once, without a
+// re-check between the two over a Blobs that has no KeysDeleter: it is
+// PlanSweep followed by the deletes of ExecuteSweep. Keys are deleted in
+// byte order; the first delete error stops the sweep and is returned with
+// the result so far, whose Deleted holds the keys deleted before it
+// (deleting them was safe: they were unreferenced).
+//
+// Sweep never modifies the checkpoint store and takes no writer lease. Over a
+// plain object store it races with a capture that re-uses an old unreferenced
+// blob (SPEC §5.2): run it when no capture runs, or over a Blobs whose
+// DeleteKeys re-checks pins and references, as the engine's does.
+func Sweep(ctx context.Context, in SweepInput) (sbxdb.SweepResult, error) {
+	p, err := PlanSweep(ctx, in)
+	if err != nil {
+		if p == nil {
+			return sbxdb.SweepResult{}, err
 		}
-		return res, nil
-	case ok:
-		return deleteGroups(ctx, res, kd, keys, stored)
-	default:
-		return deleteEach(ctx, res, in.Blobs, keys, stored)
+		return sbxdb.SweepResult{Examined: p.Examined, Referenced: p.Referenced}, err
 	}
+	return execute(ctx, in.Blobs, p)
+}
+
+// ExecuteSweep deletes the keys of p, a plan PlanSweep made, possibly a
+// while ago, and returns what it deleted (a subset of p.Keys, in byte order;
+// Examined and Referenced are the plan's). It never deletes a key p does
+// not name.
+//
+// A stale plan is safe to execute as far as the Blobs allows: with a
+// KeysDeleter, that deleter's re-check decides each key at the moment of
+// deletion (the engine's keeps a key referenced, held, pinned or uploaded
+// since the plan's window). Without one, ExecuteSweep reads
+// in.References again first and keeps every key referenced now; a key
+// re-uploaded since the plan, not yet referenced, is not seen there, so over
+// a plain object store execute a plan only while no capture runs.
+func ExecuteSweep(ctx context.Context, in SweepInput, p *SweepPlan) (sbxdb.SweepResult, error) {
+	switch {
+	case p == nil:
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: no plan", ErrInvalidOptions)
+	case in.Blobs == nil:
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: Blobs is nil", ErrInvalidOptions)
+	case len(p.Keys) != len(p.Stored):
+		return sbxdb.SweepResult{}, fmt.Errorf("%w: plan has %d keys and %d sizes", ErrInvalidOptions, len(p.Keys), len(p.Stored))
+	}
+	if _, ok := in.Blobs.(KeysDeleter); !ok && in.References != nil {
+		refs, err := in.References.BlobReferences(ctx)
+		if err != nil {
+			return sbxdb.SweepResult{Examined: p.Examined, Referenced: p.Referenced, Deleted: []string{}},
+				fmt.Errorf("gc: read blob references: %w", err)
+		}
+		p = unreferenced(p, sortedRefs(refs))
+	}
+	return execute(ctx, in.Blobs, p)
+}
+
+// unreferenced returns p without the keys refs (sorted) references, as a
+// new plan when any is dropped.
+func unreferenced(p *SweepPlan, refs []chain.BlobRef) *SweepPlan {
+	out := &SweepPlan{Examined: p.Examined, Referenced: p.Referenced, Keys: []string{}}
+	j := 0
+	for i, key := range p.Keys {
+		for j < len(refs) && refs[j].Key < key {
+			j++
+		}
+		referenced := false
+		for k := j; k < len(refs) && refs[k].Key == key; k++ {
+			referenced = referenced || refs[k].References > 0
+		}
+		if !referenced {
+			out.Keys = append(out.Keys, key)
+			out.Stored = append(out.Stored, p.Stored[i])
+		}
+	}
+	return out
+}
+
+// execute deletes p's keys: in groups with DeleteKeys when b has it, else
+// one by one.
+func execute(ctx context.Context, b Blobs, p *SweepPlan) (sbxdb.SweepResult, error) {
+	res := sbxdb.SweepResult{Examined: p.Examined, Referenced: p.Referenced}
+	if kd, ok := b.(KeysDeleter); ok {
+		return deleteGroups(ctx, res, kd, p.Keys, p.Stored)
+	}
+	return deleteEach(ctx, res, b, p.Keys, p.Stored)
 }
 
 // listRoot lists root and returns its keys sorted, without keys outside root.
@@ -199,7 +296,7 @@ func sortedRefs(refs []chain.BlobRef) []chain.BlobRef {
 // sorted references and returns the eligible keys in byte order with their
 // stored sizes. A merge instead of a set of referenced keys: no map of a
 // million strings, no per-key allocation.
-func mark(ctx context.Context, res *sbxdb.SweepResult, lists [2][]cas.Info, refs []chain.BlobRef, now time.Time, olderThan time.Duration) (keys []string, stored []int64, err error) {
+func mark(ctx context.Context, res *SweepPlan, lists [2][]cas.Info, refs []chain.BlobRef, now time.Time, olderThan time.Duration) (keys []string, stored []int64, err error) {
 	keys = []string{} // never nil: Deleted is a list, possibly empty
 	j := 0            // cursor into refs
 	for _, list := range lists {

@@ -468,22 +468,27 @@ func TestSweepKeysDeleterResult(t *testing.T) {
 	})
 }
 
-func TestSweepDryRun(t *testing.T) {
+// TestPlanSweep: a plan names what Sweep would delete, with the sizes, and
+// lists and reads the references without deleting anything.
+func TestPlanSweep(t *testing.T) {
 	infos := []cas.Info{info(testkit.FileKey(1), 2*day, 3), info(testkit.FileKey(2), 2*day, 5), info(artKey(1), 2*day, 7)}
-	want := sbxdb.SweepResult{Examined: 3, Referenced: 1, Deleted: []string{artKey(1), testkit.FileKey(1)}, Bytes: 10}
 	for _, grouped := range []bool{false, true} {
 		t.Run(fmt.Sprint("grouped=", grouped), func(t *testing.T) {
 			b, _, in := fixture(infos, chain.BlobRef{Key: testkit.FileKey(2), References: 1})
 			if grouped {
 				in.Blobs = &groupBlobs{memBlobs: b}
 			}
-			in.DryRun = true
-			res, err := Sweep(context.Background(), in)
+			p, err := PlanSweep(context.Background(), in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(want, res); diff != "" {
-				t.Errorf("result (-want +got):\n%s", diff)
+			want := &SweepPlan{Examined: 3, Referenced: 1, Keys: []string{artKey(1), testkit.FileKey(1)}, Stored: []int64{7, 3}}
+			if diff := cmp.Diff(want, p); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+			wantRes := sbxdb.SweepResult{Examined: 3, Referenced: 1, Deleted: []string{artKey(1), testkit.FileKey(1)}, Bytes: 10}
+			if diff := cmp.Diff(wantRes, p.Result()); diff != "" {
+				t.Errorf("Result (-want +got):\n%s", diff)
 			}
 			wantCalls := []string{"list sandbox-files/", "list sandbox-artifacts/", "refs"}
 			if diff := cmp.Diff(wantCalls, b.log.get()); diff != "" {
@@ -491,6 +496,85 @@ func TestSweepDryRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExecuteSweep: a plan executed with nothing changed deletes exactly
+// its keys; a plan made stale by a reference to one of its keys keeps that
+// key (read again without a KeysDeleter; left to the deleter's re-check
+// with one, which sees only the plan's keys); a key not in the plan is
+// never deleted, however unreferenced.
+func TestExecuteSweep(t *testing.T) {
+	ctx := context.Background()
+	infos := []cas.Info{info(testkit.FileKey(1), 2*day, 3), info(testkit.FileKey(2), 2*day, 5), info(artKey(1), 2*day, 7)}
+	t.Run("unchanged", func(t *testing.T) {
+		b, _, in := fixture(infos)
+		p, err := PlanSweep(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := ExecuteSweep(ctx, in, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(p.Result(), res); diff != "" {
+			t.Errorf("executed (-planned +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(p.Keys, b.deleted); diff != "" {
+			t.Errorf("deleted (-planned +got):\n%s", diff)
+		}
+	})
+	t.Run("referenced since", func(t *testing.T) {
+		b, r, in := fixture(infos)
+		p, err := PlanSweep(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A checkpoint committed after the plan names a planned key, and a
+		// blob uploaded after it is as old and unreferenced, but unplanned.
+		r.set(chain.BlobRef{Key: testkit.FileKey(1), References: 1})
+		b.infos = append(b.infos, info(testkit.FileKey(3), 2*day, 11))
+		res, err := ExecuteSweep(ctx, in, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sbxdb.SweepResult{Examined: 3, Deleted: []string{artKey(1), testkit.FileKey(2)}, Bytes: 12}
+		if diff := cmp.Diff(want, res); diff != "" {
+			t.Errorf("result (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(want.Deleted, b.deleted); diff != "" {
+			t.Errorf("deleted (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("deleter declines", func(t *testing.T) {
+		b, _, in := fixture(infos)
+		g := &groupBlobs{memBlobs: b, decline: map[string]bool{testkit.FileKey(1): true}}
+		in.Blobs = g
+		p, err := PlanSweep(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := ExecuteSweep(ctx, in, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sbxdb.SweepResult{Examined: 3, Deleted: []string{artKey(1), testkit.FileKey(2)}, Bytes: 12}
+		if diff := cmp.Diff(want, res); diff != "" {
+			t.Errorf("result (-want +got):\n%s", diff)
+		}
+		// The deleter decides: the references are not read a second time.
+		wantCalls := []string{"list sandbox-files/", "list sandbox-artifacts/", "refs", "deleteKeys 3"}
+		if diff := cmp.Diff(wantCalls, b.log.get()); diff != "" {
+			t.Errorf("calls (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("invalid", func(t *testing.T) {
+		_, _, in := fixture(infos)
+		for _, p := range []*SweepPlan{nil, {Keys: []string{testkit.FileKey(1)}}} {
+			if _, err := ExecuteSweep(ctx, in, p); !errors.Is(err, ErrInvalidOptions) {
+				t.Errorf("ExecuteSweep(%+v) = %v; want ErrInvalidOptions", p, err)
+			}
+		}
+	})
 }
 
 func TestSweepUnsortedInput(t *testing.T) {
@@ -675,20 +759,30 @@ func BenchmarkSweep(b *testing.B) {
 		}
 	}
 	for _, bc := range []struct {
-		name   string
-		blobs  Blobs
-		dryRun bool
+		name  string
+		blobs Blobs
+		plan  bool
 	}{
 		{"Delete", blobs, false},
 		{"DeleteKeys", benchGroups{blobs}, false},
-		{"DryRun", blobs, true},
+		{"Plan", blobs, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			in := SweepInput{References: refs, Blobs: bc.blobs, OlderThan: day, Now: func() time.Time { return testNow }, DryRun: bc.dryRun}
+			in := SweepInput{References: refs, Blobs: bc.blobs, OlderThan: day, Now: func() time.Time { return testNow }}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				res, err := Sweep(context.Background(), in)
+				sweep := Sweep
+				if bc.plan {
+					sweep = func(ctx context.Context, in SweepInput) (sbxdb.SweepResult, error) {
+						p, err := PlanSweep(ctx, in)
+						if err != nil {
+							return sbxdb.SweepResult{}, err
+						}
+						return p.Result(), nil
+					}
+				}
+				res, err := sweep(context.Background(), in)
 				if err != nil || res.Examined != n || len(res.Deleted) != n/10 {
 					b.Fatalf("Sweep: %d examined, %d deleted, %v", res.Examined, len(res.Deleted), err)
 				}

@@ -104,11 +104,19 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts := sbxdb.GCOptions{Retain: in.Retain, Keep: in.Keep, OlderThan: olderThan, Immediate: in.Immediate,
-		RepackThreshold: in.RepackThreshold, Recompress: in.Recompress, DryRun: in.DryRun}
+		RepackThreshold: in.RepackThreshold, Recompress: in.Recompress}
 	for _, t := range in.Threads {
 		opts.Threads = append(opts.Threads, string(t))
 	}
 	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
+		if in.DryRun {
+			// The plan itself: GCResult's fields, and freed.
+			p, err := s.db.PlanGC(ctx, opts)
+			if err != nil {
+				return nil, badOptions(err)
+			}
+			return &p.GCPlan, nil
+		}
 		res, err := s.db.GC(ctx, opts)
 		if !in.DryRun {
 			s.metrics.gcLast.done("gc", err)
@@ -116,11 +124,9 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, badOptions(err)
 		}
-		if !in.DryRun {
-			freed := res.Sweep.Bytes + max(0, res.Repack.Before-res.Repack.After)
-			s.metrics.gcRuns.WithLabelValues("gc").Inc()
-			s.metrics.gcFreed.WithLabelValues("gc").Add(float64(freed))
-		}
+		freed := res.Sweep.Bytes + max(0, res.Repack.Before-res.Repack.After)
+		s.metrics.gcRuns.WithLabelValues("gc").Inc()
+		s.metrics.gcFreed.WithLabelValues("gc").Add(float64(freed))
 		return res, nil
 	})
 }

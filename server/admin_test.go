@@ -90,12 +90,12 @@ func TestGC(t *testing.T) {
 	if _, err := db.Unlock(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true, DryRun: true})
+	plan, err := c.PlanGC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"t-0", "t-1"}; !reflect.DeepEqual(res.Retention.Deleted["t"], want) || list() != 3 {
-		t.Errorf("dry run: deleted %v (want %v reported), %d checkpoints left (want 3)", res.Retention.Deleted, want, list())
+	if want := []string{"t-0", "t-1"}; !reflect.DeepEqual(plan.Retention.Deleted["t"], want) || list() != 3 {
+		t.Errorf("dry run: deleted %v (want %v reported), %d checkpoints left (want 3)", plan.Retention.Deleted, want, list())
 	}
 	res, err = c.GC(ctx, sbxdb.GCOptions{Retain: true, Keep: 1, Immediate: true})
 	if err != nil {
@@ -501,9 +501,9 @@ func TestGCRecompress(t *testing.T) {
 	if err != nil || res.Repack.Recompressed != 0 {
 		t.Fatalf("gc without recompress: %+v, %v", res, err)
 	}
-	res, err = u.c.GC(ctx, sbxdb.GCOptions{Immediate: true, Recompress: true, DryRun: true})
-	if err != nil || res.Repack.Recompressed != 1 {
-		t.Fatalf("dry gc with recompress: %+v, %v", res, err)
+	plan, err := u.c.PlanGC(ctx, sbxdb.GCOptions{Immediate: true, Recompress: true})
+	if err != nil || plan.Repack.Recompressed != 1 {
+		t.Fatalf("dry gc with recompress: %+v, %v", plan, err)
 	}
 	res, err = u.c.GC(ctx, sbxdb.GCOptions{Immediate: true, Recompress: true})
 	if err != nil || res.Repack.Recompressed != 1 {

@@ -209,11 +209,14 @@ once older than --older-than.
 
 Prints the checkpoints deleted per thread, the blobs deleted, the packs
 rewritten and recompressed and the bytes given back (-v lists every blob
-key). --dry-run changes nothing and prints what would be deleted and
-which packs would be rewritten as the store is now (its sweep counts the
-references retention would drop). With --json: {retention: {deleted,
-busy}, sweep: {examined, referenced, deleted, bytes}, repack: {packs, blobs,
-before, after, recompressed, recompressedBytes}, before, after}.
+key). --dry-run changes nothing and prints the plan: what would be
+deleted as the store is now (its sweep counts the references retention
+would drop), which files repacking would rewrite after that sweep, and the
+bytes it would give back (with --json, the same fields and freed); a run
+after it decides again, keeping what was used or leased meanwhile. With
+--json: {retention: {deleted, busy}, sweep: {examined, referenced, deleted,
+bytes}, repack: {packs, blobs, before, after, recompressed,
+recompressedBytes}, before, after}.
 
 ` + viaServer,
 	flags: func(fset *pflag.FlagSet, inv *invocation) {
@@ -262,7 +265,7 @@ func runGC(inv *invocation, _ []string) error {
 		return err
 	}
 	defer db.Close()
-	res, err := db.GC(inv.ctx, sbxdb.GCOptions{
+	opts := sbxdb.GCOptions{
 		Retain:          inv.keep != nil,
 		Keep:            derefInt(inv.keep),
 		Threads:         inv.threads,
@@ -270,8 +273,20 @@ func runGC(inv *invocation, _ []string) error {
 		Immediate:       *inv.olderThan == 0,
 		RepackThreshold: inv.repackThreshold,
 		Recompress:      !inv.noRecompress,
-		DryRun:          inv.dryRun,
-	})
+	}
+	if inv.dryRun {
+		// The dry run prints the plan itself.
+		p, err := db.PlanGC(inv.ctx, opts)
+		switch {
+		case err != nil:
+			return err
+		case inv.json:
+			return writeJSON(inv.out, p)
+		}
+		printGCPlan(inv, p)
+		return nil
+	}
+	res, err := db.GC(inv.ctx, opts)
 	// On failure, what was done before it is said too: retention may
 	// have deleted checkpoints before the sweep failed. --json prints the
 	// failure alone, saying so.
@@ -281,7 +296,7 @@ func runGC(inv *invocation, _ []string) error {
 		printGC(inv, res, err == nil)
 	case err == nil:
 		err = writeJSON(inv.out, res)
-	case !inv.dryRun:
+	default:
 		n := 0
 		for _, ids := range res.Retention.Deleted {
 			n += len(ids)
@@ -325,44 +340,62 @@ func parseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// printRetention prints retention's deletions per thread and its summary,
+// with verb ("deleted", "would delete").
+func printRetention(inv *invocation, r sbxdb.RetentionResult, verb string) {
+	w := inv.out
+	n := 0
+	for _, t := range slices.Sorted(maps.Keys(r.Deleted)) {
+		ids := r.Deleted[t]
+		n += len(ids)
+		fmt.Fprintf(w, "thread %s: %s %s: %s\n", cell(t), verb, count(len(ids), "checkpoint"), strings.Join(ids, " "))
+	}
+	fmt.Fprintf(w, "retention: %s %s in %s", verb, count(n, "checkpoint"), count(len(r.Deleted), "thread"))
+	if len(r.Busy) > 0 {
+		fmt.Fprintf(w, "; skipped %s whose writer is busy: %s", count(len(r.Busy), "thread"), strings.Join(r.Busy, " "))
+	}
+	fmt.Fprintln(w)
+}
+
+// printSweep prints the sweep's keys (with -v) and its summary.
+func printSweep(inv *invocation, s sbxdb.SweepResult, verb string) {
+	w := inv.out
+	if inv.verbose {
+		for _, k := range s.Deleted {
+			fmt.Fprintf(w, "%s %s\n", verb, k)
+		}
+	}
+	fmt.Fprintf(w, "sweep: examined %s, %d referenced; %s %s (%s)\n",
+		count(s.Examined, "blob"), s.Referenced, verb, count(len(s.Deleted), "blob"), size(s.Bytes))
+}
+
+// printGCPlan prints a dry run's plan: what gc would delete, rewrite and
+// give back as the store is now.
+func printGCPlan(inv *invocation, p *sbxdb.GCPlan) {
+	w := inv.out
+	if inv.keep != nil {
+		printRetention(inv, p.Retention, "would delete")
+	}
+	printSweep(inv, p.Sweep, "would delete")
+	r := p.Repack
+	fmt.Fprintf(w, "repack: would rewrite %s (%s), recompressing %s (%s)\n",
+		count(r.Packs, "file"), size(r.Before), count(r.Recompressed, "cold file"), size(r.RecompressedBytes))
+	fmt.Fprintf(w, "would give back %s of %s stored, recompression not counted\n",
+		size(p.Freed), size(p.Before.PackBytes+p.Before.LargeBytes))
+}
+
 // printGC prints what gc did; complete is false when it stopped on an
 // error, after retention.
 func printGC(inv *invocation, res *sbxdb.GCResult, complete bool) {
-	verb := "deleted"
-	if inv.dryRun {
-		verb = "would delete"
-	}
 	w := inv.out
 	if inv.keep != nil {
-		n := 0
-		for _, t := range slices.Sorted(maps.Keys(res.Retention.Deleted)) {
-			ids := res.Retention.Deleted[t]
-			n += len(ids)
-			fmt.Fprintf(w, "thread %s: %s %s: %s\n", cell(t), verb, count(len(ids), "checkpoint"), strings.Join(ids, " "))
-		}
-		fmt.Fprintf(w, "retention: %s %s in %s", verb, count(n, "checkpoint"), count(len(res.Retention.Deleted), "thread"))
-		if len(res.Retention.Busy) > 0 {
-			fmt.Fprintf(w, "; skipped %s whose writer is busy: %s", count(len(res.Retention.Busy), "thread"), strings.Join(res.Retention.Busy, " "))
-		}
-		fmt.Fprintln(w)
+		printRetention(inv, res.Retention, "deleted")
 	}
 	if !complete {
 		return
 	}
-	if inv.verbose {
-		for _, k := range res.Sweep.Deleted {
-			fmt.Fprintf(w, "%s %s\n", verb, k)
-		}
-	}
-	s := res.Sweep
-	fmt.Fprintf(w, "sweep: examined %s, %d referenced; %s %s (%s)\n",
-		count(s.Examined, "blob"), s.Referenced, verb, count(len(s.Deleted), "blob"), size(s.Bytes))
+	printSweep(inv, res.Sweep, "deleted")
 	r := res.Repack
-	if inv.dryRun {
-		fmt.Fprintf(w, "repack: would rewrite %s (%s), recompressing %s (%s)\n",
-			count(r.Packs, "file"), size(r.Before), count(r.Recompressed, "cold file"), size(r.RecompressedBytes))
-		return
-	}
 	fmt.Fprintf(w, "repack: rewrote %s, moving %s: %s → %s", count(r.Packs, "pack"), count(r.Blobs, "live blob"), size(r.Before), size(r.After))
 	if r.Recompressed > 0 {
 		fmt.Fprintf(w, " (recompressed %s of %s)", count(r.Recompressed, "cold file"), size(r.RecompressedBytes))

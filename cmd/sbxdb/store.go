@@ -53,6 +53,9 @@ type store interface {
 	Unlock(ctx context.Context, threadID string) (lease.State, error)
 	Stats(ctx context.Context) (*sbxdb.StoreStats, error)
 	GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, error)
+	// PlanGC returns what GC with opts would do, changing nothing, as
+	// engine.DB.PlanGC does.
+	PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCPlan, error)
 	Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxdb.CheckReport, error)
 	leaser
 	Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error)
@@ -108,6 +111,15 @@ func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbx
 		Rehash: in.Rehash, SkipUnsupported: in.SkipUnsupported, RequireFiles: in.RequireFiles,
 		Progress: in.Progress,
 	})
+}
+
+// PlanGC returns the printable part of engine.DB.PlanGC's plan.
+func (s localStore) PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCPlan, error) {
+	p, err := s.DB.PlanGC(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &p.GCPlan, nil
 }
 
 func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error) {
