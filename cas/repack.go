@@ -151,11 +151,11 @@ func checkRepackOptions(opts RepackOptions) error {
 // Before, Recompressed, RecompressedBytes), changing nothing.
 func (s *Store) RepackPlan(ctx context.Context, opts RepackOptions) (sbxdb.RepackStats, error) {
 	var st sbxdb.RepackStats
-	if s.opts.Remote != nil {
-		return st, remoteUnsupported("repack")
-	}
 	if err := checkRepackOptions(opts); err != nil {
 		return st, err
+	}
+	if s.opts.Remote != nil {
+		return s.remoteRepackPlanStats(ctx, opts) // remote_repack.go
 	}
 	err := s.db.View(func(tx kv.Tx) error {
 		_, _, err := s.repackPlan(tx, opts, &st)
@@ -409,9 +409,6 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (sbxdb.RepackSta
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
 	}
-	if s.opts.Remote != nil {
-		return st, remoteUnsupported("repack")
-	}
 	if err := checkRepackOptions(opts); err != nil {
 		return st, err
 	}
@@ -420,6 +417,9 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (sbxdb.RepackSta
 	}
 	s.repackMu.Lock()
 	defer s.repackMu.Unlock()
+	if s.opts.Remote != nil {
+		return s.repackRemote(ctx, opts) // remote_repack.go
+	}
 
 	// Which packs, and which of their blobs are live.
 	type move struct {
