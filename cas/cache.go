@@ -76,13 +76,13 @@ type cachedPack struct {
 // packCache is the LRU of cached packs. Its mutex is never held while
 // waiting on anything but the file system.
 type packCache struct {
-	dir    string              // the blob directory
+	dir    string             // the blob directory
 	remove func(string) error // Options.FS's, ungated: evicting changes nothing the index relies on
-	bound int64
-	mu    sync.Mutex
-	size  int64
-	lru   list.List // of *cachedPack, most recently used first
-	packs map[uint64]*cachedPack
+	bound  int64
+	mu     sync.Mutex
+	size   int64
+	lru    list.List // of *cachedPack, most recently used first
+	packs  map[uint64]*cachedPack
 }
 
 func newPackCache(dir string, bound int64, remove func(string) error) *packCache {
