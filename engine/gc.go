@@ -307,9 +307,7 @@ func (db *DB) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, er
 		if res.Sweep, err = db.sweep(ctx, sweep, without); err != nil {
 			return res, err
 		}
-		if db.opts.Blobs == "" {
-			res.Repack, err = db.blobs.RepackPlan(ctx, db.repackOptions(opts))
-		}
+		res.Repack, err = db.blobs.RepackPlan(ctx, db.repackOptions(opts))
 		res.After = res.Before
 		return res, err
 	}
@@ -333,13 +331,10 @@ func (db *DB) GC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCResult, er
 	if res.Sweep, err = db.Sweep(ctx, sweep); err != nil {
 		return res, err
 	}
-	// Packs in object storage are not rewritten (cas.ErrRemoteUnsupported:
-	// servers reading a pack another removes need a protocol of their own);
-	// their dead space stays.
-	if db.opts.Blobs == "" {
-		if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
-			return res, err
-		}
+	// Packs in object storage are repacked too: the old ones are retired
+	// and their objects deleted by a later RemoveOrphans (cas/remote_repack.go).
+	if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
+		return res, err
 	}
 	if res.Orphans, err = db.blobs.RemoveOrphans(ctx, opts.OlderThan); err != nil {
 		return res, err
