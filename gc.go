@@ -111,7 +111,9 @@ type GCResult struct {
 	// Orphans counts blob files a crash left behind, removed once older
 	// than OlderThan; moved into quarantine instead while the database may
 	// be older than its blob files (after a meta-page fallback, until
-	// check --repair), where check reports them.
+	// check --repair), where check reports them. With blobs in a bucket it
+	// also counts the packs an earlier repack retired, deleted once
+	// retired longer than OlderThan (and an hour).
 	Orphans int `json:"orphans"`
 	// Blob store usage before and after.
 	Before BlobUsage `json:"before"`

@@ -675,6 +675,9 @@ func (b *Batch) Close() {
 func (b *Batch) removeFiles() {
 	for _, p := range b.packs {
 		p.f.Close()
+		if b.s.cache != nil {
+			b.s.cache.drop(p.id) // registered once uploaded
+		}
 		b.s.removeUnindexed(p.path)
 	}
 	for _, tmp := range b.larges {

@@ -298,10 +298,11 @@ func TestBlockDamageFailsEveryMember(t *testing.T) {
 // flip flips one byte of a pack file.
 func flip(t *testing.T, f *fixture, pack uint64, at int64) {
 	t.Helper()
-	p, err := f.s.packFile(pack)
+	p, release, err := f.s.packFile(pack)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer release()
 	var b [1]byte
 	p.ReadAt(b[:], at)
 	b[0] ^= 0xff

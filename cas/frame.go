@@ -14,39 +14,41 @@ import (
 	"github.com/sbxdb/sbxdb"
 )
 
-// packFile returns an open pack file for reading. With Remote, a pack
-// missing from the blob directory is downloaded into it first (by one
-// reader, the others waiting), or, on a read-only store, which creates no
-// files, read by ranged requests. A pack's bytes never change, so a cached
-// copy is never stale.
-func (s *Store) packFile(id uint64) (io.ReaderAt, error) {
+// packFile returns an open pack file for reading, and the function to
+// call once the read is done. With Remote, a pack is read from the bounded
+// cache (cache.go), downloaded into it first if missing (by one reader,
+// the others waiting), or, on a read-only store, which creates no files,
+// read by ranged requests. A pack's bytes never change, so a cached copy
+// is never stale.
+func (s *Store) packFile(id uint64) (io.ReaderAt, func(), error) {
+	if s.opts.Remote != nil {
+		if s.opts.ReadOnly {
+			return objectReaderAt{s.opts.Remote, packObject(id)}, func() {}, nil
+		}
+		p, err := s.cachedPack(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p.f, func() { s.cache.release(p) }, nil
+	}
 	s.mu.Lock()
 	if f := s.packs[id]; f != nil {
 		s.mu.Unlock()
-		return f, nil
+		return f, func() {}, nil
 	}
 	s.mu.Unlock()
-	path := filepath.Join(s.dir, packPath(id))
-	f, err := os.Open(path)
-	if err != nil && errors.Is(err, fs.ErrNotExist) && s.opts.Remote != nil {
-		if s.opts.ReadOnly {
-			return objectReaderAt{s.opts.Remote, packObject(id)}, nil
-		}
-		if err = s.fetchPack(id); err == nil {
-			f, err = os.Open(path)
-		}
-	}
+	f, err := os.Open(filepath.Join(s.dir, packPath(id)))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g := s.packs[id]; g != nil { // opened meanwhile by another reader
 		f.Close()
-		return g, nil
+		return g, func() {}, nil
 	}
 	s.packs[id] = f
-	return f, nil
+	return f, func() {}, nil
 }
 
 // locate checks key and returns where the index says its blob is.
@@ -130,7 +132,7 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 	if e.raw > MaxPacked || e.stored > MaxPacked+MaxPacked/8 || e.blockRaw > MaxPacked {
 		return nil, header{}, corrupt(key, "index entry claims an oversized packed blob")
 	}
-	f, err := s.packFile(e.pack)
+	f, release, err := s.packFile(e.pack)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, header{}, corrupt(key, fmt.Sprintf("pack %016x is missing", e.pack))
@@ -138,7 +140,9 @@ func (s *Store) readFrame(key string, ns Namespace, sum [32]byte, e *entry) (*[]
 		return nil, header{}, &sbxdb.BlobError{Key: key, Err: err}
 	}
 	fb := getBuf(headerSize + int(e.stored))
-	if n, err := f.ReadAt(*fb, int64(e.offset)); n != len(*fb) {
+	n, err := f.ReadAt(*fb, int64(e.offset))
+	release()
+	if n != len(*fb) {
 		putBuf(fb)
 		switch _, ranged := f.(objectReaderAt); {
 		case ranged && errors.Is(err, fs.ErrNotExist):

@@ -101,6 +101,9 @@ func (s *Store) Orphans(ctx context.Context) (int, error) {
 // as well as large blobs) whose modification time, by Options.Now, is
 // more than olderThan ago, and at least RemoteOrphanMinAge: another
 // server's batch may have uploaded a younger one and not committed yet.
+// First it deletes the packs a remote repack retired more than olderThan
+// (and RemoteOrphanMinAge) ago by Options.Now, counting them too
+// (remote_repack.go).
 func (s *Store) RemoveOrphans(ctx context.Context, olderThan time.Duration) (int, error) {
 	if s.opts.ReadOnly {
 		return 0, ErrReadOnly

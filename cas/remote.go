@@ -21,12 +21,16 @@ package cas
 //     server's batch may have uploaded them and not yet committed. Open
 //     deletes no object.
 //
-// Repacking, and the quarantine of unindexed files, are local-only: a
-// repack rewrites packs other servers may be reading and has no cross-server
-// coordination yet, so it is refused (ErrRemoteUnsupported); quarantine
-// exists for a bbolt file that lost transactions its blob directory saw,
-// which cannot happen with a shared database, and a cache missing packs is
-// normal, not a sign of it.
+// Repacking is safe across servers (remote_repack.go): new packs are
+// uploaded under new names before one index transaction moves the entries
+// that still name the old ones, and an old pack's object is deleted only a
+// window after that, by a later RemoveOrphans. The local blob directory
+// caches packs up to Options.CacheSize (cache.go).
+//
+// The quarantine of unindexed files is local-only: it exists for a bbolt
+// file that lost transactions its blob directory saw, which cannot happen
+// with a shared database, and a cache missing packs is normal, not a sign
+// of it.
 
 import (
 	"context"
@@ -37,6 +41,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -191,6 +196,9 @@ func (b *Batch) upload(ctx context.Context) error {
 	if first != nil {
 		return first
 	}
+	for _, p := range b.packs {
+		s.cache.add(p.id, nil, p.size, 0) // whole and uploaded: the cache's now
+	}
 	for key, sfx := range suffixes {
 		e := b.added[key]
 		e.where, e.object = whereObject, sfx
@@ -234,24 +242,31 @@ func (s *Store) deleteUploads(names []string) {
 // fetchCall is one download of a pack into the cache, which concurrent
 // readers of the pack wait for rather than download it again.
 type fetchCall struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	waiters int // readers waiting, under fetchMu: each gets a reference
+	p       *cachedPack
+	err     error
 }
 
-// fetchPack downloads pack id into the local cache, or waits for the
-// download in progress.
-func (s *Store) fetchPack(id uint64) error {
+// cachedPack returns pack id from the cache with a reference taken (the
+// caller releases it), downloading it first if it is not cached, or
+// waiting for the download in progress.
+func (s *Store) cachedPack(id uint64) (*cachedPack, error) {
+	if p := s.cache.acquire(id); p != nil {
+		return p, nil
+	}
 	s.fetchMu.Lock()
 	if c := s.fetching[id]; c != nil {
+		c.waiters++
 		s.fetchMu.Unlock()
 		<-c.done
-		return c.err
+		return c.p, c.err
 	}
-	// A download renames the pack into place before it leaves fetching: a
-	// reader that missed the file and then the download finds it now.
-	if _, err := os.Stat(filepath.Join(s.dir, packPath(id))); err == nil {
+	// A download registers its pack before it leaves fetching: a reader
+	// that missed the cache and then the download finds it now.
+	if p := s.cache.acquire(id); p != nil {
 		s.fetchMu.Unlock()
-		return nil
+		return p, nil
 	}
 	c := &fetchCall{done: make(chan struct{})}
 	if s.fetching == nil {
@@ -259,43 +274,56 @@ func (s *Store) fetchPack(id uint64) error {
 	}
 	s.fetching[id] = c
 	s.fetchMu.Unlock()
-	c.err = s.downloadPack(id)
+	f, size, err := s.downloadPack(id)
 	s.fetchMu.Lock()
 	delete(s.fetching, id)
+	if err == nil {
+		// One reference for this reader and one for each waiter, taken
+		// before any eviction can see the pack.
+		c.p = s.cache.add(id, f, size, 1+c.waiters)
+	}
+	c.err = err
 	s.fetchMu.Unlock()
 	close(c.done)
-	return c.err
+	return c.p, c.err
 }
 
 // downloadPack copies pack id's object to a temporary file and renames it
-// into packs/: a cached pack is always whole. The cache is written through
-// the ungated file system: reads go on when the gate refuses writes, and a
-// cached copy changes nothing the index relies on.
-func (s *Store) downloadPack(id uint64) error {
+// into packs/: a cached pack is always whole. It returns the file, open
+// for reading, and its size. The cache is written through the ungated
+// file system: reads go on when the gate refuses writes, and a cached
+// copy changes nothing the index relies on.
+func (s *Store) downloadPack(id uint64) (*os.File, int64, error) {
 	ctx := context.Background()
 	rc, err := s.opts.Remote.Open(ctx, packObject(id), 0, -1)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	defer rc.Close()
 	tmp, err := s.opts.FS.CreateTemp(filepath.Join(s.dir, "tmp"), "pack-*")
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	_, err = io.Copy(tmp, rc)
+	n, err := io.Copy(tmp, rc)
 	if err == nil && !s.opts.NoSync {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
+	path := filepath.Join(s.dir, packPath(id))
 	if err == nil {
-		err = s.opts.FS.Rename(tmp.Name(), filepath.Join(s.dir, packPath(id)))
+		err = s.opts.FS.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		s.opts.FS.Remove(tmp.Name())
+		return nil, 0, err
 	}
-	return err
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, n, nil
 }
 
 // objectReaderAt reads a pack by ranged requests: a read-only store
@@ -384,19 +412,34 @@ type remoteOrphan struct {
 }
 
 // remoteOrphans lists the bucket and returns the objects the index does
-// not name: packs that cas_packs does not list and no entry names, large
-// objects whose key's entry names another object or none.
+// not name: packs that cas_packs does not list, cas_retired does not hold
+// (remote_repack.go: they go a window after their retirement) and no entry
+// names, large objects whose key's entry names another object or none.
 func (s *Store) remoteOrphans(ctx context.Context) ([]remoteOrphan, error) {
+	// Retired before the listing: a pack retired after it was read is in
+	// the listing and in cas_retired both.
+	retired, err := s.retiredPacks()
+	if err != nil {
+		return nil, err
+	}
 	l, err := s.listRemote(ctx)
 	if err != nil {
 		return nil, err
 	}
+	fresh, err := s.retiredPacks()
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(retired, fresh)
 	var out []remoteOrphan
 	err = s.db.View(func(tx kv.Tx) error {
 		out = out[:0]
 		packs := tx.Bucket(bucketPacks)
 		unlisted := map[uint64]bool{}
 		for id := range l.packs {
+			if _, ok := retired[id]; ok {
+				continue
+			}
 			if packs == nil || packs.Get(packKey(id)) == nil {
 				unlisted[id] = true
 			}
@@ -430,15 +473,20 @@ func (s *Store) remoteOrphans(ctx context.Context) ([]remoteOrphan, error) {
 	return out, err
 }
 
-// removeRemoteOrphans is RemoveOrphans for a store with remote blobs.
+// removeRemoteOrphans is RemoveOrphans for a store with remote blobs: the
+// packs a repack retired long enough ago (removeRetired), then the objects
+// no entry names.
 func (s *Store) removeRemoteOrphans(ctx context.Context, olderThan time.Duration) (int, error) {
+	removed, err := s.removeRetired(ctx, olderThan)
+	if err != nil {
+		return removed, err
+	}
 	found, err := s.remoteOrphans(ctx)
 	if err != nil {
-		return 0, err
+		return removed, err
 	}
 	olderThan = max(olderThan, RemoteOrphanMinAge)
 	now := s.opts.Now()
-	removed := 0
 	for _, o := range found {
 		if now.Sub(o.mod) <= olderThan {
 			continue
@@ -475,15 +523,12 @@ func (s *Store) removeRemoteOrphans(ctx context.Context, olderThan time.Duration
 	return removed, nil
 }
 
-// dropCachedPack removes the local copy of a pack whose object is gone.
+// dropCachedPack removes the local copy of a pack whose object is gone
+// (or that no entry names any more), once no reader is inside it.
 func (s *Store) dropCachedPack(id uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.packs[id]; f != nil {
-		f.Close()
-		delete(s.packs, id)
+	if s.cache != nil {
+		s.cache.drop(id)
 	}
-	s.opts.FS.Remove(filepath.Join(s.dir, packPath(id)))
 }
 
 // removeLarge removes the file or object of a deleted large blob.

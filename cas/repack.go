@@ -384,9 +384,6 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (sbxdb.RepackSta
 	if s.opts.ReadOnly {
 		return st, ErrReadOnly
 	}
-	if s.opts.Remote != nil {
-		return st, remoteUnsupported("repack")
-	}
 	if err := checkRepackOptions(opts); err != nil {
 		return st, err
 	}
@@ -395,6 +392,9 @@ func (s *Store) Repack(ctx context.Context, opts RepackOptions) (sbxdb.RepackSta
 	}
 	s.repackMu.Lock()
 	defer s.repackMu.Unlock()
+	if s.opts.Remote != nil {
+		return s.repackRemote(ctx, opts) // remote_repack.go
+	}
 
 	// Which packs, and which of their blobs are live.
 	type move struct {

@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
@@ -29,11 +30,11 @@ type RepackPlan struct {
 // dying large blob is neither recompressed nor counted in Before. Keys the
 // index does not hold, or holds damaged, are ignored.
 func (s *Store) PlanRepack(ctx context.Context, opts RepackOptions, dying []string) (*RepackPlan, error) {
-	if s.opts.Remote != nil {
-		return nil, remoteUnsupported("repack")
-	}
 	if err := checkRepackOptions(opts); err != nil {
 		return nil, err
+	}
+	if s.opts.Remote != nil {
+		return s.planRemoteRepack(ctx, opts)
 	}
 	p := &RepackPlan{Options: opts}
 	dead := map[uint64]uint64{} // pack → bytes the sweep would leave dead
@@ -82,6 +83,34 @@ func (s *Store) PlanRepack(ctx context.Context, opts RepackOptions, dying []stri
 			p.Stats.Recompressed++
 			p.Stats.RecompressedBytes += n
 		}
+	}
+	return p, nil
+}
+
+// planRemoteRepack is PlanRepack for a store with Remote: the packs in the
+// bucket as the index has them now (remote_repack.go decides the same way
+// when it runs). The sweep's dying keys are not counted in: a bucket's pack
+// is judged by its dead share before the sweep, so the plan may name fewer
+// packs than the run rewrites.
+func (s *Store) planRemoteRepack(ctx context.Context, opts RepackOptions) (*RepackPlan, error) {
+	var mods map[uint64]time.Time
+	if opts.Recompress && !opts.ColdBefore.IsZero() {
+		var err error
+		if mods, err = s.remotePackTimes(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p := &RepackPlan{Options: opts}
+	err := s.db.View(func(tx kv.Tx) error {
+		p.Stats, p.Freed = sbxdb.RepackStats{}, 0
+		old, _, err := remoteRepackPlan(tx, opts, mods, &p.Stats)
+		for _, ps := range old {
+			p.Freed += int64(ps.dead)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return p, nil
 }

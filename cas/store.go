@@ -69,6 +69,11 @@ type Options struct {
 	// objects. Nil: the blobs are the blob directory's files. The caller
 	// closes it after the Store.
 	Remote objstore.Store
+	// CacheSize bounds the bytes of the packs a store with Remote keeps in
+	// its blob directory for reading (cache.go): beyond it, the least
+	// recently used are removed. Default (0 or less):
+	// DefaultCacheSize(dir).
+	CacheSize int64
 }
 
 // MaxPacked is the largest blob Put and Batch.Add store in a pack; larger
@@ -128,8 +133,16 @@ type Store struct {
 	packGen uint64
 	// repackMu lets one Repack run at a time.
 	repackMu sync.Mutex
+	// repackHook, if set (by tests), is called at each step of a remote
+	// repack and of the removal of retired packs (remote_repack.go); an
+	// error stops it there, as a kill would.
+	repackHook func(step string) error
 
 	pins pinSet
+
+	// cache holds the packs of a writable store with Remote (cache.go);
+	// nil otherwise.
+	cache *packCache
 
 	// fetchMu guards fetching, the downloads of packs into the cache in
 	// progress (remote.go).
@@ -200,6 +213,15 @@ func Open(dir string, db DB, opts Options) (*Store, error) {
 		}
 		if err := s.removeOrphanPacks(); err != nil {
 			return nil, err
+		}
+		if opts.Remote != nil {
+			if opts.CacheSize <= 0 {
+				s.opts.CacheSize = DefaultCacheSize(dir)
+			}
+			s.cache = newPackCache(dir, s.opts.CacheSize, opts.FS.Remove)
+			if err := s.cache.load(); err != nil {
+				return nil, err
+			}
 		}
 	} else if err := db.View(checkFormat); err != nil {
 		return nil, err
@@ -273,7 +295,20 @@ func (s *Store) Close() error {
 		f.Close()
 		delete(s.packs, id)
 	}
+	if s.cache != nil {
+		s.cache.closeAll()
+	}
 	return nil
+}
+
+// CacheUsage returns the bytes and the number of packs in the pack cache
+// of a store with Remote (cache.go): at most Options.CacheSize bytes but
+// for packs being read.
+func (s *Store) CacheUsage() (bytes int64, packs int) {
+	if s.cache == nil {
+		return 0, 0
+	}
+	return s.cache.usage()
 }
 
 // encoder returns an EncodeAll encoder at level.

@@ -471,13 +471,10 @@ func (db *DB) executeGC(ctx context.Context, p *GCPlan, exact bool) (*sbxdb.GCRe
 	if err != nil {
 		return res, err
 	}
-	// Packs in object storage are not rewritten (cas.ErrRemoteUnsupported:
-	// servers reading a pack another removes need a protocol of their own);
-	// their dead space stays.
-	if db.opts.Blobs == "" {
-		if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
-			return res, err
-		}
+	// Packs in object storage are repacked too: the old ones are retired
+	// and their objects deleted by a later RemoveOrphans (cas/remote_repack.go).
+	if res.Repack, err = db.Repack(ctx, db.repackOptions(opts)); err != nil {
+		return res, err
 	}
 	if res.Orphans, err = db.blobs.RemoveOrphans(ctx, opts.OlderThan); err != nil {
 		return res, err

@@ -55,6 +55,12 @@ type Options struct {
 	// AWS_SECRET_ACCESS_KEY. It requires Metadata: servers sharing a bucket
 	// must share its index. Default: the blob directory holds the blobs.
 	Blobs string
+	// CacheSize bounds the bytes of the packs a store with Blobs keeps in
+	// its blob directory for reading: beyond it the least recently used
+	// are removed (cas's Options.CacheSize). Default (0): 2 GiB or a tenth
+	// of the blob directory's disk, whichever is smaller. Without Blobs
+	// it is unused.
+	CacheSize int64
 	// FS performs every change to the blob store's files and to restore
 	// targets, and is asked before each database commit (see package vfs).
 	// Default vfs.OS; tests pass a vfs/faultfs.FS to fail chosen steps.
@@ -95,6 +101,8 @@ func CheckOptions(opts *Options) (Options, error) {
 		return o, fmt.Errorf("%w: RefFoldAfter %d is negative", sbxdb.ErrInvalidOptions, o.RefFoldAfter)
 	case o.LockTimeout < 0:
 		return o, fmt.Errorf("%w: LockTimeout %v is negative", sbxdb.ErrInvalidOptions, o.LockTimeout)
+	case o.CacheSize < 0:
+		return o, fmt.Errorf("%w: CacheSize %d is negative", sbxdb.ErrInvalidOptions, o.CacheSize)
 	}
 	if err := checkMetadata(o.Metadata); err != nil {
 		return o, err

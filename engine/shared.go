@@ -235,7 +235,7 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	// A database restored from a backup may be older than a local blob
 	// directory: unindexed files there are quarantined, never removed.
 	db.blobs, err = cas.Open(filepath.Join(dir, BlobDir), blobIndex{db}, cas.Options{Now: o.Now, ReadOnly: o.ReadOnly, NoSync: o.NoSync, FS: o.FS, Remote: remote,
-		IndexMayBeOlder: remote == nil})
+		CacheSize: o.CacheSize, IndexMayBeOlder: remote == nil})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening the blob store: %w", err)

@@ -200,7 +200,11 @@ func (inv *invocation) openStore() (*engine.DB, error) {
 			return nil, err
 		}
 	}
-	db, err := engine.Open(inv.dir, &engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout, Metadata: inv.metadata, Blobs: inv.blobs})
+	opts := engine.Options{ReadOnly: !inv.writes, LockTimeout: lockTimeout, Metadata: inv.metadata, Blobs: inv.blobs}
+	if f, ok := inv.ctx.Value(serveFlagsKey{}).(*serveFlags); ok {
+		opts.CacheSize = int64(f.cacheSize) // serve --cache-size
+	}
+	db, err := engine.Open(inv.dir, &opts)
 	if err != nil {
 		return nil, openError(inv, err)
 	}

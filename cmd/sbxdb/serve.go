@@ -32,6 +32,7 @@ var serveCmd = register(&command{
 	serves:  true,
 	flagsUsage: "[--listen ADDR]... [--token-file FILE | --new-token FILE] [--allow-remote] [--allow-dirs PREFIX]... " +
 		"[--log-format text|json] [--grace DUR] [--max-requests N] [--max-conns N] [--max-body-memory SIZE] " +
+		"[--cache-size SIZE] " +
 		"[--scrub-every DUR [--scrub-rate BYTES/S]] [--idle-exit DUR] [--exit-on-poison] [--test]",
 	summary: "Serve the store over HTTP to the CLI, Go hosts and TypeScript hosts",
 	detail: `serve opens the store for writing (creating it if it does not exist) and
@@ -69,6 +70,11 @@ arrives at the cap. The JSON request bodies held at once are at most
 Content-Length; one that does not fit waits up to 5 s for others to
 finish, then is refused with 503 and Retry-After, and one larger than the
 bound is refused with 413. GET /metrics serves Prometheus metrics.
+
+--cache-size SIZE bounds the packs a store whose blobs are in a bucket
+(--blobs) keeps in its blob directory for reading (default 0: 2GiB or a
+tenth of the disk, whichever is smaller); beyond it the least recently
+used are removed. A pack being read is never removed.
 
 --scrub-every DUR checks the store in the background every DUR, as check
 --verify-blobs does (the page walk, the metadata, every blob read back),
@@ -119,6 +125,7 @@ and exits 0.`,
 		fset.BoolVar(&f.exitOnPoison, "exit-on-poison", false, "exit with status 13 once the store is poisoned instead of reopening it")
 		f.maxBodyMemory = server.DefaultMaxBodyBytesInFlight
 		fset.Var(&f.maxBodyMemory, "max-body-memory", "hold at most `SIZE` of JSON request bodies at once (B, KiB, MiB, GiB; 0: no bound)")
+		fset.Var(&f.cacheSize, "cache-size", "keep at most `SIZE` of packs from the bucket cached (B, KiB, MiB, GiB; 0: the default)")
 		fset.BoolVar(&f.test, "test", false, "serve test stores, each with the clock its requests set (test suites only)")
 		inv.ctx = withServeFlags(inv.ctx, f)
 	},
@@ -154,6 +161,8 @@ type serveFlags struct {
 	// maxBodyMemory is server.Options.MaxBodyBytesInFlight; 0 sets no
 	// bound.
 	maxBodyMemory byteSize
+	// cacheSize is engine.Options.CacheSize; 0 is its default.
+	cacheSize byteSize
 }
 
 type serveFlagsKey struct{}
