@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
+	"github.com/sbxdb/sbxdb/internal/progress"
 
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
@@ -159,7 +160,7 @@ func (db *DB) capture(ctx context.Context, in sbxdb.CaptureInput) (*sbxdb.Captur
 	if err := db.point("capture.walked"); err != nil {
 		return nil, err
 	}
-	stop := reportProgress(in.Progress, &c.progress)
+	stop := progress.Report(in.Progress, &c.progress)
 	err = parallel(ctx, files, c.newHasher)
 	stop()
 	if err != nil {
@@ -209,7 +210,7 @@ type capture struct {
 	dir      *os.File // the workspace root, opened: files are opened beneath it
 	redactor *workspace.Redactor
 	batch    *cas.Batch
-	progress progressCounters
+	progress progress.Counters
 	changes  *changeLog
 	dropped  atomic.Bool // a file to read had vanished or was skipped: the tree needs dropVanished
 	// skipUnsupported leaves out a file that cannot be read, with a warning.
@@ -264,8 +265,8 @@ func (c *capture) plan(tree []*walked, cache *statCache, missing, stale []string
 	}
 	c.stats.Unchanged = files - len(toRead)
 	for _, w := range toRead {
-		c.progress.totalFiles.Add(1)
-		c.progress.totalBytes.Add(w.st.size)
+		c.progress.TotalFiles.Add(1)
+		c.progress.TotalBytes.Add(w.st.size)
 	}
 	return toRead
 }
@@ -321,20 +322,20 @@ var errChangedWhileRead = errors.New("file changed while it was read")
 // file, is reported vanished and left out.
 func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, error) {
 	prev, prevDev := w.st, w.dev
-	fb := &fileBytes{p: &c.progress, size: w.st.size}
+	fb := progress.NewFile(&c.progress, w.st.size)
 	for read := 1; ; read++ {
 		if err := ctx.Err(); err != nil {
 			return buf, err
 		}
 		last := read == maxReads
-		fb.restart()
+		fb.Restart()
 		r, buf2, err := c.readFile(ctx, w, fb, buf, prev, prevDev, last && !c.changes.strict)
 		buf = buf2
 		if err != nil {
 			return buf, err
 		}
 		if r.skipped || r.gone {
-			fb.drop()
+			fb.Drop()
 		}
 		if r.skipped {
 			w.gone = true
@@ -366,7 +367,7 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 		}
 		w.sum, w.key, w.size = r.res.Sum, r.res.Key, r.res.Size
 		w.st, w.dev, w.exec = r.st, r.dev, r.st.mode&0o111 != 0
-		fb.done()
+		fb.Done()
 		c.countRead(r.res)
 		return buf, nil
 	}
@@ -409,7 +410,7 @@ func (c *capture) unreadable(w *walked, err error) (fileRead, error) {
 // stores them if the read was consistent (see hashFile) or
 // keepInconsistent is set. prev and prevDev are the stat a small file must
 // still have once read.
-func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []byte, prev fileStat, prevDev uint64, keepInconsistent bool) (fileRead, []byte, error) {
+func (c *capture) readFile(ctx context.Context, w *walked, fb *progress.File, buf []byte, prev fileStat, prevDev uint64, keepInconsistent bool) (fileRead, []byte, error) {
 	var out fileRead
 	f, err := vfs.OpenBeneath(c.dir, w.path)
 	if err == nil {
@@ -434,7 +435,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 			want = -1 // recorded whatever its stat says: read to the end
 		}
 		buf, rerr = readAll(f, buf[:0], want, smallFile)
-		fb.add(int64(len(buf)))
+		fb.Add(int64(len(buf)))
 		if err := c.db.point("capture.fileRead"); err != nil {
 			return out, buf, err
 		}
@@ -447,7 +448,7 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 		}
 		switch {
 		case rerr == errTooBig: // it grew since the walk: stream it
-			fb.restart()
+			fb.Restart()
 			if err := f.Rewind(); err != nil {
 				return out, buf, unreadableEntry("reading %q: %s", w.path, err)
 			}
@@ -512,8 +513,8 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *fileBytes, buf []
 type streamReader struct {
 	f       *vfs.Reader
 	point   func(string) error
-	fb      *fileBytes // counts each read in the progress
-	n       int64      // bytes read
+	fb      *progress.File // counts each read in the progress
+	n       int64          // bytes read
 	atEOF   func() error
 	ended   bool
 	endErr  error // atEOF's error, or io.EOF
@@ -527,7 +528,7 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	n, err := s.f.Read(p)
 	s.n += int64(n)
 	if n > 0 {
-		s.fb.add(int64(n))
+		s.fb.Add(int64(n))
 	}
 	switch {
 	case err != nil && err != io.EOF:
@@ -763,84 +764,6 @@ func readAll(r io.Reader, buf []byte, want int64, limit int) ([]byte, error) {
 			return buf, err
 		}
 	}
-}
-
-// progressCounters are updated by the workers and read by the reporter.
-type progressCounters struct {
-	files, totalFiles atomic.Int64
-	bytes, totalBytes atomic.Int64
-}
-
-// fileBytes counts one file's bytes in progressCounters.bytes as they are
-// read or written, one atomic add per chunk. A file never counts more than
-// size, its bytes in totalBytes: a pass that restarts (a file read again
-// because it changed) adds only what goes past the most any earlier pass
-// counted, and done makes the file's share exactly size, so the last
-// report equals the totals whatever the passes read.
-type fileBytes struct {
-	p       *progressCounters
-	size    int64 // the file's bytes in totalBytes
-	counted int64 // the file's bytes in bytes
-	pass    int64 // bytes of the current pass
-}
-
-// add counts n more bytes of the current pass.
-func (f *fileBytes) add(n int64) {
-	f.pass += n
-	if d := min(f.pass, f.size) - f.counted; d > 0 {
-		f.counted += d
-		f.p.bytes.Add(d)
-	}
-}
-
-// restart begins a new pass over the file from its first byte.
-func (f *fileBytes) restart() { f.pass = 0 }
-
-// done counts the file finished: one more file, and its share of bytes
-// made exactly size.
-func (f *fileBytes) done() {
-	if d := f.size - f.counted; d != 0 {
-		f.p.bytes.Add(d)
-	}
-	f.counted = f.size
-	f.p.files.Add(1)
-}
-
-// drop takes the file out of the counts and the totals: it is left out.
-func (f *fileBytes) drop() {
-	f.p.bytes.Add(-f.counted)
-	f.p.totalBytes.Add(-f.size)
-	f.p.totalFiles.Add(-1)
-	f.counted = 0
-}
-
-func (p *progressCounters) snapshot(done bool) sbxdb.Progress {
-	return sbxdb.Progress{Files: int(p.files.Load()), TotalFiles: int(p.totalFiles.Load()),
-		Bytes: p.bytes.Load(), TotalBytes: p.totalBytes.Load(), Done: done}
-}
-
-// reportProgress calls fn every 100 ms from one goroutine until the
-// returned stop is called, which makes the final report.
-func reportProgress(fn func(sbxdb.Progress), p *progressCounters) (stop func()) {
-	if fn == nil {
-		return func() {}
-	}
-	quit, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				fn(p.snapshot(false))
-			case <-quit:
-				fn(p.snapshot(true))
-				return
-			}
-		}
-	}()
-	return func() { close(quit); <-exited }
 }
 
 // checkWriter fails unless w holds the live lease of its thread.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/flock"
 	"github.com/sbxdb/sbxdb/internal/proc"
 )
 
@@ -59,7 +60,7 @@ func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, er
 	}
 	deadline := time.Now().Add(timeout)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := tryLock(f, !readOnly)
+		ok, err := flock.TryLock(f, !readOnly)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("sbxdb: locking %s: %w", path, err)

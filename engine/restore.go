@@ -19,8 +19,11 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/flock"
 	"github.com/sbxdb/sbxdb/internal/proc"
+	"github.com/sbxdb/sbxdb/internal/progress"
 	"github.com/sbxdb/sbxdb/vfs"
+	"github.com/sbxdb/sbxdb/workspace"
 )
 
 // Restore writes the tree of checkpoint id into dir, which must not exist or
@@ -194,7 +197,7 @@ func (db *DB) makeStaging(dir string, shared bool) (*staging, error) {
 		}
 		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore: the staging directory %s was replaced as it was made: %v", p, err)
 	}
-	tryLock(f, true) // the lock only guards against a clean-up misjudging its owner
+	flock.TryLock(f, true) // the lock only guards against a clean-up misjudging its owner
 	return &staging{path: p, root: pinnedPath(f, p), f: f}, nil
 }
 
@@ -366,7 +369,7 @@ func checkRestoreManifest(files []chain.Entry, o *sbxdb.RestoreOptions) error {
 			return chain.Errorf(chain.ErrInvalidPath, "manifest path %q is excluded by the restore policy", p)
 		}
 		if e.Kind == chain.KindSymlink {
-			if err := checkLinkTarget(p, e.Target); err != nil {
+			if err := workspace.CheckLinkTarget(p, e.Target); err != nil {
 				return err
 			}
 		}
@@ -380,7 +383,7 @@ func checkRestoreManifest(files []chain.Entry, o *sbxdb.RestoreOptions) error {
 			links[files[i].Path] = files[i].Target
 		}
 	}
-	return checkLinks(links)
+	return workspace.CheckLinks(links)
 }
 
 // checkTarget accepts a target that does not exist (it returns nil) or is
@@ -420,7 +423,7 @@ func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string,
 	// entry and every dir entry.
 	dirs := map[string]bool{}
 	var regular, links []*chain.Entry
-	var prog progressCounters
+	var prog progress.Counters
 	for i := range files {
 		e := &files[i]
 		for j := 0; j < len(e.Path); j++ {
@@ -434,8 +437,8 @@ func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string,
 			stats.Dirs++
 		case chain.KindFile:
 			regular = append(regular, e)
-			prog.totalFiles.Add(1)
-			prog.totalBytes.Add(e.Size)
+			prog.TotalFiles.Add(1)
+			prog.TotalBytes.Add(e.Size)
 		case chain.KindSymlink:
 			links = append(links, e)
 		}
@@ -466,7 +469,7 @@ func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string,
 		}
 	}()
 	dirsMade := func() error { <-made; return dirsErr }
-	stop := reportProgress(o.Progress, &prog)
+	stop := progress.Report(o.Progress, &prog)
 	err := db.writeFiles(ctx, root, regular, &prog, dirsMade)
 	stop()
 	if derr := dirsMade(); err == nil {
@@ -476,7 +479,7 @@ func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string,
 		return err
 	}
 	stats.Files = len(regular)
-	stats.Bytes = prog.bytes.Load()
+	stats.Bytes = prog.Bytes.Load()
 	// Links last, so no write above can pass through one.
 	for _, e := range links {
 		if err := db.opts.FS.Symlink(e.Target, filepath.Join(root, filepath.FromSlash(e.Path))); err != nil {
@@ -495,7 +498,7 @@ func (db *DB) restoreInto(ctx context.Context, files []chain.Entry, root string,
 // created before dirsMade returns; its error, like any other, stops all.
 // The end of ctx stops a large file between two chunks of its bytes, and
 // a copy between two copyChunk-sized pieces.
-func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progressCounters, dirsMade func() error) error {
+func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progress.Counters, dirsMade func() error) error {
 	byKey := make(map[string][]*chain.Entry, len(files))
 	keys := make([]string, 0, len(files))
 	for _, e := range files {
@@ -514,7 +517,7 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 				return chain.Errorf(chain.ErrInvalidBlob, "%q: blob %s has %d bytes, the manifest says %d", e.Path, e.BlobKey, r.Size(), e.Size)
 			}
 			var err error
-			fb := &fileBytes{p: prog, size: e.Size}
+			fb := progress.NewFile(prog, e.Size)
 			if i == 0 {
 				// r checks ctx between the chunks of a large blob.
 				err = db.writeFile(root, e, func(f vfs.File) error {
@@ -535,7 +538,7 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 			if err != nil {
 				return err
 			}
-			fb.done()
+			fb.Done()
 		}
 		return nil
 	})
@@ -550,13 +553,13 @@ func (db *DB) writeFiles(ctx context.Context, root string, files []*chain.Entry,
 // and runs the test hook "restore.chunk" after each.
 type countedWriter struct {
 	w     io.Writer
-	fb    *fileBytes
+	fb    *progress.File
 	point func(string) error
 }
 
 func (c *countedWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.fb.add(int64(n))
+	c.fb.Add(int64(n))
 	if err == nil {
 		err = c.point("restore.chunk")
 	}
@@ -574,7 +577,7 @@ const copyChunk = 64 << 20
 // kernel), except from a file with holes, whose data only is copied
 // through a sparseWriter (copySparse), so the copy has the same holes.
 // Each chunk is counted in fb as it is written.
-func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry, fb *fileBytes) error {
+func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry, fb *progress.File) error {
 	src, err := vfs.Open(filepath.Join(root, filepath.FromSlash(from.Path)))
 	if err != nil {
 		return fmt.Errorf("restore %q: %w", e.Path, err)
@@ -589,7 +592,7 @@ func (db *DB) copyFile(ctx context.Context, root string, from, e *chain.Entry, f
 				return err
 			}
 			n, err := io.Copy(f, io.LimitReader(src, copyChunk))
-			fb.add(n)
+			fb.Add(n)
 			if err != nil || n < copyChunk {
 				return err
 			}
@@ -788,7 +791,7 @@ func removeStaleStaging(parent string) {
 		if err != nil {
 			continue
 		}
-		if ok, err := tryLock(f, true); err == nil && ok {
+		if ok, err := flock.TryLock(f, true); err == nil && ok {
 			os.RemoveAll(p)
 		}
 		f.Close()
