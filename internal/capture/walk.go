@@ -1,4 +1,4 @@
-package engine
+package capture
 
 import (
 	"context"
@@ -48,6 +48,7 @@ type walkInput struct {
 	// skip is the absolute path of a directory not to walk (the store's
 	// own, when it lies inside the workspace).
 	skip        string
+	names       *StoreNames // the names a store keeps in its directory; nil for none
 	pol         *workspace.Policy
 	allowEscape bool
 	// skipUnsupported leaves out, with a warning in changes, what would
@@ -58,7 +59,7 @@ type walkInput struct {
 	// are walked, where a strict log makes that an error, and the entries
 	// skipped as unsupported.
 	changes *changeLog
-	// point runs a test hook by name (DB.point); nil runs none.
+	// point runs a test hook by name (Store.Point); nil runs none.
 	point func(name string) error
 }
 
@@ -343,7 +344,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		}
 		excluded[rule]++
 	}
-	if rel != "" && isStoreDir(ents) {
+	if rel != "" && w.in.names.isStoreDir(ents) {
 		// Another store beneath the workspace, whatever the policy: its
 		// files are another store's state, never a workspace's. The
 		// directory counts once, as an excluded directory does.
@@ -352,7 +353,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		w.countExcluded(excluded)
 		return nil, nil, nil
 	}
-	otherStore := rel == "" && isStoreDir(ents)
+	otherStore := rel == "" && w.in.names.isStoreDir(ents)
 	if others := len(ents) - countDirs(ents); others > 0 {
 		found = make([]walked, 0, others)
 	}
@@ -378,7 +379,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		if kind == chain.KindDir && filepath.Join(abs, name) == w.in.skip {
 			continue // the store's own directory
 		}
-		if (abs == w.in.skip || otherStore) && storeEntries[name] {
+		if (abs == w.in.skip || otherStore) && w.in.names.entry(name) {
 			continue // a store's own entry: the workspace is a store's directory
 		}
 		if !w.in.pol.Wants(p, kind) {
@@ -497,28 +498,39 @@ func unreadableEntry(format, path string, err error) error {
 	return chain.Errorf(chain.ErrInvalidWorkspace, format, path, errReason(err))
 }
 
-// storeEntries are the names a store keeps in its directory, its server's
-// socket among them: a capture of
-// a workspace that is the store's directory leaves them out, as it leaves
-// out the whole store's directory beneath a workspace.
-var storeEntries = map[string]bool{
-	DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, statCacheDir: true,
-	SocketName: true, cleanCloseName: true,
+// StoreNames are the names a store keeps in its directory; the engine,
+// which owns that directory, gives them (Store.Names).
+type StoreNames struct {
+	// Entries are every name a store keeps in its directory, its server's
+	// socket and the stat caches (StatCacheDir) among them: a capture of a
+	// workspace that is the store's directory leaves them out, as it
+	// leaves out the whole store's directory beneath a workspace.
+	Entries map[string]bool
+	// Lock, DB and Blobs are its lock file, database file and blob
+	// directory.
+	Lock, DB, Blobs string
 }
+
+// entry reports whether name is one of the store's entries; a nil n has
+// none.
+func (n *StoreNames) entry(name string) bool { return n != nil && n.Entries[name] }
 
 // isStoreDir reports whether a directory's entries make it an sbxdb
 // store's directory: its lock file, and its database or blob directory
 // (a store of shared metadata keeps no database file). Every Open creates
-// the lock file, so a store ever opened has one.
-func isStoreDir(ents []fs.DirEntry) bool {
+// the lock file, so a store ever opened has one. A nil n knows no store.
+func (n *StoreNames) isStoreDir(ents []fs.DirEntry) bool {
+	if n == nil {
+		return false
+	}
 	var lock, data bool
 	for _, d := range ents {
 		switch d.Name() {
-		case lockFileName:
+		case n.Lock:
 			lock = d.Type().IsRegular()
-		case DBFile:
+		case n.DB:
 			data = data || d.Type().IsRegular()
-		case BlobDir:
+		case n.Blobs:
 			data = data || d.Type().IsDir()
 		}
 	}
