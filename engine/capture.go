@@ -6,6 +6,7 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/capture"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -35,7 +36,7 @@ func IsUnreadableEntry(err error) bool { return capture.IsUnreadableEntry(err) }
 var storeNames = capture.StoreNames{
 	Entries: map[string]bool{
 		DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, capture.StatCacheDir: true,
-		SocketName: true, cleanCloseName: true,
+		SocketName: true, boltcheck.CleanCloseName: true,
 	},
 	Lock: lockFileName, DB: DBFile, Blobs: BlobDir,
 }

@@ -107,7 +107,7 @@ type DB struct {
 	// trust a record of a clean close. opened is the database file's stat
 	// at a writable Open: Close records a clean close only of that file.
 	verified bool
-	opened   dbFileStat
+	opened   boltcheck.FileStat
 	// walk is the background walk of every page a writable Open starts
 	// when it trusted a record instead (cleanclose_walk.go); nil if none.
 	walk *pageWalk
@@ -182,7 +182,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	}
 	if !o.ReadOnly {
 		// Before bbolt opens the file, which may commit.
-		if err := removeCleanClose(dir); err != nil {
+		if err := boltcheck.RemoveCleanClose(dir); err != nil {
 			return nil, err
 		}
 		os.Remove(filepath.Join(dir, probeName)) // left by a Recover that died
@@ -208,7 +208,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	if !o.ReadOnly {
 		st, serr := os.Stat(path)
 		if serr == nil {
-			db.opened, _ = dbStatOf(st)
+			db.opened, _ = boltcheck.StatOf(st)
 		}
 		if !verified {
 			db.startWalk() // before any write: each waits for it
@@ -298,7 +298,7 @@ func (db *DB) Dir() string { return db.dir }
 
 // Close waits for writes in flight, fails queued ones with ErrClosed and
 // closes the file. A writable handle that met no damage and no failed sync
-// then records the clean close (cleanclose.go), so that the next Open need
+// then records the clean close (internal/boltcheck/cleanclose.go), so that the next Open need
 // not walk every page. Calling it twice is harmless.
 func (db *DB) Close() error {
 	db.lifeMu.Lock()
@@ -328,7 +328,7 @@ func (db *DB) Close() error {
 		db.view(func(tx kv.Tx) error { txid = uint64(kv.BoltTx(tx).ID()); return nil }) == nil
 	err := db.bolt.Close()
 	if clean && err == nil && db.writeRefused() == nil {
-		writeCleanClose(db.dir, db.path, db.opened, txid, db.opts.NoSync)
+		boltcheck.WriteCleanClose(db.dir, db.path, db.opened, txid, db.opts.NoSync)
 	}
 	db.lock.release()
 	return err
@@ -367,7 +367,7 @@ func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 
 // tx runs fn in a bbolt transaction, read or write. It is the one place the
 // engine enters bbolt's tree: bbolt trusts the pages it reads, and a page
-// damaged after the last verified Open (cleanclose.go) can make it panic,
+// damaged after the last verified Open (internal/boltcheck/cleanclose.go) can make it panic,
 // or fault on a page past the end of the mapping. Both arrive here as a
 // panic (debug.SetPanicOnFault), after bbolt rolled a write transaction
 // back and released its write lock. The panic becomes an ErrCorrupt naming

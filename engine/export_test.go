@@ -120,7 +120,7 @@ func ProbeHoles(dir string) (bool, string) { return testkit.ProbeHoles(dir) }
 func (db *DB) VerifiedAtOpen() bool { return db.verified }
 
 // CleanCloseName is the file recording a clean close beside sbx.db.
-const CleanCloseName = cleanCloseName
+const CleanCloseName = boltcheck.CleanCloseName
 
 // ForgeCleanClose writes a record of a clean close matching the closed
 // store's database file as it is now, damaged or not: a record Open
@@ -136,12 +136,12 @@ func ForgeCleanClose(dir string) error {
 	if err != nil {
 		return err
 	}
-	st, _ := dbStatOf(fi)
+	st, _ := boltcheck.StatOf(fi)
 	m, err := boltcheck.Quick(f, fi.Size())
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, cleanCloseName), cleanClose{file: st, meta: m}.encode(), 0o644)
+	return os.WriteFile(filepath.Join(dir, boltcheck.CleanCloseName), boltcheck.EncodeCleanClose(st, m), 0o644)
 }
 
 // CloseAsCrashed closes db as a process that died right after its last

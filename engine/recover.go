@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
@@ -261,7 +262,7 @@ func (db *DB) Recover(ctx context.Context) error {
 	}
 	db.bolt, db.detached, db.verified = bdb, nil, verified
 	if st, err := os.Stat(db.path); err == nil {
-		db.opened, _ = dbStatOf(st)
+		db.opened, _ = boltcheck.StatOf(st)
 	}
 	if note != "" {
 		// As Open: the next commit overwrites the damaged meta page, so

@@ -20,7 +20,7 @@ import (
 // verifyPages checks the page structure of an existing database file before
 // bbolt opens it (boltcheck.Verify; its package comment says why and what is
 // checked), and refuses a damaged one with ErrCorrupt. When mayTrust is set
-// and dir's record of a clean close vouches for the file (cleanclose.go),
+// and dir's record of a clean close vouches for the file (internal/boltcheck/cleanclose.go),
 // it checks only what bbolt reads at Open (boltcheck.Quick, part of that
 // vouching), and verified is false.
 //
@@ -45,7 +45,7 @@ func verifyPages(dir, path string, lockTimeout time.Duration, mayTrust bool) (no
 		return "", false, err
 	}
 	defer f.Close()
-	if mayTrust && trustCleanClose(dir, f) {
+	if mayTrust && boltcheck.TrustCleanClose(dir, f) {
 		return "", false, nil
 	}
 	st, err := f.Stat()
