@@ -8,6 +8,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/capture"
+	"github.com/sbxdb/sbxdb/internal/flock"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	"github.com/sbxdb/sbxdb/lease"
@@ -35,10 +36,10 @@ func IsUnreadableEntry(err error) bool { return capture.IsUnreadableEntry(err) }
 // store's directory.
 var storeNames = capture.StoreNames{
 	Entries: map[string]bool{
-		DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, capture.StatCacheDir: true,
+		DBFile: true, DBFile + compactSuffix: true, flock.StoreLockName: true, BlobDir: true, capture.StatCacheDir: true,
 		SocketName: true, boltcheck.CleanCloseName: true,
 	},
-	Lock: lockFileName, DB: DBFile, Blobs: BlobDir,
+	Lock: flock.StoreLockName, DB: DBFile, Blobs: BlobDir,
 }
 
 // captureStore is what a capture needs of db (capture.Store); db is

@@ -58,7 +58,7 @@ func (db *DB) startWalk() {
 				db.markDamaged(w.err)
 			}
 		}()
-		w.err = db.verifyLive(func(int64) error {
+		w.err = db.meta.verifyLive(func(int64) error {
 			if ctx.Err() != nil {
 				return errWalkStopped
 			}

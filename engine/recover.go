@@ -214,7 +214,7 @@ func (db *DB) Recover(ctx context.Context) error {
 		return sbxdb.ErrClosed
 	}
 	p := db.poisoned.Load()
-	if p == nil || db.shared != nil {
+	if p == nil || !db.meta.commitFailurePoisons() {
 		return nil
 	}
 	if d := db.damaged.Load(); d != nil {
@@ -312,7 +312,7 @@ type RecoverOptions struct {
 // what a server runs; an embedded user may run it in a goroutine of its own, or call
 // Recover itself.
 func (db *DB) RecoverLoop(ctx context.Context, opts RecoverOptions) {
-	if db.shared != nil || db.c == nil {
+	if !db.meta.commitFailurePoisons() || db.c == nil {
 		return // never poisoned: shared metadata, or read-only
 	}
 	if opts.MinDelay <= 0 {
