@@ -166,7 +166,7 @@ func TestDocumentPathsExist(t *testing.T) {
 }
 
 // TestCommentPathsExist checks that every repository file a Go comment
-// names (a path such as engine/capture_walk.go or internal/meta/refs.go,
+// names (a path such as internal/capture/walk.go or internal/meta/refs.go,
 // whose first directory is one of the repository's) exists, so comments
 // follow the files they point to when those move.
 func TestCommentPathsExist(t *testing.T) {

@@ -34,9 +34,9 @@ func (db *DB) Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxdb.C
 	if opts.Repair && db.c == nil {
 		return nil, sbxdb.ErrReadOnly
 	}
-	// Every page, whatever this Open trusted (cleanclose.go): a damaged
+	// Every page, whatever this Open trusted (internal/boltcheck/cleanclose.go): a damaged
 	// one fails the check, as it fails an Open that walks them.
-	if err := db.verifyLive(nil); err != nil {
+	if err := db.meta.verifyLive(nil); err != nil {
 		return nil, err
 	}
 	r := &sbxdb.CheckReport{Findings: []sbxdb.Finding{}}

@@ -8,7 +8,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-// A record of a clean close (cleanclose.go) lets a writable Open skip the
+// A record of a clean close (internal/boltcheck/cleanclose.go) lets a writable Open skip the
 // walk of every page, but the record cannot see every change to the file:
 // a write through a shared mapping of it (on tmpfs, for one) moves neither
 // its modification nor its change time, and a failing disk moves nothing.
@@ -58,7 +58,7 @@ func (db *DB) startWalk() {
 				db.markDamaged(w.err)
 			}
 		}()
-		w.err = db.verifyLive(func(int64) error {
+		w.err = db.meta.verifyLive(func(int64) error {
 			if ctx.Err() != nil {
 				return errWalkStopped
 			}

@@ -230,13 +230,10 @@ func (c *committer) update(fn func(tx kv.Tx) error) (err error) {
 			return err
 		}
 		committing = true
-		if c.db.shared != nil {
-			return nil
-		}
-		return c.db.opts.FS.BeforeCommit(c.db.path)
+		return c.db.meta.beforeCommit()
 	})
 	// A shared database's failed commit poisons nothing (shared.go).
-	if err != nil && committing && c.db.shared == nil {
+	if err != nil && committing && c.db.meta.commitFailurePoisons() {
 		c.db.poison(err)
 	}
 	return err

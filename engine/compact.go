@@ -25,7 +25,7 @@ const compactSuffix = ".compact"
 // another holder), copies every bucket, key and sequence into a new file,
 // makes that durable, and renames it over the old one, so a crash at any
 // point leaves either the old file or the new one, whole. It holds the
-// store lock throughout (lockfile.go), so an Open waiting for the store
+// store lock throughout (internal/flock/storelock.go), so an Open waiting for the store
 // opens the new file, never the one renamed away.
 func Compact(ctx context.Context, dir string, opts *Options) (before, after int64, err error) {
 	if opts != nil && opts.ReadOnly {

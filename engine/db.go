@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/flock"
 	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/cas"
@@ -54,15 +55,18 @@ type DB struct {
 	dir  string
 	path string // the database file
 	opts Options
-	bolt *bolt.DB // the metadata in sbx.db; nil when shared is set
-	// shared runs the metadata transactions in a database shared with
-	// other servers (shared.go); nil for the bbolt file.
+	// meta is where the metadata lives, chosen once by Open (backend.go):
+	// the bbolt file sbx.db (bolt.go), or a database shared with other
+	// servers (shared.go). bolt is the file's handle, nil for a database;
+	// shared the database's, nil for the file.
+	meta   backend
+	bolt   *bolt.DB
 	shared sharedMeta
 	c      *committer
 	blobs  *cas.Store
-	// lock is the held store lock (lockfile.go), released by Close after
+	// lock is the held store lock (internal/flock/storelock.go), released by Close after
 	// the database file is closed.
-	lock *storeLock
+	lock *flock.StoreLock
 
 	// gcMu lets one sweep run at a time: a sweep's missing-blob check
 	// relies on no other sweep deleting meanwhile.
@@ -107,7 +111,7 @@ type DB struct {
 	// trust a record of a clean close. opened is the database file's stat
 	// at a writable Open: Close records a clean close only of that file.
 	verified bool
-	opened   dbFileStat
+	opened   boltcheck.FileStat
 	// walk is the background walk of every page a writable Open starts
 	// when it trusted a record instead (cleanclose_walk.go); nil if none.
 	walk *pageWalk
@@ -160,13 +164,13 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	}
 	// The store lock comes before any read of sbx.db: once it is held, no
 	// Compact is between opening its new file and renaming it into place.
-	lock, err := lockStore(dir, o.ReadOnly, o.LockTimeout)
+	lock, err := flock.LockStore(dir, o.ReadOnly, o.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			lock.release()
+			lock.Release()
 		}
 	}()
 	// bbolt reads the file's pages without bounds checks of its own; a
@@ -182,7 +186,7 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	}
 	if !o.ReadOnly {
 		// Before bbolt opens the file, which may commit.
-		if err := removeCleanClose(dir); err != nil {
+		if err := boltcheck.RemoveCleanClose(dir); err != nil {
 			return nil, err
 		}
 		os.Remove(filepath.Join(dir, probeName)) // left by a Recover that died
@@ -205,10 +209,11 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 		return nil, classifyOpenError(dir, path, err)
 	}
 	db = &DB{dir: dir, path: path, opts: o, bolt: bdb, lock: lock, metaNote: metaNote, verified: verified, closedCh: make(chan struct{})}
+	db.meta = boltBackend{db}
 	if !o.ReadOnly {
 		st, serr := os.Stat(path)
 		if serr == nil {
-			db.opened, _ = dbStatOf(st)
+			db.opened, _ = boltcheck.StatOf(st)
 		}
 		if !verified {
 			db.startWalk() // before any write: each waits for it
@@ -298,7 +303,7 @@ func (db *DB) Dir() string { return db.dir }
 
 // Close waits for writes in flight, fails queued ones with ErrClosed and
 // closes the file. A writable handle that met no damage and no failed sync
-// then records the clean close (cleanclose.go), so that the next Open need
+// then records the clean close (internal/boltcheck/cleanclose.go), so that the next Open need
 // not walk every page. Calling it twice is harmless.
 func (db *DB) Close() error {
 	db.lifeMu.Lock()
@@ -313,53 +318,9 @@ func (db *DB) Close() error {
 	if db.blobs != nil {
 		db.blobs.Close()
 	}
-	if db.shared != nil {
-		db.shared.Close()
-		db.lock.release()
-		return nil
-	}
-	db.stopWalk()
-	if db.detached != nil {
-		db.lock.release() // a recovery failed after closing the file
-		return nil
-	}
-	var txid uint64
-	clean := db.c != nil && !db.crashed && db.writeRefused() == nil && db.closeFreelist() == nil &&
-		db.view(func(tx kv.Tx) error { txid = uint64(kv.BoltTx(tx).ID()); return nil }) == nil
-	err := db.bolt.Close()
-	if clean && err == nil && db.writeRefused() == nil {
-		writeCleanClose(db.dir, db.path, db.opened, txid, db.opts.NoSync)
-	}
-	db.lock.release()
+	err := db.meta.close()
+	db.lock.Release()
 	return err
-}
-
-// closeFreelist commits once more, writing bbolt's freelist to a page of
-// its own that the meta page names, so that the next writable Open reads
-// it instead of walking every page; nothing else changes. It is a no-op
-// when the newest meta page names one already (no commit since an Open
-// that read it).
-func (db *DB) closeFreelist() error {
-	var synced bool
-	if err := db.view(func(tx kv.Tx) error {
-		f, err := os.Open(db.path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		m, ok, err := boltcheck.MetaOf(f, fi.Size(), uint64(kv.BoltTx(tx).ID()))
-		synced = err == nil && ok && m.Freelist != boltcheck.NoFreelist
-		return nil
-	}); err != nil || synced {
-		return err
-	}
-	db.bolt.NoFreelistSync = false
-	defer func() { db.bolt.NoFreelistSync = true }()
-	return db.tx(true, func(kv.Tx) error { return nil })
 }
 
 // view runs fn in a read transaction (db.tx).
@@ -367,7 +328,7 @@ func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 
 // tx runs fn in a bbolt transaction, read or write. It is the one place the
 // engine enters bbolt's tree: bbolt trusts the pages it reads, and a page
-// damaged after the last verified Open (cleanclose.go) can make it panic,
+// damaged after the last verified Open (internal/boltcheck/cleanclose.go) can make it panic,
 // or fault on a page past the end of the mapping. Both arrive here as a
 // panic (debug.SetPanicOnFault), after bbolt rolled a write transaction
 // back and released its write lock. The panic becomes an ErrCorrupt naming
@@ -376,60 +337,7 @@ func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 // records no clean close, so the next Open walks every page and refuses
 // the file.
 func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
-	if db.shared != nil {
-		// internal/meta panics on a missing bucket: damage, as on the
-		// file; the next transaction reads the database afresh, so the
-		// handle is not marked damaged.
-		defer recoverCorrupt(&err, db.path)
-		if !writable {
-			return db.shared.View(context.Background(), fn)
-		}
-		if err := db.writeRefused(); err != nil {
-			return err
-		}
-		return db.shared.Update(context.Background(), fn)
-	}
-	db.txg.enter()
-	defer db.txg.exit()
-	if db.detached != nil {
-		// A recovery closed the file and could not open it again.
-		if p := db.poisoned.Load(); p != nil {
-			return fmt.Errorf("%w: %w", p, db.detached)
-		}
-		return db.detached
-	}
-	if writable {
-		if err := db.writeRefused(); err != nil {
-			return err // damaged or poisoned: nothing more is built on this tree
-		}
-	}
-	return db.txLocked(writable, fn)
-}
-
-// txLocked is db.tx on the database file, once txg counts the transaction
-// (or Recover holds it drained) and the write gate has been asked.
-func (db *DB) txLocked(writable bool, fn func(tx kv.Tx) error) (err error) {
-	defer db.recoverDamage(&err)
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	if !writable {
-		return db.bolt.View(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
-	}
-	if err := db.awaitWalk(); err != nil {
-		return err // no tree is built on pages not walked (cleanclose_walk.go)
-	}
-	// Not bbolt's Update: on a panic, its rollback rebuilds the freelist
-	// by walking every page in a goroutine of bbolt's own (NoFreelistSync),
-	// where a damaged page would kill the process. Rollback undoes this
-	// transaction's allocations alone; no write follows a panic anyway.
-	tx, err := db.bolt.Begin(true)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() // after a Commit, which ends tx either way: a no-op
-	if err := fn(kv.Bolt(tx)); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return db.meta.tx(writable, fn)
 }
 
 // recoverDamage is db.tx's recovery: see there.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/sbxdb/sbxdb/internal/kv"
+	"github.com/sbxdb/sbxdb/internal/restore"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/boltcheck"
@@ -97,7 +99,7 @@ func (db *DB) DamageChunks() error {
 
 // StagingName is the name a restore by process id gives its staging
 // directory, without the random part MkdirTemp adds.
-func StagingName(id proc.Identity) string { return stagingName(id) }
+func StagingName(id proc.Identity) string { return restore.StagingName(id) }
 
 // SetHoldCount forces the hold count of a blob key; 0 removes it.
 func (db *DB) SetHoldCount(key string, n int64) error {
@@ -111,14 +113,14 @@ func (db *DB) SetHoldCount(key string, n int64) error {
 }
 
 // ProbeHoles reports whether files in dir can have holes, and if not, why.
-func ProbeHoles(dir string) (bool, string) { return probeHoles(dir) }
+func ProbeHoles(dir string) (bool, string) { return testkit.ProbeHoles(dir) }
 
 // VerifiedAtOpen reports whether Open walked every page of the database
 // rather than trust a record of a clean close.
 func (db *DB) VerifiedAtOpen() bool { return db.verified }
 
 // CleanCloseName is the file recording a clean close beside sbx.db.
-const CleanCloseName = cleanCloseName
+const CleanCloseName = boltcheck.CleanCloseName
 
 // ForgeCleanClose writes a record of a clean close matching the closed
 // store's database file as it is now, damaged or not: a record Open
@@ -134,12 +136,12 @@ func ForgeCleanClose(dir string) error {
 	if err != nil {
 		return err
 	}
-	st, _ := dbStatOf(fi)
+	st, _ := boltcheck.StatOf(fi)
 	m, err := boltcheck.Quick(f, fi.Size())
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, cleanCloseName), cleanClose{file: st, meta: m}.encode(), 0o644)
+	return os.WriteFile(filepath.Join(dir, boltcheck.CleanCloseName), boltcheck.EncodeCleanClose(st, m), 0o644)
 }
 
 // CloseAsCrashed closes db as a process that died right after its last

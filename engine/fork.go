@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+
 	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+
 	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/internal/meta"

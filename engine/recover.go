@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/internal/boltcheck"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
@@ -213,7 +214,7 @@ func (db *DB) Recover(ctx context.Context) error {
 		return sbxdb.ErrClosed
 	}
 	p := db.poisoned.Load()
-	if p == nil || db.shared != nil {
+	if p == nil || !db.meta.commitFailurePoisons() {
 		return nil
 	}
 	if d := db.damaged.Load(); d != nil {
@@ -261,7 +262,7 @@ func (db *DB) Recover(ctx context.Context) error {
 	}
 	db.bolt, db.detached, db.verified = bdb, nil, verified
 	if st, err := os.Stat(db.path); err == nil {
-		db.opened, _ = dbStatOf(st)
+		db.opened, _ = boltcheck.StatOf(st)
 	}
 	if note != "" {
 		// As Open: the next commit overwrites the damaged meta page, so
@@ -311,7 +312,7 @@ type RecoverOptions struct {
 // what a server runs; an embedded user may run it in a goroutine of its own, or call
 // Recover itself.
 func (db *DB) RecoverLoop(ctx context.Context, opts RecoverOptions) {
-	if db.shared != nil || db.c == nil {
+	if !db.meta.commitFailurePoisons() || db.c == nil {
 		return // never poisoned: shared metadata, or read-only
 	}
 	if opts.MinDelay <= 0 {

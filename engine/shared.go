@@ -12,6 +12,7 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/internal/flock"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 	"github.com/sbxdb/sbxdb/internal/meta"
@@ -183,13 +184,13 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	} else if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("%w at %s", sbxdb.ErrNoStore, dir)
 	}
-	lock, err := lockStore(dir, o.ReadOnly, o.LockTimeout)
+	lock, err := flock.LockStore(dir, o.ReadOnly, o.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			lock.release()
+			lock.Release()
 		}
 	}()
 	ctx := context.Background()
@@ -208,6 +209,7 @@ func openShared(dir string, o Options) (db *DB, err error) {
 		remote, shared = st, withBlobs{pg, st}
 	}
 	db = &DB{dir: dir, path: redactURL(o.Metadata), opts: o, shared: shared, lock: lock, verified: true}
+	db.meta = sharedBackend{db}
 	err = db.view(func(tx kv.Tx) error { return initLayout(tx, nil) })
 	switch {
 	case errors.Is(err, errNoLayout) && o.ReadOnly:

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
@@ -37,20 +35,7 @@ func (db *DB) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
 	}
 	s.Blobs, s.BlobLogicalBytes, s.BlobPhysicalBytes = u.Blobs, u.RawBytes, u.PackBytes+u.LargeBytes
 	s.Packs, s.BlobDeadBytes = u.Packs, u.DeadBytes
-	if db.shared != nil {
-		s.Metadata = db.path // no file: the database server keeps the metadata
-		return s, nil
-	}
-	st, err := os.Stat(filepath.Join(db.dir, DBFile))
-	if err != nil {
-		return nil, err
-	}
-	s.DBFileBytes = st.Size()
-	if err := db.view(func(tx kv.Tx) error {
-		bs := db.bolt.Stats()
-		s.PageSize, s.FreePages = db.bolt.Info().PageSize, bs.FreePageN+bs.PendingPageN
-		return nil
-	}); err != nil {
+	if err := db.meta.fileStats(s); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -1,5 +1,6 @@
 // Package workspace holds the pure rules a capture applies to a workspace
-// tree: the file policy (SPEC §6.4) and secret zeroing (§6.3).
+// tree: the file policy (SPEC §6.4), secret zeroing (§6.3) and where a
+// symlink may point (§10 Q5, which a restore applies to a manifest too).
 //
 // Nothing here touches a file system. Paths are slash-separated, relative to
 // the workspace root and have no leading slash ("src/main.go"); the root

@@ -38,6 +38,11 @@
 //
 // boltcheck reads the file only: taking bbolt's lock, so that no writer
 // changes the file during the walk, is the caller's part.
+//
+// The record of a clean close (cleanclose.go), a file beside the database
+// naming its stat and newest meta page, lets an Open check with Quick
+// alone and defer the walk: TrustCleanClose, WriteCleanClose,
+// RemoveCleanClose.
 package boltcheck
 
 import (

@@ -1,6 +1,6 @@
 // Package fstree reads a directory tree into a value that can be compared:
 // what the tests and the benchmark check a restored or regenerated tree
-// against. It is for checking, not for the capture path (engine/capture_walk.go).
+// against. It is for checking, not for the capture path (internal/capture/walk.go).
 package fstree
 
 import (

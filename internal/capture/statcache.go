@@ -1,4 +1,4 @@
-package engine
+package capture
 
 import (
 	"crypto/rand"
@@ -80,15 +80,17 @@ type statCache struct {
 	entries  []statEntry
 }
 
-// statCacheDir is the directory, in the store's, of the stat caches.
-const statCacheDir = "cache"
+// StatCacheDir is the directory, in the store's, of the stat caches.
+const StatCacheDir = "cache"
 
-func statCachePath(storeDir, threadID, root string) string {
+// StatCachePath is the stat cache of the captures of threadID from the
+// workspace at root (absolute) into the store in storeDir.
+func StatCachePath(storeDir, threadID, root string) string {
 	h := sha256.New()
 	h.Write([]byte(threadID))
 	h.Write([]byte{0})
 	h.Write([]byte(root))
-	return filepath.Join(storeDir, statCacheDir, "stat-"+hex.EncodeToString(h.Sum(nil)[:16]))
+	return filepath.Join(storeDir, StatCacheDir, "stat-"+hex.EncodeToString(h.Sum(nil)[:16]))
 }
 
 // encodeStatCache returns the cache a capture leaves, encoded: every file

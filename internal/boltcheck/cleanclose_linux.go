@@ -1,17 +1,17 @@
-package engine
+package boltcheck
 
 import (
 	"os"
 	"syscall"
 )
 
-// dbStatOf returns what a record of a clean close compares of fi.
-func dbStatOf(fi os.FileInfo) (dbFileStat, bool) {
+// StatOf returns what a record of a clean close compares of fi.
+func StatOf(fi os.FileInfo) (FileStat, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return dbFileStat{}, false
+		return FileStat{}, false
 	}
-	return dbFileStat{
+	return FileStat{
 		dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
 		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(),
 	}, true

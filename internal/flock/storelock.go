@@ -1,4 +1,4 @@
-package engine
+package flock
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	"github.com/sbxdb/sbxdb/internal/proc"
 )
 
-// lockFile is the store's lock: <dir>/sbx.lock, created once and never
+// StoreLockName is the store's lock: <dir>/sbx.lock, created once and never
 // renamed, replaced or removed. Every Open takes it (exclusive for a
 // writable handle, shared for a read-only one) before it reads sbx.db, and
 // holds it until Close.
@@ -27,21 +27,21 @@ import (
 // While a writable handle holds it, the file holds that process's identity
 // (proc.Identity as JSON), so a process kept out can name it; Close empties
 // it. Read-only holders share the lock and write nothing.
-const lockFileName = "sbx.lock"
+const StoreLockName = "sbx.lock"
 
-// storeLock is a held lock on a store's lock file; nil where the file
+// StoreLock is a held lock on a store's lock file; nil where the file
 // could not be made (a read-only open on a read-only file system), and
 // then bbolt's own lock is the only one.
-type storeLock struct {
+type StoreLock struct {
 	f      *os.File
 	writer bool // the file names this process while it holds the lock
 }
 
-// lockStore takes dir's lock file, waiting up to timeout for another
+// LockStore takes dir's lock file, waiting up to timeout for another
 // holder, and fails with ErrLocked naming the holder once it has waited
 // that long.
-func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, error) {
-	path := filepath.Join(dir, lockFileName)
+func LockStore(dir string, readOnly bool, timeout time.Duration) (*StoreLock, error) {
+	path := filepath.Join(dir, StoreLockName)
 	flag := os.O_RDWR | os.O_CREATE
 	if readOnly {
 		flag = os.O_RDONLY | os.O_CREATE
@@ -59,13 +59,13 @@ func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, er
 	}
 	deadline := time.Now().Add(timeout)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := tryLock(f, !readOnly)
+		ok, err := TryLock(f, !readOnly)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("sbxdb: locking %s: %w", path, err)
 		}
 		if ok {
-			l := &storeLock{f: f, writer: !readOnly}
+			l := &StoreLock{f: f, writer: !readOnly}
 			if l.writer {
 				// Best effort: the name only serves the message of a
 				// process kept out.
@@ -78,14 +78,14 @@ func lockStore(dir string, readOnly bool, timeout time.Duration) (*storeLock, er
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("%w: %s is held by %s", sbxdb.ErrLocked, dir, holder(dir))
+			return nil, fmt.Errorf("%w: %s is held by %s", sbxdb.ErrLocked, dir, Holder(dir))
 		}
 		time.Sleep(wait)
 	}
 }
 
-// release lets the next holder in. Closing the descriptor drops the lock.
-func (l *storeLock) release() {
+// Release lets the next holder in. Closing the descriptor drops the lock.
+func (l *StoreLock) Release() {
 	if l != nil && l.f != nil {
 		if l.writer {
 			l.f.Truncate(0)
@@ -95,11 +95,11 @@ func (l *storeLock) release() {
 	}
 }
 
-// holder names the process holding dir's lock, as well as it can be known:
+// Holder names the process holding dir's lock, as well as it can be known:
 // a writer names itself in the lock file; an empty file, or one naming a
 // process that is gone, is held by readers.
-func holder(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, lockFileName))
+func Holder(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, StoreLockName))
 	var id proc.Identity
 	if err != nil || json.Unmarshal(b, &id) != nil || id.IsZero() {
 		return "another process, reading it"

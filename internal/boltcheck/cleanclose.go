@@ -1,4 +1,4 @@
-package engine
+package boltcheck
 
 import (
 	"bytes"
@@ -9,12 +9,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/sbxdb/sbxdb/internal/boltcheck"
 )
 
 // A clean close is recorded in a file beside the database, so that the
-// next Open need not walk every page (verifyPages) before it returns. The record
+// next Open need not walk every page (Verify) before it returns. The record
 // names the database file as a writable handle's Close left it: its
 // identity and times as stat reports them (device, inode, size,
 // modification and change times in nanoseconds) and the meta page bbolt
@@ -24,7 +22,7 @@ import (
 // Open trusts the record only while all of it still holds: the record
 // checks out, the file's stat matches field for field, both meta pages are
 // valid and the newer one is the recorded one, and the freelist page the
-// meta names is well formed (boltcheck.Quick). A write(2) to the file
+// meta names is well formed (Quick). A write(2) to the file
 // after the close moves its change time, a copy or a compaction makes
 // another inode, and any commit by any bbolt moves the meta page.
 // Otherwise Open verifies every page, as after a crash.
@@ -33,7 +31,7 @@ import (
 // shared mapping of the file moves no time on some file systems (tmpfs),
 // and a disk's own damage moves nothing. So trusting it defers the walk
 // rather than skipping it: a writable Open starts it in the background,
-// and no write transaction begins before it ends (cleanclose_walk.go). A
+// and no write transaction begins before it ends (engine/cleanclose_walk.go). A
 // read-only Open, which never writes, does not walk.
 //
 // Invariants that make the record mean "this file is as a verified
@@ -44,20 +42,20 @@ import (
 //     a record that survives a crash still names the meta page of its
 //     close, which the first commit after it replaced;
 //   - Close writes one only for a writable handle whose session began with
-//     a verified file or a trusted record, saw no damaged page (db.tx),
+//     a verified file or a trusted record, saw no damaged page (the engine's DB.tx),
 //     was not poisoned, and still has the file it opened at the path (a
 //     Compact renames another over it); after its last commit, which
-//     writes bbolt's freelist (closeFreelist), so that the meta page it
+//     writes bbolt's freelist (the engine's closeFreelist), so that the meta page it
 //     records names one. It makes the file durable first;
 //   - a read-only handle neither removes nor writes one.
-const cleanCloseName = "sbx.clean"
+const CleanCloseName = "sbx.clean"
 
 // cleanCloseVersion opens every record; a record of another version is not
 // trusted.
 const cleanCloseVersion = "sbxdb clean close 1"
 
-// dbFileStat is what a record remembers of the database file's stat.
-type dbFileStat struct {
+// FileStat is what a record remembers of the database file's stat.
+type FileStat struct {
 	dev, ino     uint64
 	size         int64
 	mtime, ctime int64 // nanoseconds since the epoch
@@ -65,8 +63,14 @@ type dbFileStat struct {
 
 // cleanClose is a record's content.
 type cleanClose struct {
-	file dbFileStat
-	meta boltcheck.Meta
+	file FileStat
+	meta Meta
+}
+
+// EncodeCleanClose returns the record of a clean close of the database
+// file whose stat is file and whose newest meta page is m.
+func EncodeCleanClose(file FileStat, m Meta) []byte {
+	return cleanClose{file: file, meta: m}.encode()
 }
 
 // encode returns the record's bytes: one line of fields and one line with
@@ -94,10 +98,10 @@ func decodeCleanClose(b []byte) (cleanClose, bool) {
 	return c, true
 }
 
-// trustCleanClose reports whether dir's record of a clean close vouches
-// for the open database file f: see cleanCloseName.
-func trustCleanClose(dir string, f *os.File) bool {
-	b, err := readSmall(filepath.Join(dir, cleanCloseName), 1024)
+// TrustCleanClose reports whether dir's record of a clean close vouches
+// for the open database file f: see CleanCloseName.
+func TrustCleanClose(dir string, f *os.File) bool {
+	b, err := readSmall(filepath.Join(dir, CleanCloseName), 1024)
 	if err != nil {
 		return false
 	}
@@ -109,12 +113,12 @@ func trustCleanClose(dir string, f *os.File) bool {
 	if err != nil {
 		return false
 	}
-	st, ok := dbStatOf(fi)
+	st, ok := StatOf(fi)
 	if !ok || st != rec.file {
 		return false
 	}
-	m, err := boltcheck.Quick(f, fi.Size())
-	return err == nil && m == rec.meta && m.Freelist != boltcheck.NoFreelist
+	m, err := Quick(f, fi.Size())
+	return err == nil && m == rec.meta && m.Freelist != NoFreelist
 }
 
 // readSmall reads a file of at most limit bytes; a longer one is an error.
@@ -135,21 +139,21 @@ func readSmall(name string, limit int64) ([]byte, error) {
 	return b[:n], nil
 }
 
-// removeCleanClose removes dir's record of a clean close, if any.
-func removeCleanClose(dir string) error {
-	err := os.Remove(filepath.Join(dir, cleanCloseName))
+// RemoveCleanClose removes dir's record of a clean close, if any.
+func RemoveCleanClose(dir string) error {
+	err := os.Remove(filepath.Join(dir, CleanCloseName))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("sbxdb: removing the record of a clean close: %w", err)
 	}
 	return nil
 }
 
-// writeCleanClose records a clean close of the database file at path,
+// WriteCleanClose records a clean close of the database file at path,
 // which bbolt has closed: only if it is still the file opened (opened) and
 // its newest meta page is the transaction the handle last saw (txid). sync
 // makes the file durable first (a store opened with NoSync). Failing to
 // write the record is not an error of Close: the next Open verifies.
-func writeCleanClose(dir, path string, opened dbFileStat, txid uint64, sync bool) {
+func WriteCleanClose(dir, path string, opened FileStat, txid uint64, sync bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return
@@ -162,15 +166,15 @@ func writeCleanClose(dir, path string, opened dbFileStat, txid uint64, sync bool
 	if err != nil {
 		return
 	}
-	st, ok := dbStatOf(fi)
+	st, ok := StatOf(fi)
 	if !ok || st.dev != opened.dev || st.ino != opened.ino {
 		return
 	}
-	m, err := boltcheck.Quick(f, fi.Size())
-	if err != nil || m.TxID != txid || m.Freelist == boltcheck.NoFreelist {
+	m, err := Quick(f, fi.Size())
+	if err != nil || m.TxID != txid || m.Freelist == NoFreelist {
 		return
 	}
-	name := filepath.Join(dir, cleanCloseName)
+	name := filepath.Join(dir, CleanCloseName)
 	tmp := name + ".tmp"
 	if os.WriteFile(tmp, cleanClose{file: st, meta: m}.encode(), 0o644) != nil || os.Rename(tmp, name) != nil {
 		os.Remove(tmp)

@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sbxdb/sbxdb/internal/progress"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
@@ -159,7 +160,7 @@ func (w *sparseWriter) writeZeros(n int64) error {
 // through a sparseWriter, reading only its data (dataSpan): the holes of
 // src become holes of f. It stops between two pieces of at most copyChunk
 // bytes once ctx ends, and counts each piece and each hole in fb.
-func copySparse(ctx context.Context, src *os.File, f vfs.File, size int64, fb *fileBytes) error {
+func copySparse(ctx context.Context, src *os.File, f vfs.File, size int64, fb *progress.File) error {
 	w := newSparseWriter(f)
 	buf := make([]byte, 256<<10)
 	for pos := int64(0); pos < size; {
@@ -167,14 +168,14 @@ func copySparse(ctx context.Context, src *os.File, f vfs.File, size int64, fb *f
 		if err := w.zeros(data - pos); err != nil {
 			return err
 		}
-		fb.add(data - pos)
+		fb.Add(data - pos)
 		for pos = data; pos < hole; {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			n, err := io.CopyBuffer(w, io.NewSectionReader(src, pos, min(copyChunk, hole-pos)), buf)
 			pos += n
-			fb.add(n)
+			fb.Add(n)
 			if err != nil {
 				return err
 			}

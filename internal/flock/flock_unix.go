@@ -1,6 +1,6 @@
 //go:build unix
 
-package engine
+package flock
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tryLock takes an flock on f without waiting: exclusive or shared. It
+// TryLock takes an flock on f without waiting: exclusive or shared. It
 // reports false when another holder's lock is in the way.
-func tryLock(f *os.File, exclusive bool) (bool, error) {
+func TryLock(f *os.File, exclusive bool) (bool, error) {
 	how := unix.LOCK_SH
 	if exclusive {
 		how = unix.LOCK_EX

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package engine
+package restore
 
 import "os"
 

@@ -1,4 +1,4 @@
-package engine
+package capture_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/engine"
+	icapture "github.com/sbxdb/sbxdb/internal/capture"
 	"github.com/sbxdb/sbxdb/workspace"
 )
 
@@ -24,7 +26,7 @@ import (
 func TestCaptureRehash(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := Open(filepath.Join(dir, "store"), &Options{NoSync: true})
+	db, err := engine.Open(filepath.Join(dir, "store"), &engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,23 +79,15 @@ func TestCaptureRehash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := lstatAt(sub, "f07")
+	cachePath := icapture.StatCachePath(db.Dir(), "t", root)
+	forged, err := icapture.ForgeCachedStat(cachePath, workspace.NewRedactor(nil).Fingerprint(), edited, sub, "f07")
 	sub.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cachePath := statCachePath(db.dir, "t", root)
-	cache := loadStatCache(cachePath, workspace.NewRedactor(nil).Fingerprint())
-	forged := false
-	for i := range cache.entries {
-		if cache.entries[i].path == edited {
-			cache.entries[i].st, forged = st, true
-		}
-	}
 	if !forged {
 		t.Fatalf("%s not in the stat cache", edited)
 	}
-	cache.save(cachePath)
 
 	want := cas.Files.Key(sha256.Sum256(content))
 	// Without Rehash the cache is trusted: the limit capture_statcache.go states.

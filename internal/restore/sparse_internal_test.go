@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"bytes"
@@ -8,41 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/vfs"
 )
-
-// probeHoles reports whether files in dir can have holes, and if not, why:
-// a file with 1 MiB skipped between two written blocks must report a hole
-// (SEEK_HOLE) and take less disk than its size.
-func probeHoles(dir string) (bool, string) {
-	f, err := os.CreateTemp(dir, "probe")
-	if err != nil {
-		return false, err.Error()
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	block := bytes.Repeat([]byte{1}, sparseBlock)
-	if _, err := f.Write(block); err != nil {
-		return false, err.Error()
-	}
-	if _, err := f.WriteAt(block, 1<<20); err != nil {
-		return false, err.Error()
-	}
-	if !hasHole(f, 1<<20+sparseBlock) {
-		return false, "SEEK_HOLE finds no hole in a file written with one"
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return false, err.Error()
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || sys.Blocks*512 >= 1<<20 {
-		return false, "a file with a 1 MiB hole takes 1 MiB of disk"
-	}
-	return true, ""
-}
 
 // dataMap returns the data ranges of the file at p as SEEK_DATA and
 // SEEK_HOLE report them.
@@ -110,7 +80,7 @@ func wantDataMap(b []byte) [][2]int64 {
 // least 64 KiB of whole 4 KiB blocks, a trailing one included.
 func TestSparseWriter(t *testing.T) {
 	dir := t.TempDir()
-	holes, why := probeHoles(dir)
+	holes, why := testkit.ProbeHoles(dir)
 	if !holes {
 		t.Logf("the holes are not checked: %s (%s)", why, dir)
 	}

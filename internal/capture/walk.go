@@ -1,4 +1,4 @@
-package engine
+package capture
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -49,6 +48,7 @@ type walkInput struct {
 	// skip is the absolute path of a directory not to walk (the store's
 	// own, when it lies inside the workspace).
 	skip        string
+	names       *StoreNames // the names a store keeps in its directory; nil for none
 	pol         *workspace.Policy
 	allowEscape bool
 	// skipUnsupported leaves out, with a warning in changes, what would
@@ -59,7 +59,7 @@ type walkInput struct {
 	// are walked, where a strict log makes that an error, and the entries
 	// skipped as unsupported.
 	changes *changeLog
-	// point runs a test hook by name (DB.point); nil runs none.
+	// point runs a test hook by name (Store.Point); nil runs none.
 	point func(name string) error
 }
 
@@ -106,9 +106,9 @@ func walkTree(ctx context.Context, in *walkInput) (tree []*walked, excluded map[
 }
 
 // dropEscapingLinks refuses the tree if a symlink in it leaves the root
-// (checkLinks) or, when unsupported entries are skipped, leaves out each
+// (workspace.CheckLinks) or, when unsupported entries are skipped, leaves out each
 // such symlink with a warning. The check repeats on the symlinks that
-// remain until none leaves, so what is recorded always passes checkLinks.
+// remain until none leaves, so what is recorded always passes workspace.CheckLinks.
 func (w *walker) dropEscapingLinks(tree []*walked) ([]*walked, error) {
 	links := map[string]string{}
 	for i := range tree {
@@ -117,13 +117,13 @@ func (w *walker) dropEscapingLinks(tree []*walked) ([]*walked, error) {
 		}
 	}
 	if !w.in.skipUnsupported || len(links) == 0 {
-		return tree, checkLinks(links)
+		return tree, workspace.CheckLinks(links)
 	}
 	dropped := map[string]bool{}
 	for {
 		var leaving []string
 		for _, p := range slices.Sorted(maps.Keys(links)) {
-			if linkLeaves(links, p) {
+			if workspace.LinkLeaves(links, p) {
 				leaving = append(leaving, p)
 			}
 		}
@@ -344,7 +344,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		}
 		excluded[rule]++
 	}
-	if rel != "" && isStoreDir(ents) {
+	if rel != "" && w.in.names.isStoreDir(ents) {
 		// Another store beneath the workspace, whatever the policy: its
 		// files are another store's state, never a workspace's. The
 		// directory counts once, as an excluded directory does.
@@ -353,7 +353,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		w.countExcluded(excluded)
 		return nil, nil, nil
 	}
-	otherStore := rel == "" && isStoreDir(ents)
+	otherStore := rel == "" && w.in.names.isStoreDir(ents)
 	if others := len(ents) - countDirs(ents); others > 0 {
 		found = make([]walked, 0, others)
 	}
@@ -379,7 +379,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 		if kind == chain.KindDir && filepath.Join(abs, name) == w.in.skip {
 			continue // the store's own directory
 		}
-		if (abs == w.in.skip || otherStore) && storeEntries[name] {
+		if (abs == w.in.skip || otherStore) && w.in.names.entry(name) {
 			continue // a store's own entry: the workspace is a store's directory
 		}
 		if !w.in.pol.Wants(p, kind) {
@@ -433,7 +433,7 @@ func (w *walker) read(n *dirNode) (found []walked, subdirs []string, err error) 
 				}
 				continue
 			}
-			if err := checkLinkTarget(p, target); err != nil {
+			if err := workspace.CheckLinkTarget(p, target); err != nil {
 				if err := w.unsupported(p, "a symlink whose target is empty, holds NUL or is not valid UTF-8", err); err != nil {
 					return nil, nil, err
 				}
@@ -498,28 +498,39 @@ func unreadableEntry(format, path string, err error) error {
 	return chain.Errorf(chain.ErrInvalidWorkspace, format, path, errReason(err))
 }
 
-// storeEntries are the names a store keeps in its directory, its server's
-// socket among them: a capture of
-// a workspace that is the store's directory leaves them out, as it leaves
-// out the whole store's directory beneath a workspace.
-var storeEntries = map[string]bool{
-	DBFile: true, DBFile + compactSuffix: true, lockFileName: true, BlobDir: true, statCacheDir: true,
-	SocketName: true, cleanCloseName: true,
+// StoreNames are the names a store keeps in its directory; the engine,
+// which owns that directory, gives them (Store.Names).
+type StoreNames struct {
+	// Entries are every name a store keeps in its directory, its server's
+	// socket and the stat caches (StatCacheDir) among them: a capture of a
+	// workspace that is the store's directory leaves them out, as it
+	// leaves out the whole store's directory beneath a workspace.
+	Entries map[string]bool
+	// Lock, DB and Blobs are its lock file, database file and blob
+	// directory.
+	Lock, DB, Blobs string
 }
+
+// entry reports whether name is one of the store's entries; a nil n has
+// none.
+func (n *StoreNames) entry(name string) bool { return n != nil && n.Entries[name] }
 
 // isStoreDir reports whether a directory's entries make it an sbxdb
 // store's directory: its lock file, and its database or blob directory
 // (a store of shared metadata keeps no database file). Every Open creates
-// the lock file, so a store ever opened has one.
-func isStoreDir(ents []fs.DirEntry) bool {
+// the lock file, so a store ever opened has one. A nil n knows no store.
+func (n *StoreNames) isStoreDir(ents []fs.DirEntry) bool {
+	if n == nil {
+		return false
+	}
 	var lock, data bool
 	for _, d := range ents {
 		switch d.Name() {
-		case lockFileName:
+		case n.Lock:
 			lock = d.Type().IsRegular()
-		case DBFile:
+		case n.DB:
 			data = data || d.Type().IsRegular()
-		case BlobDir:
+		case n.Blobs:
 			data = data || d.Type().IsDir()
 		}
 	}
@@ -584,80 +595,4 @@ func checkName(p, name string) (why string, err error) {
 		}
 	}
 	return "", nil
-}
-
-// checkLinkTarget applies the form rules of SPEC §10 Q5 to a symlink
-// target: non-empty, UTF-8, no NUL. Where it may point is checkLinks' job.
-func checkLinkTarget(linkPath, target string) error {
-	if target == "" || strings.IndexByte(target, 0) >= 0 || !utf8.ValidString(target) {
-		return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q has an empty or invalid target", linkPath)
-	}
-	return nil
-}
-
-// checkLinks refuses a symlink whose target is absolute or leaves the root
-// (SPEC §10 Q5), by itself or when followed through the tree's other
-// symlinks: with a -> "." and b -> "a/..", each looks inside on its own,
-// yet b is the root's parent. links maps each symlink's path to its target;
-// each has passed checkLinkTarget.
-func checkLinks(links map[string]string) error {
-	for _, p := range slices.Sorted(maps.Keys(links)) {
-		if linkLeaves(links, p) {
-			return chain.Errorf(chain.ErrUnsupportedEntry, "symlink %q -> %q points outside the workspace", p, links[p])
-		}
-	}
-	return nil
-}
-
-// linkLeaves reports whether the symlink at link leaves the root or
-// reaches an absolute target: lexically, by its own target (SPEC §10 Q5),
-// or followed as the kernel follows it through the other symlinks of links
-// (at most 40 hops, its limit). A loop the kernel meets points nowhere
-// (ELOOP), but only after the lexical rule: a -> "a/../.." is a loop to the
-// kernel and the root's parent on paper, so it leaves.
-func linkLeaves(links map[string]string, link string) bool {
-	if isAbsTarget(links[link]) {
-		return true
-	}
-	if r := path.Join(path.Dir(link), links[link]); r == ".." || strings.HasPrefix(r, "../") {
-		return true
-	}
-	comps := append(strings.Split(path.Dir(link), "/"), strings.Split(links[link], "/")...)
-	var cur []string
-	for hops, i := 0, 0; i < len(comps); i++ {
-		switch c := comps[i]; c {
-		case "", ".":
-			continue
-		case "..":
-			if len(cur) == 0 {
-				return true
-			}
-			cur = cur[:len(cur)-1]
-			continue
-		default:
-			cur = append(cur, c)
-		}
-		next, ok := links[strings.Join(cur, "/")]
-		if !ok {
-			continue
-		}
-		if hops++; hops > 40 {
-			return false
-		}
-		if isAbsTarget(next) {
-			return true
-		}
-		// Replace the link by its target, relative to the link's
-		// directory, and walk again from the root.
-		rest := comps[i+1:]
-		comps = append(append(slices.Clone(cur[:len(cur)-1]), strings.Split(next, "/")...), rest...)
-		cur, i = nil, -1
-	}
-	return false
-}
-
-// isAbsTarget reports whether a symlink target is absolute, in POSIX form
-// or Windows' (a leading backslash).
-func isAbsTarget(target string) bool {
-	return path.IsAbs(target) || strings.HasPrefix(target, "\\")
 }
