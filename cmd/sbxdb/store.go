@@ -82,7 +82,7 @@ var (
 type localStore struct{ *engine.DB }
 
 func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
-	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
+	pol, err := workspace.GlobPolicy(in.NoDefaultExcludes, in.Excludes, in.Includes)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbx
 }
 
 func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error) {
-	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
+	pol, err := workspace.GlobPolicy(in.NoDefaultExcludes, in.Excludes, in.Includes)
 	if err != nil {
 		return sbxdb.RestoreStats{}, err
 	}
