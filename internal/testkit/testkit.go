@@ -36,6 +36,8 @@
 package testkit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"testing"
@@ -121,6 +123,23 @@ func SkipUnlessLong(tb testing.TB, why string) {
 // never store.
 func FileKey[N Number](n N) string {
 	return fmt.Sprintf("%s%064x", chain.FilePrefix, uint64(n))
+}
+
+// FileKeyOf and ArtifactKeyOf return the content-addressed blob key of
+// data: the namespace's prefix and data's SHA-256 in lowercase hex, the key
+// a store gives those bytes.
+func FileKeyOf[D ~string | ~[]byte](data D) string {
+	return chain.FilePrefix + sha256Hex([]byte(data))
+}
+
+// ArtifactKeyOf: see FileKeyOf.
+func ArtifactKeyOf[D ~string | ~[]byte](data D) string {
+	return chain.ArtifactPrefix + sha256Hex([]byte(data))
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // FlipByte damages the file at path by XOR-ing the byte at off with 0x5a;
