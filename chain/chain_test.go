@@ -12,24 +12,8 @@ import (
 	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
-func sample() *chain.Checkpoint {
-	return &chain.Checkpoint{
-		ID: "cp-é", ThreadID: "thread", ParentID: "parent", CreatedAt: -42,
-		Reason: chain.ReasonNamed, Label: "v1", SourceRunID: "run",
-		Files: []chain.Entry{
-			{Path: "a.txt", Kind: chain.KindFile, BlobKey: testkit.FileKey(1), Size: 0},
-			{Path: "bin/run", Kind: chain.KindFile, BlobKey: testkit.FileKey(2), Size: 1 << 40, Executable: true},
-			{Path: "empty", Kind: chain.KindDir},
-			{Path: "link", Kind: chain.KindSymlink, Target: "a.txt"},
-		},
-		Conversation: []json.RawMessage{json.RawMessage(`{"role" : "user"}`), json.RawMessage(`[]`)},
-		Artifacts: []chain.Artifact{{ArtifactID: "art", Name: "n", MimeType: "text/plain",
-			BlobKey: chain.ArtifactPrefix + strings.Repeat("ab", 32), Size: 3, CreatedAt: 7}},
-	}
-}
-
 func TestBlobKeysDistinctSorted(t *testing.T) {
-	cp := sample()
+	cp := testkit.SampleCheckpoint()
 	cp.Files = append(cp.Files, chain.Entry{Path: "dup", Kind: chain.KindFile, BlobKey: testkit.FileKey(1), Size: 0})
 	want := []string{cp.Artifacts[0].BlobKey, testkit.FileKey(1), testkit.FileKey(2)}
 	if diff := cmp.Diff(want, cp.BlobKeys()); diff != "" {
@@ -50,7 +34,7 @@ func TestCheckpointJSONWireShape(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("wire JSON\n got %s\nwant %s", b, want)
 	}
-	cp := sample()
+	cp := testkit.SampleCheckpoint()
 	b, _ = json.Marshal(cp)
 	back, err := chain.ParseCheckpoint(b)
 	if err != nil {

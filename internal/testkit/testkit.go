@@ -38,8 +38,10 @@ package testkit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -140,6 +142,26 @@ func ArtifactKeyOf[D ~string | ~[]byte](data D) string {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// SampleCheckpoint returns a new valid checkpoint holding each kind of
+// entry (a file of size 0, an executable of 1 TiB, a directory, a
+// symlink), an artifact and two messages, one with spacing that
+// compacting changes. Files' keys are FileKey(1) and FileKey(2).
+func SampleCheckpoint() *chain.Checkpoint {
+	return &chain.Checkpoint{
+		ID: "cp-é", ThreadID: "thread", ParentID: "parent", CreatedAt: -42,
+		Reason: chain.ReasonNamed, Label: "v1", SourceRunID: "run",
+		Files: []chain.Entry{
+			{Path: "a.txt", Kind: chain.KindFile, BlobKey: FileKey(1), Size: 0},
+			{Path: "bin/run", Kind: chain.KindFile, BlobKey: FileKey(2), Size: 1 << 40, Executable: true},
+			{Path: "empty", Kind: chain.KindDir},
+			{Path: "link", Kind: chain.KindSymlink, Target: "a.txt"},
+		},
+		Conversation: []json.RawMessage{json.RawMessage(`{"role" : "user"}`), json.RawMessage(`[]`)},
+		Artifacts: []chain.Artifact{{ArtifactID: "art", Name: "n", MimeType: "text/plain",
+			BlobKey: chain.ArtifactPrefix + strings.Repeat("ab", 32), Size: 3, CreatedAt: 7}},
+	}
 }
 
 // FlipByte damages the file at path by XOR-ing the byte at off with 0x5a;
