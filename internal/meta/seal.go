@@ -9,7 +9,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 )
 
-// Every value sbxdb stores in bbolt is sealed: a format byte, the payload,
+// Every value sbxdb stores in its metadata is sealed: a format byte, the payload,
 // and an xxhash64 of (bucket, key, payload). bbolt checksums its meta pages
 // but not values, so without the seal a flipped bit in a data page would be
 // returned as valid data. Hashing the bucket and key too catches a value that
