@@ -14,11 +14,10 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/objstore"
-
-	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 

@@ -30,10 +30,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
-
-	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/vfs"
 )

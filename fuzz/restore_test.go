@@ -16,12 +16,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/kv"
-	"github.com/sbxdb/sbxdb/internal/testkit"
-
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/workspace"
 	bolt "go.etcd.io/bbolt"
 )

@@ -8,11 +8,10 @@ import (
 	"testing"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/kv"
-	"github.com/sbxdb/sbxdb/internal/testkit"
-
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -3,10 +3,10 @@ package meta
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Every value sbxdb stores in its metadata is sealed: a format byte, the payload,
