@@ -14,10 +14,10 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
-
-	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
@@ -391,7 +391,7 @@ func (s *Store) writeLarge(ctx context.Context, f vfs.File, ns Namespace, r io.R
 		return h, err
 	}
 	digest := sha256.New()
-	src := io.TeeReader(&ctxReader{ctx: ctx, r: r}, digest)
+	src := io.TeeReader(objstore.ContextReader(ctx, r), digest)
 	bp := trialBufs.Get().(*[]byte)
 	defer trialBufs.Put(bp)
 	n, err := io.ReadFull(src, *bp)
@@ -733,17 +733,4 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-// ctxReader stops a long copy when ctx is cancelled.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
-
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -15,11 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/kv"
-
 	"github.com/google/go-cmp/cmp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/objstore/s3"
 	bolt "go.etcd.io/bbolt"
 )

@@ -64,7 +64,8 @@ import (
 // trusted; the sha256 of the decompressed bytes is checked on every read,
 // so a damaged payload can never be returned as good.
 //
-// The index lives in the bbolt file the caller passes to Open:
+// The index lives in the metadata the caller passes to Open (its DB: the
+// bbolt file or a shared database):
 //
 //	cas_meta   "format" → FormatVersion, one byte
 //	           "deletions" → uvarint, the transactions that deleted index

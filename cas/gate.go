@@ -2,10 +2,10 @@ package cas
 
 import (
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"io/fs"
 	"sync/atomic"
 
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 

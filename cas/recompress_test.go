@@ -3,13 +3,13 @@ package cas
 import (
 	"context"
 	"errors"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -19,10 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // Repacking. Deleting a packed blob only marks its bytes dead (cas_packs

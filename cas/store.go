@@ -5,10 +5,11 @@
 // (remote.go), written once, and verified against their key on every read.
 //
 // Small blobs are compressed together in blocks appended to pack files,
-// and large ones get a file each (format.go); an index in the caller's bbolt file says where each blob is
-// and when it was last uploaded. Writes go through a Batch, which makes all
-// of its bytes durable with one barrier and then commits its index entries
-// in one transaction. Store also has the object-store methods the contract's
+// and large ones get a file each (format.go); an index in the caller's
+// metadata (internal/kv: the bbolt file or a shared database) says where
+// each blob is and when it was last uploaded. Writes go through a Batch,
+// which makes all of its bytes durable with one barrier and then commits
+// its index entries in one transaction. Store also has the object-store methods the contract's
 // R2 binding uses: Put, Get, Head, List and Delete.
 //
 // cas knows nothing of checkpoints or reference counts.
@@ -29,16 +30,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
-
-	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb/internal/objstore"
 	"github.com/sbxdb/sbxdb/vfs"
 )
 
-// DB runs the index's transactions. *bbolt.DB satisfies it; the engine
-// passes an adapter that routes writes through its group commit.
+// DB runs the index's transactions. kv.BoltDB satisfies it; the engine
+// passes an adapter that routes writes through its group commit, to
+// whichever metadata backend the store has.
 type DB interface {
 	View(fn func(kv.Tx) error) error
 	Update(fn func(kv.Tx) error) error

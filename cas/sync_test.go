@@ -9,7 +9,6 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/internal/kv"
-
 	"github.com/sbxdb/sbxdb/vfs"
 	"github.com/sbxdb/sbxdb/vfs/faultfs"
 	bolt "go.etcd.io/bbolt"

@@ -5,8 +5,7 @@ import (
 	"fmt"
 )
 
-// The contract's error codes (SPEC §1.8). Code returns one of these for any
-// error produced by this module's checkpoint operations.
+// The contract's error codes (SPEC §1.8, §6.8), which Code returns.
 const (
 	CodeStaleHead                = "SANDBOX_SNAPSHOT_STALE_HEAD"
 	CodeParentMismatch           = "SANDBOX_SNAPSHOT_PARENT_MISMATCH"
@@ -21,11 +20,8 @@ const (
 	CodeForkSourceNotFound       = "SANDBOX_SNAPSHOT_FORK_SOURCE_NOT_FOUND"
 	CodeForkSourceThreadMismatch = "SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH"
 	CodeForkDestinationNotEmpty  = "SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY"
-)
 
-// The operations layer's codes (SPEC §6.8) that capture, restore and
-// artifact reads return.
-const (
+	// The codes of capture, restore and artifact reads (SPEC §6.8).
 	CodeInvalidPath               = "SANDBOX_SNAPSHOT_INVALID_PATH"
 	CodeInvalidWorkspace          = "SANDBOX_SNAPSHOT_INVALID_WORKSPACE"
 	CodeUnsupportedEntry          = "SANDBOX_SNAPSHOT_UNSUPPORTED_ENTRY"
@@ -69,21 +65,15 @@ var (
 	ErrInvalidArtifactBytes      = error(codeError(CodeInvalidArtifactBytes))
 )
 
-// ErrCorrupt reports a stored record that failed its checksum or could not be
-// decoded. It carries no contract code: the contract has none for a damaged
-// store. Errors wrapping it name the bucket and key of the damaged record.
+// ErrCorrupt reports a stored record that failed its checksum or decoding;
+// errors wrapping it name its bucket and key. The contract has no code for it.
 var ErrCorrupt = errors.New("sbxdb: corrupt record")
 
-// ErrTooLarge matches every error for an input past one of sbxdb's size
-// limits: an identifier longer than MaxIDBytes, a checkpoint record or a
-// transcript longer than MaxRecordBytes. The contract has no code for size,
-// so such an error is a *LimitError that also matches the contract sentinel
-// of what was refused (ErrInvalidID for an identifier, ErrInvalidEntry for a
-// record), and Code returns that sentinel's code.
+// ErrTooLarge matches an input past MaxIDBytes or MaxRecordBytes: a
+// *LimitError, also matching (with its code) ErrInvalidID or ErrInvalidEntry.
 var ErrTooLarge = errors.New("sbxdb: size limit exceeded")
 
-// LimitError reports an input past a size limit. Match it with
-// errors.Is(err, ErrTooLarge), or errors.As for the sizes.
+// LimitError reports an input past a size limit (errors.Is ErrTooLarge).
 type LimitError struct {
 	sentinel error  // ErrInvalidID or ErrInvalidEntry
 	What     string // what was too large, e.g. "checkpoint id", "checkpoint record"
@@ -95,34 +85,30 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("%s: %s is %d bytes, more than the limit of %d", e.sentinel, e.What, e.Size, e.Limit)
 }
 
-// Unwrap returns the contract sentinel and ErrTooLarge, so errors.Is
-// matches both and Code returns the contract code.
 func (e *LimitError) Unwrap() []error { return []error{e.sentinel, ErrTooLarge} }
 
 func tooLarge(sentinel error, what string, size, limit int) error {
 	return &LimitError{sentinel: sentinel, What: what, Size: int64(size), Limit: int64(limit)}
 }
 
-// Error is a contract error: a sentinel plus a message naming the offending
-// id, path or field.
-type Error struct {
+// contractError is a contract error: a sentinel plus a message naming the
+// offending id, path or field. Unwrap returns the sentinel, so errors.Is
+// matches it.
+type contractError struct {
 	sentinel error
 	msg      string
 }
 
-func (e *Error) Error() string { return e.sentinel.Error() + ": " + e.msg }
+func (e *contractError) Error() string { return e.sentinel.Error() + ": " + e.msg }
 
-// Unwrap returns the sentinel, so errors.Is(err, ErrStaleHead) works.
-func (e *Error) Unwrap() error { return e.sentinel }
+func (e *contractError) Unwrap() error { return e.sentinel }
 
-// Errorf returns a contract error wrapping sentinel, which must be one of this
-// package's Err* code sentinels, with a message formatted as by fmt.Sprintf.
+// Errorf returns an error matching sentinel (an Err*): "CODE: " + Sprintf.
 func Errorf(sentinel error, format string, args ...any) error {
-	return &Error{sentinel: sentinel, msg: fmt.Sprintf(format, args...)}
+	return &contractError{sentinel: sentinel, msg: fmt.Sprintf(format, args...)}
 }
 
-// Code returns the contract code of err ("SANDBOX_SNAPSHOT_…"), or "" when err
-// is nil or not a contract error.
+// Code returns err's contract code, or "" for nil and errors without one.
 func Code(err error) string {
 	var c codeError
 	if errors.As(err, &c) {

@@ -383,9 +383,7 @@ func parseArtifact(raw []byte, a *Artifact, scratch object) (object, error) {
 	return o, nil
 }
 
-// ParseCheckpoint decodes a checkpoint from its JSON wire form and checks it
-// in the contract's order: identifiers (INVALID_ID), then createdAt, reason,
-// files, artifacts and conversation (INVALID_ENTRY).
+// ParseCheckpoint decodes the wire JSON, checking ids, then ValidateContent's.
 func ParseCheckpoint(raw []byte) (*Checkpoint, error) {
 	o, err := parseObject(raw, ErrInvalidID, "checkpoint")
 	if err != nil {
@@ -405,18 +403,17 @@ func ParseCheckpoint(raw []byte) (*Checkpoint, error) {
 }
 
 // ParseAppendInput decodes {"checkpoint", "expectedHeadId", "writer"} and
-// checks it as append does before touching the store: all identifiers first
-// (checkpoint id and thread, writer thread, expected head, parent), then the
-// content. Each conversation message is a copy of its JSON value.
+// checks it as ValidateAppend does; each message is a copy of its value.
 func ParseAppendInput(raw []byte) (AppendInput, error) { return parseAppendInput(raw, false) }
 
-// ParseAppendInputExact is ParseAppendInput, but each conversation message
-// is its element's text exactly as raw writes it: the bytes between the
-// array's '[' or ',' and the next ',' or ']', the JSON whitespace around the
-// value included, sharing raw's memory. The checks are ParseAppendInput's,
-// on the values. It serves a store that keeps each message byte for byte
-// as a request wrote it.
-func ParseAppendInputExact(raw []byte) (AppendInput, error) { return parseAppendInput(raw, true) }
+// ParseAppendInputExact is ParseAppendInput, but each message is its text in
+// raw, surrounding whitespace included, sharing raw's memory.
+func ParseAppendInputExact(raw []byte) (AppendInput, error) {
+	// That text is the bytes between the array's '[' or ',' and the next ','
+	// or ']'; the checks are ParseAppendInput's, on the values. It serves a
+	// store that keeps each message byte for byte as a request wrote it.
+	return parseAppendInput(raw, true)
+}
 
 func parseAppendInput(raw []byte, spaced bool) (AppendInput, error) {
 	var in AppendInput

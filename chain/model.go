@@ -1,17 +1,13 @@
-// Package chain is the checkpoint model of sbxdb: the Checkpoint, Entry and
-// Artifact types, their validation in the contract's check order, the
-// contract's typed errors and codes, UTF-8 byte ordering, the strict JSON
-// input path, the blob key prefixes and the size limits.
-//
-// chain is a leaf: it knows nothing of storage, leases, blob bytes or the
-// engine that composes them. How a checkpoint is stored is internal/meta's.
+// Package chain is sbxdb's checkpoint model: its types, their validation in
+// the contract's order, its errors and codes, the strict JSON input path,
+// blob key prefixes and size limits; not storage (internal/meta's), leases
+// or blob bytes. Strings sort by UTF-8 bytes (SPEC §1.7), as Go's do.
 package chain
 
 import (
 	"bytes"
 	"encoding/json"
 	"slices"
-	"strings"
 )
 
 // Reason says why a checkpoint was made (SPEC §1.1, §10 Q9).
@@ -34,9 +30,8 @@ const (
 	KindSymlink Kind = "symlink"
 )
 
-// Blob key namespaces (SPEC §6.1). A key is its namespace's prefix followed
-// by 64 lowercase hex digits of the SHA-256 of the uncompressed bytes; a
-// sweep lists and may delete every key under a namespace's root (SPEC §5.2).
+// Blob key namespaces (SPEC §6.1): a key is a prefix and the lowercase hex
+// SHA-256 of its uncompressed bytes; a sweep may delete any key under a root.
 const (
 	FileRoot       = "sandbox-files/"
 	ArtifactRoot   = "sandbox-artifacts/"
@@ -44,17 +39,12 @@ const (
 	ArtifactPrefix = ArtifactRoot + "sha256/"
 )
 
-// Checkpoint is one saved state of a thread's workspace and conversation.
-// Its JSON form is wire-compatible with the TypeScript SandboxCheckpoint:
-// parentCheckpointId is null for a root, createdAt is epoch milliseconds,
-// and an empty Label or SourceRunID is absent.
+// Checkpoint is one saved state of a thread; its JSON is a SandboxCheckpoint.
 type Checkpoint struct {
-	ID       string
-	ThreadID string
-	// ParentID is the previous checkpoint of the chain; "" means null (a root).
-	ParentID string
-	// CreatedAt is epoch milliseconds, within ±(2^53−1).
-	CreatedAt    int64
+	ID           string
+	ThreadID     string
+	ParentID     string // the previous checkpoint; "" is null (a root)
+	CreatedAt    int64  // epoch milliseconds, within ±MaxSafeInteger
 	Reason       Reason
 	Label        string // optional; "" is absent
 	SourceRunID  string // optional; "" is absent
@@ -63,18 +53,14 @@ type Checkpoint struct {
 	Artifacts    []Artifact
 }
 
-// Entry is one manifest entry: a regular file, an empty directory or a
-// symbolic link. Which fields apply depends on Kind.
+// Entry is a manifest entry: a regular file, an empty directory or a symlink.
 type Entry struct {
-	Path string `json:"path"`
-	Kind Kind   `json:"kind"`
-	// BlobKey and Size apply to files only.
-	BlobKey string `json:"blobKey,omitempty"`
-	Size    int64  `json:"size"`
-	// Executable applies to files only: restore sets mode 0755 (SPEC §10 Q5).
-	Executable bool `json:"executable,omitempty"`
-	// Target applies to symlinks only.
-	Target string `json:"target,omitempty"`
+	Path       string `json:"path"`
+	Kind       Kind   `json:"kind"`
+	BlobKey    string `json:"blobKey,omitempty"`    // files only
+	Size       int64  `json:"size"`                 // files only
+	Executable bool   `json:"executable,omitempty"` // files only: restore sets mode 0755 (SPEC §10 Q5)
+	Target     string `json:"target,omitempty"`     // symlinks only
 }
 
 // Artifact is a file the run produced, stored outside the workspace tree.
@@ -87,32 +73,28 @@ type Artifact struct {
 	CreatedAt  int64  `json:"createdAt"`
 }
 
-// BlobRef is one line of the blob reference table: a key and how many
-// checkpoints use it (always > 0).
+// BlobRef is a blob key and how many checkpoints use it (always > 0).
 type BlobRef struct {
 	Key        string `json:"key"`
 	References int64  `json:"references"`
 }
 
-// Writer identifies the holder of a thread's writer lease. Any value with
-// these fields is accepted as input; it is authorised only if it matches the
-// stored lease.
+// Writer identifies the holder of a thread's writer lease. Any value is
+// accepted as input, and authorised only if it matches the stored lease.
 type Writer struct {
 	ThreadID   string `json:"threadId"`
 	OwnerToken string `json:"ownerToken"`
 	Fence      uint64 `json:"fence"`
 }
 
-// AppendInput is the argument of Append. ExpectedHeadID "" means null (the
-// thread is expected to be empty).
+// AppendInput is Append's argument; ExpectedHeadID "" (null): an empty thread.
 type AppendInput struct {
 	Checkpoint     *Checkpoint
 	ExpectedHeadID string
 	Writer         Writer
 }
 
-// ForkInput is the argument of Fork (SPEC §3). Writer holds the lease of the
-// destination thread.
+// ForkInput is the argument of Fork (SPEC §3); Writer leases the destination.
 type ForkInput struct {
 	SourceThreadID          string
 	SourceCheckpointID      string
@@ -122,8 +104,7 @@ type ForkInput struct {
 	Writer                  Writer
 }
 
-// Clone returns a deep copy of c that shares no memory with it. Nil lists
-// become empty ones, as every store returns them.
+// Clone returns a deep copy of c, nil lists made empty as stores return them.
 func (c *Checkpoint) Clone() *Checkpoint {
 	if c == nil {
 		return nil
@@ -144,8 +125,7 @@ func CloneMessages(msgs []json.RawMessage) []json.RawMessage {
 	return out
 }
 
-// BlobKeys returns the distinct blob keys of c (files and artifacts), in
-// UTF-8 byte order. A key used twice in one checkpoint appears once.
+// BlobKeys returns c's distinct blob keys (files and artifacts) in byte order.
 func (c *Checkpoint) BlobKeys() []string {
 	seen := make(map[string]struct{}, len(c.Files)+len(c.Artifacts))
 	var keys []string
@@ -181,9 +161,7 @@ type checkpointJSON struct {
 	Artifacts    []Artifact        `json:"artifacts"`
 }
 
-// MarshalJSON renders the TypeScript wire shape. Messages are re-emitted
-// compacted, as encoding/json does with raw JSON; the store itself keeps and
-// returns them byte for byte.
+// MarshalJSON renders the wire shape, messages compacted as by encoding/json.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	w := checkpointJSON{
 		ID: wireString(c.ID), ThreadID: wireString(c.ThreadID), CreatedAt: c.CreatedAt, Reason: c.Reason,
@@ -206,8 +184,7 @@ func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON decodes the wire shape and checks it as ParseCheckpoint does,
-// returning the contract's error for invalid input.
+// UnmarshalJSON decodes and checks the wire shape as ParseCheckpoint does.
 func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 	p, err := ParseCheckpoint(b)
 	if err != nil {
@@ -217,9 +194,7 @@ func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// MarshalJSON renders only the fields that apply to the entry's kind: a
-// file always has size (0 included), a directory has neither blobKey nor
-// size, a symlink has its target.
+// MarshalJSON renders the fields of the entry's kind, a file's size even if 0.
 func (e Entry) MarshalJSON() ([]byte, error) {
 	switch e.Kind {
 	case KindFile:
@@ -246,7 +221,3 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		return json.Marshal(dir{wireString(e.Path), e.Kind})
 	}
 }
-
-// Less reports whether a sorts before b in the contract's order: UTF-8 bytes,
-// shorter prefix first (SPEC §1.7). On Go strings this is plain comparison.
-func Less(a, b string) bool { return strings.Compare(a, b) < 0 }

@@ -5,13 +5,11 @@ import (
 	"math/bits"
 )
 
-// RecordSize returns what checkpoint cp takes stored whole, in bytes: its
-// record as store format 1 kept it (meta.EncodeCheckpoint), without encoding
-// it. Strings and messages are length-prefixed with a uvarint, integers are
-// varints, an entry takes a kind and a flags byte and a blob key its 32-byte
-// digest. Append refuses a checkpoint whose record would exceed
-// MaxRecordBytes.
+// RecordSize returns len(meta.EncodeCheckpoint(cp)) without encoding cp.
 func RecordSize(cp *Checkpoint) int {
+	// The record as store format 1 kept it whole: strings and messages are
+	// length-prefixed with a uvarint, integers are varints, an entry takes a
+	// kind and a flags byte and a blob key its 32-byte digest.
 	n := 0
 	for _, s := range []string{cp.ID, cp.ThreadID, cp.ParentID, string(cp.Reason), cp.Label, cp.SourceRunID} {
 		n += prefixed(len(s))
@@ -37,11 +35,9 @@ func RecordSize(cp *Checkpoint) int {
 	return n + TranscriptSize(cp.Conversation)
 }
 
-// TranscriptSize returns the length of msgs stored as a transcript payload
-// (meta.EncodeMessages: a count, then each message length-prefixed),
-// without encoding them. SaveThread refuses a transcript whose payload would exceed
-// MaxRecordBytes.
+// TranscriptSize returns len(meta.EncodeMessages(msgs)) without encoding.
 func TranscriptSize(msgs []json.RawMessage) int {
+	// A transcript payload: a count, then each message length-prefixed.
 	n := uvarintSize(uint64(len(msgs)))
 	for _, m := range msgs {
 		n += prefixed(len(m))

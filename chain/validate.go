@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// MaxIDBytes is the longest identifier accepted, in UTF-8 bytes (SPEC §10 Q12).
+// MaxIDBytes is the longest identifier, in UTF-8 bytes (SPEC §10 Q12).
 const MaxIDBytes = 4096
 
 // Why MaxRecordBytes: a record is one bbolt value, and bbolt refuses values
@@ -18,20 +18,16 @@ const MaxIDBytes = 4096
 // one write within a few GB; a million-entry manifest is about 56 MB and a
 // 100 MB conversation 100 MB, both well inside.
 
-// MaxRecordBytes is the largest checkpoint record, and the largest
-// transcript, sbxdb stores: RecordSize(cp) and TranscriptSize(msgs) bytes.
-// Append, Fork and SaveThread refuse anything larger before writing, with a
-// *LimitError (SANDBOX_SNAPSHOT_INVALID_ENTRY; errors.Is ErrTooLarge).
-// Stored records are checked against it on every read too: never lower it.
+// MaxRecordBytes bounds RecordSize and TranscriptSize: writes past it fail
+// first (ErrTooLarge); reads check stored records too: never lower it.
 const MaxRecordBytes = 256 << 20
 
 // MaxSafeInteger is 2^53−1, the largest integer a JavaScript number holds
 // exactly; sizes and createdAt values must stay within ±MaxSafeInteger.
 const MaxSafeInteger = 1<<53 - 1
 
-// CheckID returns an INVALID_ID error naming field unless id is a valid
-// identifier: non-empty, well-formed UTF-8 (so no encoded lone surrogate), no
-// NUL, at most MaxIDBytes bytes (SPEC §1.6, §10 Q10, Q12).
+// CheckID returns an INVALID_ID error naming field unless id is non-empty,
+// well-formed UTF-8 without NUL, at most MaxIDBytes (SPEC §1.6, §10 Q10, Q12).
 func CheckID(field, id string) error {
 	switch {
 	case id == "":
@@ -64,10 +60,8 @@ func CheckCreatedAt(field string, ms int64) error {
 	return nil
 }
 
-// ValidateAppend runs the input checks of append, steps 1 and 2 of the
-// contract's order (SPEC §2.5, §10 Q6): identifiers, then createdAt, reason,
-// files, artifacts and conversation. The store checks the writer, duplicate
-// id, head and parent itself, in that order, inside its transaction.
+// ValidateAppend runs append's steps 1 and 2 (SPEC §2.5, §10 Q6): ids, then
+// ValidateContent; the store then checks writer, duplicate id, head, parent.
 func ValidateAppend(in AppendInput) error {
 	cp := in.Checkpoint
 	if cp == nil {
@@ -90,11 +84,10 @@ func ValidateAppend(in AppendInput) error {
 	return ValidateContent(cp)
 }
 
-// ValidateContent checks everything but identifiers: createdAt, reason,
-// files, artifacts and conversation (step 2 of append), after the size of
-// the whole record, which costs one pass over the lengths and spares a
-// hostile input the rest.
+// ValidateContent checks size, createdAt, reason, files, artifacts, conversation.
 func ValidateContent(cp *Checkpoint) error {
+	// The record's size first: one pass over the lengths spares a hostile
+	// input the rest.
 	if n := RecordSize(cp); n > MaxRecordBytes {
 		return tooLarge(ErrInvalidEntry, "checkpoint record", n, MaxRecordBytes)
 	}
@@ -117,8 +110,7 @@ func ValidateContent(cp *Checkpoint) error {
 	return ValidateMessages(cp.Conversation)
 }
 
-// ValidatePath applies the manifest path rules of SPEC §1.2 in the
-// reference's order.
+// ValidatePath applies SPEC §1.2's path rules in the reference's order.
 func ValidatePath(p string) error {
 	bad := func(why string) error {
 		return Errorf(ErrInvalidEntry, "checkpoint entry path %q %s", p, why)
@@ -184,9 +176,8 @@ var lowerHex = func() (t [256]bool) {
 	return t
 }()
 
-// ValidateFiles checks a manifest in list order (SPEC §1.2): each path, no
-// duplicate path, nothing beneath a file or symlink in either order, and the
-// fields each kind allows.
+// ValidateFiles checks a manifest in list order (SPEC §1.2): paths, no
+// duplicate, nothing beneath a file or symlink, each kind's fields.
 func ValidateFiles(files []Entry) error {
 	// Cost is linear in the total path length. A manifest in path byte
 	// order (what capture writes) takes a path without maps; both report
@@ -325,8 +316,7 @@ func ValidateArtifact(a *Artifact) error {
 	return nil
 }
 
-// ValidateMessages checks that a transcript is at most MaxRecordBytes
-// encoded and that every message is JSON.
+// ValidateMessages checks a transcript's size and that each message is JSON.
 func ValidateMessages(msgs []json.RawMessage) error {
 	if n := TranscriptSize(msgs); n > MaxRecordBytes {
 		return tooLarge(ErrInvalidEntry, "transcript", n, MaxRecordBytes)

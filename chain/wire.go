@@ -84,14 +84,8 @@ func (w Writer) MarshalJSON() ([]byte, error) {
 	}{wireString(w.ThreadID), wireString(w.OwnerToken), w.Fence})
 }
 
-// WireString is a string member of a request on the wire (docs/API.md).
-// It crosses JSON without loss: a lone surrogate escape is kept as its
-// WTF-8 bytes when decoded and goes back out as the same escape. Decoding
-// never fails: any JSON value that is not a string of UTF-8 text (a
-// number, an object, null, a string holding raw invalid bytes) decodes to
-// NotAString, which is not valid UTF-8. Decoding thus decides no error: the
-// validators refuse what is not well-formed text, each with its own code
-// and in the contract's order, exactly as for the Go API.
+// WireString is a request's string member (docs/API.md): lone surrogates
+// survive as WTF-8; non-text decodes to NotAString, which validators refuse.
 type WireString string
 
 // NotAString is what a WireString holds when its JSON value was not text.
@@ -108,14 +102,11 @@ func (s *WireString) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// WireInt is an integer member of a request on the wire. Decoding never
-// fails: an exact integer within ±(2^53−1) decodes to itself, anything else
-// (a fraction, 1e400, a string, null) to NotAnInt, which every range check
-// refuses (CheckCreatedAt: INVALID_ENTRY).
+// WireInt is a request's integer member: what is not an exact integer within
+// ±MaxSafeInteger decodes to NotAnInt, which every range check refuses.
 type WireInt int64
 
-// NotAnInt is what a WireInt holds when its JSON value was not a safe
-// integer.
+// NotAnInt is what a WireInt holds when its JSON value was not one.
 const NotAnInt = math.MinInt64
 
 func (n *WireInt) UnmarshalJSON(b []byte) error {
@@ -127,13 +118,12 @@ func (n *WireInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// UnmarshalJSON decodes {"threadId", "ownerToken", "fence"} without ever
-// failing, so that the store's checks decide in their order: a thread id
-// that is not text decodes to NotAString (INVALID_ID), an owner token that
-// is not a string to "" and a fence that is not a non-negative safe integer
-// to 0, neither of which any lease holds (WRITER_LOST). A value that is not
-// an object decodes to a writer of thread NotAString.
+// UnmarshalJSON never fails: a non-object or non-text threadId gives
+// NotAString (INVALID_ID), a bad ownerToken or fence "" or 0 (WRITER_LOST).
 func (w *Writer) UnmarshalJSON(b []byte) error {
+	// The store's checks decide, in their order: an ownerToken that is not a
+	// string decodes to "" and a fence that is not a safe integer ≥ 0 to 0,
+	// which no lease holds.
 	var o object
 	if b = bytes.Trim(b, jsonSpace); !validJSON(b) || len(b) == 0 || b[0] != '{' {
 		*w = Writer{ThreadID: NotAString}

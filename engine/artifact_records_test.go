@@ -252,7 +252,7 @@ func TestArtifactRecordNamingAnObject(t *testing.T) {
 func TestArtifactRecordBlocksFork(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
-	appendNaming(t, f.db, "src", "c1", artifactKey([]byte("forked")))
+	appendNaming(t, f.db, "src", "c1", testkit.ArtifactKeyOf([]byte("forked")))
 	if err := f.db.ArtifactRecords().Save(ctx, record("a", "run", "dst", 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -294,9 +294,9 @@ func TestObjectChurnCheck(t *testing.T) {
 				t.Fatal(err)
 			}
 		case 3:
-			putObject(t, f.db, artifactKey(body), body, sbxdb.PutObjectOptions{})
+			putObject(t, f.db, testkit.ArtifactKeyOf(body), body, sbxdb.PutObjectOptions{})
 			r := record(string(rune('A'+i%6)), "run"+string(rune('0'+i%3)), "t"+string(rune('0'+i%2)), int64(i%4))
-			r.BlobKey = artifactKey(body)
+			r.BlobKey = testkit.ArtifactKeyOf(body)
 			if err := recs.Save(ctx, r); err != nil {
 				t.Fatal(err)
 			}

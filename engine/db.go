@@ -2,8 +2,10 @@
 // get a *DB that implements the SandboxCheckpointStore contract, its fork and
 // retention capabilities, thread transcripts and the instance store, and
 // keeps blobs, plain objects and artifact records beside them. Each
-// write is one bbolt transaction composing the chain and lease packages;
-// concurrent writes share transactions through group commit (commit.go).
+// write is one metadata transaction composing the chain and lease
+// packages, in the bbolt file sbx.db or, with Options.Metadata, in a
+// PostgreSQL database shared with other servers (shared.go); concurrent
+// writes share transactions through group commit (commit.go).
 package engine
 
 import (

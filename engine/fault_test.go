@@ -376,10 +376,10 @@ func faultCases() []faultCase {
 			// Refreshing a blob's upload time: one index commit.
 			name: "stat-object",
 			prepare: func(f *faultFixture) {
-				putObject(f.t, f.db, fileKey([]byte("headed")), []byte("headed"), sbxdb.PutObjectOptions{})
+				putObject(f.t, f.db, testkit.FileKeyOf([]byte("headed")), []byte("headed"), sbxdb.PutObjectOptions{})
 			},
 			run: func(f *faultFixture) error {
-				_, err := f.db.StatObject(ctx, fileKey([]byte("headed")))
+				_, err := f.db.StatObject(ctx, testkit.FileKeyOf([]byte("headed")))
 				return err
 			},
 		},
@@ -393,16 +393,16 @@ func faultCases() []faultCase {
 		{
 			name: "delete-blob",
 			prepare: func(f *faultFixture) {
-				putObject(f.t, f.db, fileKey([]byte("unused")), []byte("unused"), sbxdb.PutObjectOptions{})
+				putObject(f.t, f.db, testkit.FileKeyOf([]byte("unused")), []byte("unused"), sbxdb.PutObjectOptions{})
 			},
-			run: func(f *faultFixture) error { return f.db.DeleteObject(ctx, fileKey([]byte("unused"))) },
+			run: func(f *faultFixture) error { return f.db.DeleteObject(ctx, testkit.FileKeyOf([]byte("unused"))) },
 		},
 		{
 			name:    "save-artifact-record",
 			prepare: func(f *faultFixture) { f.version++ },
 			run: func(f *faultFixture) error {
 				r := sbxdb.ArtifactRecord{ArtifactID: "rec", RunID: "run", ThreadID: "art", Name: "n", MimeType: "text/plain",
-					BlobKey: fileKey([]byte("headed")), Size: 6, CreatedAt: int64(f.version)}
+					BlobKey: testkit.FileKeyOf([]byte("headed")), Size: 6, CreatedAt: int64(f.version)}
 				return f.db.ArtifactRecords().Save(ctx, r)
 			},
 		},

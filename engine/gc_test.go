@@ -480,7 +480,7 @@ func TestSweepRechecksUploadTime(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	data := []byte("a blob a host uploads and a later capture finds")
-	key := fileKey(data)
+	key := testkit.FileKeyOf(data)
 	if err := f.db.Blobs().Put(ctx, key, data); err != nil {
 		t.Fatal(err)
 	}

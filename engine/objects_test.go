@@ -21,12 +21,9 @@ import (
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
-
-// artifactKey and fileKey are the content-addressed keys of data.
-func artifactKey(data []byte) string { return cas.Artifacts.Key(sha256.Sum256(data)) }
-func fileKey(data []byte) string     { return cas.Files.Key(sha256.Sum256(data)) }
 
 // bigBody is a body past cas.MaxPacked, which is streamed into a file of
 // its own; seed makes bodies differ.
@@ -184,7 +181,7 @@ func TestPutObjectAttributes(t *testing.T) {
 		t.Errorf("metadata read back %q; want %q", i.CustomMetadata, md)
 	}
 	// A content-addressed key keeps neither: they are not checked.
-	info := putObject(t, f.db, artifactKey([]byte("ca")), []byte("ca"), sbxdb.PutObjectOptions{ContentType: " x", CustomMetadata: map[string]string{"A": "\n"}})
+	info := putObject(t, f.db, testkit.ArtifactKeyOf([]byte("ca")), []byte("ca"), sbxdb.PutObjectOptions{ContentType: " x", CustomMetadata: map[string]string{"A": "\n"}})
 	if info.ContentType != "" || info.CustomMetadata != nil {
 		t.Errorf("a blob kept attributes: %+v", info)
 	}
@@ -198,7 +195,7 @@ func TestPutObjectBlob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newGCFixture(t)
 			ctx := context.Background()
-			key := fileKey(tc.data)
+			key := testkit.FileKeyOf(tc.data)
 			sum := sha256.Sum256(tc.data)
 
 			// Refused bodies store nothing: another body, and the right
@@ -266,7 +263,7 @@ func TestPutObjectBodyCutShort(t *testing.T) {
 	putObject(t, f.db, "kept", []byte("kept bytes"), sbxdb.PutObjectOptions{})
 	before := stateOf(t, f.db)
 	for _, n := range []int{0, 1000, cas.MaxPacked + 1, cas.MaxPacked + 300_000} {
-		for _, key := range []string{"kept", "new/object", fileKey([]byte("whatever"))} {
+		for _, key := range []string{"kept", "new/object", testkit.FileKeyOf([]byte("whatever"))} {
 			_, err := f.db.PutObject(ctx, key, &failingReader{n: n}, sbxdb.PutObjectOptions{Size: -1})
 			if !errors.Is(err, errCut) {
 				t.Errorf("PutObject(%q) of a body cut after %d bytes: %v; want the reader's error", key, n, err)
@@ -313,7 +310,7 @@ func TestPlainObjects(t *testing.T) {
 		}
 	}
 	// The bytes are a blob of their own, listed beside the object.
-	if keys := keysOf(objectsOf(t, f.db)); !slices.Equal(keys, []string{"docs/readme.md", artifactKey(v1)}) {
+	if keys := keysOf(objectsOf(t, f.db)); !slices.Equal(keys, []string{"docs/readme.md", testkit.ArtifactKeyOf(v1)}) {
 		t.Errorf("listing = %v", keys)
 	}
 
@@ -334,7 +331,7 @@ func TestPlainObjects(t *testing.T) {
 	}
 	f.advance(time.Millisecond) // an immediate sweep takes blobs uploaded before now
 	res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true})
-	if err != nil || !slices.Equal(res.Deleted, []string{artifactKey(v1)}) {
+	if err != nil || !slices.Equal(res.Deleted, []string{testkit.ArtifactKeyOf(v1)}) {
 		t.Errorf("sweep after the overwrite deleted %v (%v); want the first bytes only", res.Deleted, err)
 	}
 	if err := f.db.DeleteObject(ctx, "docs/readme.md"); err != nil {
@@ -353,7 +350,7 @@ func TestPlainObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.advance(time.Millisecond)
-	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{artifactKey(v2)}) {
+	if res, err := f.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{testkit.ArtifactKeyOf(v2)}) {
 		t.Errorf("sweep once nothing holds the bytes deleted %v (%v)", res.Deleted, err)
 	}
 	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after plain objects")
@@ -388,33 +385,33 @@ func TestDeleteBlobInUse(t *testing.T) {
 	ctx := context.Background()
 	byCheckpoint, byObject, byRecord, free := []byte("cp"), []byte("object"), []byte("record"), []byte("free")
 	for _, b := range [][]byte{byCheckpoint, byRecord, free} {
-		putObject(t, f.db, artifactKey(b), b, sbxdb.PutObjectOptions{})
+		putObject(t, f.db, testkit.ArtifactKeyOf(b), b, sbxdb.PutObjectOptions{})
 	}
-	w := appendNaming(t, f.db, "t", "c1", artifactKey(byCheckpoint))
+	w := appendNaming(t, f.db, "t", "c1", testkit.ArtifactKeyOf(byCheckpoint))
 	putObject(t, f.db, "o", byObject, sbxdb.PutObjectOptions{})
-	rec := sbxdb.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t2", BlobKey: artifactKey(byRecord), Name: "r", MimeType: "text/plain", Size: 6}
+	rec := sbxdb.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t2", BlobKey: testkit.ArtifactKeyOf(byRecord), Name: "r", MimeType: "text/plain", Size: 6}
 	if err := f.db.ArtifactRecords().Save(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	before := stateOf(t, f.db)
 	for _, b := range [][]byte{byCheckpoint, byObject, byRecord} {
-		if err := f.db.DeleteObject(ctx, artifactKey(b)); !errors.Is(err, sbxdb.ErrBlobInUse) || errors.Is(err, cas.ErrPinned) {
+		if err := f.db.DeleteObject(ctx, testkit.ArtifactKeyOf(b)); !errors.Is(err, sbxdb.ErrBlobInUse) || errors.Is(err, cas.ErrPinned) {
 			t.Errorf("DeleteObject of a blob %s holds: %v; want ErrBlobInUse", b, err)
 		}
 	}
 	// A pin (a capture in flight) holds a blob too.
 	batch := f.db.Blobs().NewBatch()
-	if _, err := batch.Pin(ctx, []string{artifactKey(free)}); err != nil {
+	if _, err := batch.Pin(ctx, []string{testkit.ArtifactKeyOf(free)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.db.DeleteObject(ctx, artifactKey(free)); !errors.Is(err, sbxdb.ErrBlobInUse) || !errors.Is(err, cas.ErrPinned) {
+	if err := f.db.DeleteObject(ctx, testkit.ArtifactKeyOf(free)); !errors.Is(err, sbxdb.ErrBlobInUse) || !errors.Is(err, cas.ErrPinned) {
 		t.Errorf("DeleteObject of a pinned blob: %v; want ErrBlobInUse and cas.ErrPinned", err)
 	}
 	batch.Close()
 	unchanged(t, f.db, before, "refused deletes")
 
 	// Once nothing holds them, they go; a missing key is no error.
-	if err := f.db.DeleteObject(ctx, artifactKey(free)); err != nil {
+	if err := f.db.DeleteObject(ctx, testkit.ArtifactKeyOf(free)); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.db.DeleteHead(ctx, "t", "c1", w); err != nil {
@@ -427,7 +424,7 @@ func TestDeleteBlobInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range [][]byte{byCheckpoint, byObject, byRecord, free} {
-		if err := f.db.DeleteObject(ctx, artifactKey(b)); err != nil {
+		if err := f.db.DeleteObject(ctx, testkit.ArtifactKeyOf(b)); err != nil {
 			t.Errorf("DeleteObject of %s once unused: %v", b, err)
 		}
 	}
@@ -445,10 +442,10 @@ func TestSweepKeepsHeldBlobs(t *testing.T) {
 	ctx := context.Background()
 	obj, art := bigBody(4), []byte("artifact bytes")
 	putObject(t, f.db, "out/report.bin", obj, sbxdb.PutObjectOptions{})
-	putObject(t, f.db, artifactKey(art), art, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, testkit.ArtifactKeyOf(art), art, sbxdb.PutObjectOptions{})
 	recs := f.db.ArtifactRecords()
 	for _, id := range []string{"a1", "a2"} {
-		if err := recs.Save(ctx, sbxdb.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", BlobKey: artifactKey(art), Name: id, MimeType: "text/plain", Size: int64(len(art))}); err != nil {
+		if err := recs.Save(ctx, sbxdb.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", BlobKey: testkit.ArtifactKeyOf(art), Name: id, MimeType: "text/plain", Size: int64(len(art))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -480,7 +477,7 @@ func TestSweepKeepsHeldBlobs(t *testing.T) {
 	if err := f.db.DeleteObject(ctx, "out/report.bin"); err != nil {
 		t.Fatal(err)
 	}
-	sweep(artifactKey(art), artifactKey(obj))
+	sweep(testkit.ArtifactKeyOf(art), testkit.ArtifactKeyOf(obj))
 	checkNoErrors(t, f.db, sbxdb.CheckStoreOptions{VerifyBlobs: true}, "after the sweeps")
 }
 
@@ -490,7 +487,7 @@ func TestStatObjectRefreshes(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	data := []byte("present: the host skips its upload")
-	key := fileKey(data)
+	key := testkit.FileKeyOf(data)
 	putObject(t, f.db, key, data, sbxdb.PutObjectOptions{})
 	f.advance(2 * time.Hour)
 	info, err := f.db.StatObject(ctx, key)
@@ -514,7 +511,7 @@ func TestStatObjectRefreshes(t *testing.T) {
 	if err != nil || len(res.Deleted) != 0 {
 		t.Fatalf("sweep with a stat after its listing deleted %v (%v)", res.Deleted, err)
 	}
-	if _, err := f.db.StatObject(ctx, fileKey([]byte("never stored"))); !errors.Is(err, sbxdb.ErrBlobNotFound) {
+	if _, err := f.db.StatObject(ctx, testkit.FileKeyOf([]byte("never stored"))); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("StatObject of a missing blob: %v", err)
 	}
 	f.advance(2 * time.Hour)
@@ -532,12 +529,12 @@ func TestListObjects(t *testing.T) {
 	var want []string
 	for i := range 6 {
 		b := []byte{byte('a' + i)}
-		putObject(t, f.db, fileKey(b), b, sbxdb.PutObjectOptions{})
-		want = append(want, fileKey(b))
+		putObject(t, f.db, testkit.FileKeyOf(b), b, sbxdb.PutObjectOptions{})
+		want = append(want, testkit.FileKeyOf(b))
 	}
 	for _, key := range []string{"a", "b/c", "b/d", "sandbox-files/z", "sandbox-artifacts", "zz", "é"} {
 		putObject(t, f.db, key, []byte("bytes of "+key), sbxdb.PutObjectOptions{})
-		want = append(want, key, artifactKey([]byte("bytes of "+key)))
+		want = append(want, key, testkit.ArtifactKeyOf([]byte("bytes of "+key)))
 	}
 	slices.Sort(want)
 	if got := keysOf(objectsOf(t, f.db)); !slices.Equal(got, want) {
@@ -604,7 +601,7 @@ func TestOpenObjectDamaged(t *testing.T) {
 	ctx := context.Background()
 	small, large := []byte(strings.Repeat("packed bytes ", 20)), bigBody(5)
 	putObject(t, f.db, "small", small, sbxdb.PutObjectOptions{})
-	putObject(t, f.db, fileKey(large), large, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, testkit.FileKeyOf(large), large, sbxdb.PutObjectOptions{})
 	root := filepath.Join(f.db.Dir(), engine.BlobDir)
 	packs, _ := filepath.Glob(filepath.Join(root, "packs", "*.pack"))
 	larges, _ := filepath.Glob(filepath.Join(root, "large", "*", "*", "*"))
@@ -616,7 +613,7 @@ func TestOpenObjectDamaged(t *testing.T) {
 	if _, _, err := f.db.OpenObject(ctx, "small"); !errors.Is(err, chain.ErrInvalidBlob) || !errors.Is(err, sbxdb.ErrBlobCorrupt) || chain.Code(err) != chain.CodeInvalidBlob {
 		t.Errorf("OpenObject of damaged packed bytes: %v; want INVALID_BLOB", err)
 	}
-	r, _, err := f.db.OpenObject(ctx, fileKey(large))
+	r, _, err := f.db.OpenObject(ctx, testkit.FileKeyOf(large))
 	if err != nil {
 		t.Fatalf("OpenObject of a damaged large blob: %v (its damage shows at the end)", err)
 	}
@@ -643,7 +640,7 @@ func TestObjectsReadOnly(t *testing.T) {
 	f := newGCFixture(t)
 	ctx := context.Background()
 	data := []byte("kept")
-	putObject(t, f.db, fileKey(data), data, sbxdb.PutObjectOptions{})
+	putObject(t, f.db, testkit.FileKeyOf(data), data, sbxdb.PutObjectOptions{})
 	putObject(t, f.db, "plain", data, sbxdb.PutObjectOptions{})
 	dir := f.db.Dir()
 	f.db.Close()
@@ -661,7 +658,7 @@ func TestObjectsReadOnly(t *testing.T) {
 	if err := ro.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "r", ThreadID: "t", Name: "n", MimeType: "m"}); !errors.Is(err, sbxdb.ErrReadOnly) {
 		t.Errorf("Save read-only: %v", err)
 	}
-	for _, key := range []string{fileKey(data), "plain"} {
+	for _, key := range []string{testkit.FileKeyOf(data), "plain"} {
 		if got, _ := readObject(t, ro, key); !bytes.Equal(got, data) {
 			t.Errorf("read-only read of %q: %q", key, got)
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -104,8 +105,6 @@ func blobTemplate(tb testing.TB) *blobFixture {
 	return blobFix.fx
 }
 
-func blobFileKey(data []byte) string { return cas.Files.Key(sha256.Sum256(data)) }
-
 func blobBuild() (fx *blobFixture, err error) {
 	dir, err := os.MkdirTemp("", "sbxdb-fuzz-template-")
 	if err != nil {
@@ -168,7 +167,7 @@ func blobBuild() (fx *blobFixture, err error) {
 	for _, kb := range []struct {
 		key string
 		b   []byte
-	}{{artKey, art}, {blobFileKey(bigText.Bytes()), bigText.Bytes()}, {blobFileKey(bigRaw), bigRaw}} {
+	}{{artKey, art}, {testkit.FileKeyOf(bigText.Bytes()), bigText.Bytes()}, {testkit.FileKeyOf(bigRaw), bigRaw}} {
 		key, b := kb.key, kb.b
 		if err := db.Blobs().Put(blobCtx, key, b); err != nil {
 			return nil, err
@@ -181,7 +180,7 @@ func blobBuild() (fx *blobFixture, err error) {
 	slices.Sort(fx.keys)
 
 	file := func(path string, data []byte, exec bool) chain.Entry {
-		return chain.Entry{Path: path, Kind: chain.KindFile, BlobKey: blobFileKey(data), Size: int64(len(data)), Executable: exec}
+		return chain.Entry{Path: path, Kind: chain.KindFile, BlobKey: testkit.FileKeyOf(data), Size: int64(len(data)), Executable: exec}
 	}
 	msg := []json.RawMessage{json.RawMessage(`{"role":"user","content":"hi"}`)}
 	cps := []*chain.Checkpoint{

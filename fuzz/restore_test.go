@@ -16,11 +16,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/kv"
-
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/workspace"
 	bolt "go.etcd.io/bbolt"
 )
@@ -388,7 +388,7 @@ func (a *rstArea) checkLinks(t *testing.T, files []chain.Entry) {
 }
 
 // rstMissing is a key no store holds.
-var rstMissing = blobFileKey([]byte("never stored"))
+var rstMissing = testkit.FileKeyOf([]byte("never stored"))
 
 // rstParse builds a manifest from text, one entry a line (at most 32):
 // the first byte is the kind, the rest the path; a symlink's target

@@ -21,12 +21,11 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
-	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
-
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/testkit"
+	"github.com/sbxdb/sbxdb/internal/testkit/pgtest"
+	"github.com/sbxdb/sbxdb/internal/testkit/s3test"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/memstore"
 )

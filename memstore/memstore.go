@@ -1,13 +1,13 @@
 // Package memstore is the in-memory reference implementation of the sbxdb
 // store contract (sbxdb.Store). Its one job is to state the contract of
 // SPEC §2–§5.1 and §10 as plainly as possible, on maps under one mutex, so
-// that the conformance kit and a differential test can hold the durable bbolt
+// that the conformance kit and a differential test can hold the durable
 // engine against it.
 //
 // It is deliberately independent of the engine's storage code: it uses the
-// chain package only for the model, validation and errors, never its bbolt
-// operations, and it re-implements the lease rules of package lease on maps.
-// It keeps nothing across restarts.
+// chain package only for the model, validation and errors, never the
+// engine's or internal/meta's operations, and it re-implements the lease
+// rules of package lease on maps. It keeps nothing across restarts.
 package memstore
 
 import (

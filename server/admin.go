@@ -355,8 +355,8 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// policy is the default workspace policy, without its exclusions when
-// noDefault is set, extended by the request's globs.
+// policy is the request's workspace policy (workspace.GlobPolicy); an
+// invalid glob is a CodeBadRequest error.
 func policy(excludes, includes []text, noDefault bool) (workspace.Policy, error) {
 	strs := func(ts []text) []string {
 		out := make([]string, len(ts))
@@ -365,7 +365,7 @@ func policy(excludes, includes []text, noDefault bool) (workspace.Policy, error)
 		}
 		return out
 	}
-	pol, err := workspace.Policy{NoDefaultExclude: noDefault}.WithGlobs(strs(excludes), strs(includes))
+	pol, err := workspace.GlobPolicy(noDefault, strs(excludes), strs(includes))
 	if err != nil {
 		return pol, errorf(CodeBadRequest, "%v", err)
 	}

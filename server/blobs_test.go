@@ -30,6 +30,7 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/server"
 )
 
@@ -174,9 +175,6 @@ func wantError(t *testing.T, what string, status int, body []byte, wantStatus in
 	}
 }
 
-func fileKey(data []byte) string     { return cas.Files.Key(sha256.Sum256(data)) }
-func artifactKey(data []byte) string { return cas.Artifacts.Key(sha256.Sum256(data)) }
-
 // large is a body stored in a blob file of its own.
 func large(seed byte) []byte {
 	b := make([]byte, cas.MaxPacked+10_000)
@@ -216,7 +214,7 @@ func TestBlobRoundTrip(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
 	for _, data := range [][]byte{[]byte("packed bytes"), large(1), {}} {
-		key := fileKey(data)
+		key := testkit.FileKeyOf(data)
 		info := s.put(key, data, sbxdb.PutObjectOptions{Size: int64(len(data))})
 		sum := sha256.Sum256(data)
 		want := sbxdb.ObjectInfo{Key: key, Size: int64(len(data)), Uploaded: s.clock.Load(), SHA256: fmt.Sprintf("%x", sum)}
@@ -237,19 +235,19 @@ func TestBlobRoundTrip(t *testing.T) {
 	}
 	// Headers of a blob, seen raw.
 	data := []byte("headers")
-	s.put(fileKey(data), data, sbxdb.PutObjectOptions{})
-	status, h, body := s.raw("GET", "/v1/blobs/"+fileKey(data), nil, nil)
+	s.put(testkit.FileKeyOf(data), data, sbxdb.PutObjectOptions{})
+	status, h, body := s.raw("GET", "/v1/blobs/"+testkit.FileKeyOf(data), nil, nil)
 	sum := sha256.Sum256(data)
 	if status != 200 || string(body) != "headers" || h.Get("Content-Length") != "7" || h.Get("ETag") != fmt.Sprintf(`"%x"`, sum) ||
 		h.Get("Content-Type") != "application/octet-stream" || h.Get("X-Sbxdb-Uploaded") != fmt.Sprint(s.clock.Load()) {
 		t.Errorf("GET: %d %v %q", status, h, body)
 	}
-	status, h, body = s.raw("HEAD", "/v1/blobs/"+fileKey(data), nil, nil)
+	status, h, body = s.raw("HEAD", "/v1/blobs/"+testkit.FileKeyOf(data), nil, nil)
 	if status != 200 || len(body) != 0 || h.Get("Content-Length") != "7" || h.Get("ETag") != fmt.Sprintf(`"%x"`, sum) {
 		t.Errorf("HEAD: %d %v %q", status, h, body)
 	}
 	// Missing: 404 from GET, HEAD (in its headers) and a nil DELETE.
-	missing := fileKey([]byte("missing"))
+	missing := testkit.FileKeyOf([]byte("missing"))
 	if _, _, err := s.c.OpenObject(ctx, missing, 0, -1); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("GET of a missing blob: %v", err)
 	}
@@ -267,7 +265,7 @@ func TestBlobPutRefused(t *testing.T) {
 	s.put("kept", []byte("kept"), sbxdb.PutObjectOptions{})
 	before := s.state()
 	for _, data := range [][]byte{[]byte("small"), large(2)} {
-		key := fileKey(data)
+		key := testkit.FileKeyOf(data)
 		other := append(slices.Clone(data), 'x')
 		// Another body under the key, raw and through the client.
 		status, _, body := s.raw("PUT", "/v1/blobs/"+key, bytes.NewReader(other), nil)
@@ -329,7 +327,7 @@ func TestBlobPutCutShort(t *testing.T) {
 	before := s.state()
 	for _, n := range []int{100_000, cas.MaxPacked + 100_000} {
 		for _, size := range []int64{-1, int64(n) + 10} {
-			for _, key := range []string{"kept", "new", fileKey([]byte("x"))} {
+			for _, key := range []string{"kept", "new", testkit.FileKeyOf([]byte("x"))} {
 				_, err := s.c.PutObject(ctx, key, &cutReader{n: n}, sbxdb.PutObjectOptions{Size: size})
 				if !errors.Is(err, errCut) {
 					t.Errorf("PUT %q of a body cut at %d (size %d): %v; want the reader's error", key, n, size, err)
@@ -340,7 +338,7 @@ func TestBlobPutCutShort(t *testing.T) {
 	s.unchanged(before, "bodies cut short by the client")
 
 	for _, n := range []int{1000, cas.MaxPacked + 100_000} {
-		for _, key := range []string{"new", fileKey([]byte("y"))} {
+		for _, key := range []string{"new", testkit.FileKeyOf([]byte("y"))} {
 			conn, err := net.Dial("tcp", s.ts.Listener.Addr().String())
 			if err != nil {
 				t.Fatal(err)
@@ -359,7 +357,7 @@ func TestBlobRange(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
 	for _, data := range [][]byte{[]byte("0123456789"), large(3)} {
-		key := fileKey(data)
+		key := testkit.FileKeyOf(data)
 		s.put(key, data, sbxdb.PutObjectOptions{})
 		size := int64(len(data))
 		for _, c := range []struct {
@@ -397,8 +395,8 @@ func TestBlobRange(t *testing.T) {
 		}
 	}
 	empty := []byte{}
-	s.put(fileKey(empty), empty, sbxdb.PutObjectOptions{Size: 0})
-	if got, info := s.read(fileKey(empty), 0, 10); len(got) != 0 || info.Size != 0 {
+	s.put(testkit.FileKeyOf(empty), empty, sbxdb.PutObjectOptions{Size: 0})
+	if got, info := s.read(testkit.FileKeyOf(empty), 0, 10); len(got) != 0 || info.Size != 0 {
 		t.Errorf("OpenObject(0, 10) of an empty blob = %q, %+v", got, info)
 	}
 }
@@ -410,8 +408,8 @@ func TestBlobDamaged(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
 	small, big := []byte(strings.Repeat("packed ", 50)), large(4)
-	s.put(fileKey(small), small, sbxdb.PutObjectOptions{})
-	s.put(fileKey(big), big, sbxdb.PutObjectOptions{})
+	s.put(testkit.FileKeyOf(small), small, sbxdb.PutObjectOptions{})
+	s.put(testkit.FileKeyOf(big), big, sbxdb.PutObjectOptions{})
 	root := filepath.Join(s.db.Dir(), engine.BlobDir)
 	packs, _ := filepath.Glob(filepath.Join(root, "packs", "*.pack"))
 	larges, _ := filepath.Glob(filepath.Join(root, "large", "*", "*", "*"))
@@ -428,18 +426,18 @@ func TestBlobDamaged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status, _, body := s.raw("GET", "/v1/blobs/"+fileKey(small), nil, nil)
+	status, _, body := s.raw("GET", "/v1/blobs/"+testkit.FileKeyOf(small), nil, nil)
 	wantError(t, "GET of damaged packed bytes", status, body, 422, chain.CodeInvalidBlob)
-	if _, _, err := s.c.OpenObject(ctx, fileKey(small), 0, -1); !errors.Is(err, chain.ErrInvalidBlob) {
+	if _, _, err := s.c.OpenObject(ctx, testkit.FileKeyOf(small), 0, -1); !errors.Is(err, chain.ErrInvalidBlob) {
 		t.Errorf("client GET of damaged packed bytes: %v", err)
 	}
 	// The last byte: the damage shows while the bytes before it are
 	// skipped, before the status is sent.
-	if _, _, err := s.c.OpenObject(ctx, fileKey(big), int64(len(big))-1, 1); !errors.Is(err, chain.ErrInvalidBlob) {
+	if _, _, err := s.c.OpenObject(ctx, testkit.FileKeyOf(big), int64(len(big))-1, 1); !errors.Is(err, chain.ErrInvalidBlob) {
 		t.Errorf("client GET of the last byte of a damaged large blob: %v", err)
 	}
 	for _, rng := range [][2]int64{{0, -1}, {0, 100}, {1000, 1}} {
-		r, info, err := s.c.OpenObject(ctx, fileKey(big), rng[0], rng[1])
+		r, info, err := s.c.OpenObject(ctx, testkit.FileKeyOf(big), rng[0], rng[1])
 		if err != nil {
 			t.Fatalf("OpenObject of a damaged large blob: %v (its damage shows at the end)", err)
 		}
@@ -455,7 +453,7 @@ func TestBlobHeadRefreshes(t *testing.T) {
 	s := newServed(t)
 	ctx := context.Background()
 	data := []byte("the host heads it and skips the upload")
-	key := fileKey(data)
+	key := testkit.FileKeyOf(data)
 	s.put(key, data, sbxdb.PutObjectOptions{})
 	s.advance(3 * time.Hour)
 	info, err := s.c.StatObject(ctx, key)
@@ -479,7 +477,7 @@ func TestBlobDeleteInUse(t *testing.T) {
 	ctx := context.Background()
 	byCp, byObj, byRec, free := []byte("cp"), []byte("obj"), []byte("rec"), []byte("free")
 	for _, b := range [][]byte{byCp, byRec, free} {
-		s.put(artifactKey(b), b, sbxdb.PutObjectOptions{})
+		s.put(testkit.ArtifactKeyOf(b), b, sbxdb.PutObjectOptions{})
 	}
 	s.put("o", byObj, sbxdb.PutObjectOptions{})
 	l, err := s.db.AcquireWriter(ctx, "t")
@@ -487,23 +485,23 @@ func TestBlobDeleteInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := &chain.Checkpoint{ID: "c1", ThreadID: "t", CreatedAt: 1, Reason: chain.ReasonAutomatic,
-		Artifacts: []chain.Artifact{{ArtifactID: "a", Name: "a", MimeType: "m", BlobKey: artifactKey(byCp), CreatedAt: 1}}}
+		Artifacts: []chain.Artifact{{ArtifactID: "a", Name: "a", MimeType: "m", BlobKey: testkit.ArtifactKeyOf(byCp), CreatedAt: 1}}}
 	if _, err := s.db.Append(ctx, chain.AppendInput{Checkpoint: cp, Writer: l.Writer}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.c.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t", BlobKey: artifactKey(byRec), Name: "n", MimeType: "m"}); err != nil {
+	if err := s.c.ArtifactRecords().Save(ctx, sbxdb.ArtifactRecord{ArtifactID: "r", RunID: "run", ThreadID: "t", BlobKey: testkit.ArtifactKeyOf(byRec), Name: "n", MimeType: "m"}); err != nil {
 		t.Fatal(err)
 	}
 	before := s.state()
 	for _, b := range [][]byte{byCp, byObj, byRec} {
-		status, _, body := s.raw("DELETE", "/v1/blobs/"+artifactKey(b), nil, nil)
+		status, _, body := s.raw("DELETE", "/v1/blobs/"+testkit.ArtifactKeyOf(b), nil, nil)
 		wantError(t, "DELETE of a blob in use", status, body, 409, "SBXDB_BLOB_IN_USE")
-		if err := s.c.DeleteObject(ctx, artifactKey(b)); !errors.Is(err, sbxdb.ErrBlobInUse) {
+		if err := s.c.DeleteObject(ctx, testkit.ArtifactKeyOf(b)); !errors.Is(err, sbxdb.ErrBlobInUse) {
 			t.Errorf("client DELETE of a blob in use: %v", err)
 		}
 	}
 	s.unchanged(before, "refused DELETEs")
-	status, _, body := s.raw("DELETE", "/v1/blobs/"+artifactKey(free), nil, nil)
+	status, _, body := s.raw("DELETE", "/v1/blobs/"+testkit.ArtifactKeyOf(free), nil, nil)
 	if status != 204 || len(body) != 0 {
 		t.Errorf("DELETE of a free blob: %d %q", status, body)
 	}
@@ -513,7 +511,7 @@ func TestBlobDeleteInUse(t *testing.T) {
 	if _, _, err := s.c.OpenObject(ctx, "o", 0, -1); !errors.Is(err, sbxdb.ErrBlobNotFound) {
 		t.Errorf("GET of a deleted object: %v", err)
 	}
-	if err := s.c.DeleteObject(ctx, artifactKey(byObj)); err != nil {
+	if err := s.c.DeleteObject(ctx, testkit.ArtifactKeyOf(byObj)); err != nil {
 		t.Errorf("DELETE of the bytes of a deleted object: %v", err)
 	}
 }
@@ -604,12 +602,12 @@ func TestBlobList(t *testing.T) {
 	var want []string
 	for i := range 5 {
 		b := []byte{byte(i)}
-		s.put(fileKey(b), b, sbxdb.PutObjectOptions{})
-		want = append(want, fileKey(b))
+		s.put(testkit.FileKeyOf(b), b, sbxdb.PutObjectOptions{})
+		want = append(want, testkit.FileKeyOf(b))
 	}
 	for _, key := range []string{"a", "b/1", "b/2", "é", "zz"} {
 		s.put(key, []byte("v "+key), sbxdb.PutObjectOptions{})
-		want = append(want, key, artifactKey([]byte("v "+key)))
+		want = append(want, key, testkit.ArtifactKeyOf([]byte("v "+key)))
 	}
 	slices.Sort(want)
 	for _, limit := range []int{1, 3, 4, len(want), sbxdb.MaxListObjects} {
@@ -663,11 +661,11 @@ func TestArtifactRecordsServed(t *testing.T) {
 	ctx := context.Background()
 	recs := s.c.ArtifactRecords()
 	art := []byte("artifact bytes")
-	s.put(artifactKey(art), art, sbxdb.PutObjectOptions{})
+	s.put(testkit.ArtifactKeyOf(art), art, sbxdb.PutObjectOptions{})
 	for _, id := range []string{"😀", "é", "a", "B"} {
 		r := sbxdb.ArtifactRecord{ArtifactID: id, RunID: "run", ThreadID: "t", Name: "n " + id, MimeType: "text/plain", Size: 1, CreatedAt: 10}
 		if id == "a" {
-			r.BlobKey, r.SourceURL = artifactKey(art), "https://example.com/a"
+			r.BlobKey, r.SourceURL = testkit.ArtifactKeyOf(art), "https://example.com/a"
 		}
 		if err := recs.Save(ctx, r); err != nil {
 			t.Fatalf("Save %q: %v", id, err)
@@ -695,7 +693,7 @@ func TestArtifactRecordsServed(t *testing.T) {
 		t.Errorf("ListForRun of an unknown run = %#v, %v", l, err)
 	}
 	got, err := recs.Get(ctx, "a")
-	if want := (sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", BlobKey: artifactKey(art), Name: "n a", MimeType: "text/plain",
+	if want := (sbxdb.ArtifactRecord{ArtifactID: "a", RunID: "run", ThreadID: "t", BlobKey: testkit.ArtifactKeyOf(art), Name: "n a", MimeType: "text/plain",
 		Size: 1, SourceURL: "https://example.com/a", CreatedAt: 10}); err != nil || got == nil || *got != want {
 		t.Errorf("Get = %+v, %v", got, err)
 	}
@@ -753,7 +751,7 @@ func TestArtifactRecordsServed(t *testing.T) {
 	if n, err := recs.DeleteForRun(ctx, "run"); n != 4 || err != nil {
 		t.Errorf("DeleteForRun = %d, %v; want 4", n, err)
 	}
-	if res, err := s.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{artifactKey(art)}) {
+	if res, err := s.db.Sweep(ctx, sbxdb.SweepOptions{Immediate: true}); err != nil || !slices.Equal(res.Deleted, []string{testkit.ArtifactKeyOf(art)}) {
 		t.Errorf("sweep once the record is gone deleted %v (%v)", res.Deleted, err)
 	}
 }

@@ -3,11 +3,12 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/engine"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sbxdb/sbxdb/engine"
 )
 
 // TestMetadataUnavailable: a metadata database that is down, or lost while

@@ -283,6 +283,14 @@ func (p Policy) WithGlobs(excludes, includes []string) (Policy, error) {
 	return out, nil
 }
 
+// GlobPolicy returns the policy a command line or a request describes:
+// the default policy, without its exclusions when noDefaultExclude is set
+// (Policy.NoDefaultExclude), extended by the exclude and include globs
+// (Policy.WithGlobs). An invalid pattern is an error naming it.
+func GlobPolicy(noDefaultExclude bool, excludes, includes []string) (Policy, error) {
+	return Policy{NoDefaultExclude: noDefaultExclude}.WithGlobs(excludes, includes)
+}
+
 // matchSelfOrAncestor reports whether any glob matches the entry segs of the
 // given kind or one of its ancestor directories.
 func matchSelfOrAncestor(globs []glob, segs []string, kind chain.Kind) bool {

@@ -478,6 +478,27 @@ func TestWithGlobs(t *testing.T) {
 	})
 }
 
+// TestGlobPolicy: the flag drops the default exclusions, the globs apply
+// either way, and a bad glob is an error.
+func TestGlobPolicy(t *testing.T) {
+	const file, dir = chain.KindFile, chain.KindDir
+	for _, noDefault := range []bool{false, true} {
+		p, err := workspace.GlobPolicy(noDefault, []string{"*.log"}, []string{"src/"})
+		if err != nil {
+			t.Fatalf("GlobPolicy(%v): %v", noDefault, err)
+		}
+		if !p.NoDefaultExclude == noDefault || p.Skip(".git", dir) == noDefault {
+			t.Errorf("GlobPolicy(%v): NoDefaultExclude %v, skips .git %v", noDefault, p.NoDefaultExclude, p.Skip(".git", dir))
+		}
+		if !p.Admits("src/a.go", file) || p.Admits("src/a.log", file) || p.Admits("b.go", file) {
+			t.Errorf("GlobPolicy(%v) does not apply its globs", noDefault)
+		}
+	}
+	if _, err := workspace.GlobPolicy(false, nil, []string{"src/[a-"}); err == nil || !strings.Contains(err.Error(), "include pattern") {
+		t.Errorf("GlobPolicy with a bad include: %v, want an error naming it", err)
+	}
+}
+
 func ExamplePolicy_WithGlobs() {
 	// As a command line would build it from
 	//	--exclude '*.log' --exclude 'build/' --include 'src/**' --include README.md

@@ -3,7 +3,6 @@ package suite
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
 )
 

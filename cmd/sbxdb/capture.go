@@ -136,7 +136,7 @@ func policyFlags(fset *pflag.FlagSet, inv *invocation, restore bool) {
 // travel as they are (client.CaptureRequest, client.RestoreRequest), and
 // the store makes the workspace policy of them.
 func (inv *invocation) checkPolicy() error {
-	_, err := workspace.Policy{NoDefaultExclude: inv.noDefaultExcludes}.WithGlobs(inv.excludes, inv.includes)
+	_, err := workspace.GlobPolicy(inv.noDefaultExcludes, inv.excludes, inv.includes)
 	return err
 }
 

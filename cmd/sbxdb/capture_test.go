@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
@@ -25,6 +23,7 @@ import (
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/internal/proc"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -149,11 +148,6 @@ func wantMatch(t *testing.T, got, pattern string) {
 	if !regexp.MustCompile(pattern).MatchString(got) {
 		t.Errorf("got %q, want a match of %q", got, pattern)
 	}
-}
-
-func fileKey(content string) string {
-	h := sha256.Sum256([]byte(content))
-	return chain.FilePrefix + hex.EncodeToString(h[:])
 }
 
 // sampleTree is the workspace most tests capture. Captured with --exclude '*.log'
@@ -329,7 +323,7 @@ M src/main.go (13 B -> 13 B, executable)
 		t.Fatalf("diff --json: %+v", d)
 	}
 	readme := d.Changes[0]
-	if readme.Op != "M" || readme.Path != "README.md" || readme.Old.BlobKey != fileKey("hello\n") || readme.New.BlobKey != fileKey("hello, world\n") || readme.New.Size != 13 {
+	if readme.Op != "M" || readme.Path != "README.md" || readme.Old.BlobKey != testkit.FileKeyOf("hello\n") || readme.New.BlobKey != testkit.FileKeyOf("hello, world\n") || readme.New.Size != 13 {
 		t.Errorf("diff --json README.md: %+v %+v %+v", readme, readme.Old, readme.New)
 	}
 	if c := d.Changes[4]; c.Op != "+" || c.Path != "notes/new.txt" || c.Old != nil || c.New.Kind != chain.KindFile {
@@ -423,24 +417,24 @@ func TestCatDamagedBlob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Blobs().Delete(t.Context(), fileKey(gone)); err != nil {
+	if err := db.Blobs().Delete(t.Context(), testkit.FileKeyOf(gone)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
 
 	// Packed blobs are checked before any byte is written.
 	code, out, errOut := cli(t, "cat", "cp1", "small.bin", "--db", store)
-	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"small.bin\": blob " + fileKey(small) + " is damaged: "; code != exitDamaged || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
+	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"small.bin\": blob " + testkit.FileKeyOf(small) + " is damaged: "; code != exitDamaged || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("cat of a damaged packed blob: exit %d, %d bytes out, stderr %q; want %q…", code, len(out), errOut, want)
 	}
 	// A large blob streams: the damage shows at its end, after bytes were
 	// written; the exit status says to discard them.
 	code, out, errOut = cli(t, "cat", "cp1", "big.bin", "--db", store)
-	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"big.bin\": blob " + fileKey(big) + " is damaged: "; code != exitDamaged || len(out) > len(big) || !strings.HasPrefix(errOut, want) {
+	if want := "sbxdb: SANDBOX_SNAPSHOT_INVALID_BLOB: \"big.bin\": blob " + testkit.FileKeyOf(big) + " is damaged: "; code != exitDamaged || len(out) > len(big) || !strings.HasPrefix(errOut, want) {
 		t.Errorf("cat of a damaged large blob: exit %d, %d bytes out, stderr %q; want %q…", code, len(out), errOut, want)
 	}
 	t.Logf("damaged large blob: %d of %d bytes written before the error", len(out), len(big))
-	if msg := failWith(t, exitDamaged, "cat", "cp1", "gone.txt", "--db", store); msg != "sbxdb: SANDBOX_SNAPSHOT_MISSING_BLOB: \"gone.txt\": blob "+fileKey(gone)+" is missing\n" {
+	if msg := failWith(t, exitDamaged, "cat", "cp1", "gone.txt", "--db", store); msg != "sbxdb: SANDBOX_SNAPSHOT_MISSING_BLOB: \"gone.txt\": blob "+testkit.FileKeyOf(gone)+" is missing\n" {
 		t.Errorf("cat of a missing blob: %q", msg)
 	}
 

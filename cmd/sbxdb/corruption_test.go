@@ -50,9 +50,9 @@ func dmgStore(t *testing.T) (store string, keys map[string]string) {
 	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp2")
 	keys = map[string]string{}
 	for p, c := range files {
-		keys[p] = fileKey(c)
+		keys[p] = testkit.FileKeyOf(c)
 	}
-	keys["c.txt"] = fileKey(strings.Repeat("charlie ", 300))
+	keys["c.txt"] = testkit.FileKeyOf(strings.Repeat("charlie ", 300))
 	ok(t, "check", "--db", store, "--verify-blobs")
 	return store, keys
 }

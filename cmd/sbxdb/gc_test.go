@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/kv"
-
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -174,7 +174,7 @@ func TestCheckRepairExitStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(kv.Bolt(tx), fileKey("same\n"), 2) })
+	raw.Update(func(tx *bolt.Tx) error { return meta.AddRef(kv.Bolt(tx), testkit.FileKeyOf("same\n"), 2) })
 	raw.Close()
 	code, out, _ := cli(t, "check", "--db", store)
 	if code != exitDamaged || !strings.Contains(out, "refcount") {

@@ -21,7 +21,7 @@ func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
 	content := strings.Repeat("alpha ", 500)
 	makeTree(t, ws, tree{"a.txt": content})
 	ok(t, "capture", ws, "--db", store, "--thread", "main", "--id", "cp1")
-	path, off, _ := dmgPack(t, store, fileKey(content))
+	path, off, _ := dmgPack(t, store, testkit.FileKeyOf(content))
 	testkit.FlipByte(t, path, off+64+10)
 
 	code, out, errOut := cli(t, "check", "--db", store, "--verify-blobs", "--repair")
@@ -29,7 +29,7 @@ func TestCheckRepairDropsDamagedBlobs(t *testing.T) {
 		t.Fatalf("check --repair of a damaged blob: exit %d, stderr %q", code, errOut)
 	}
 	wantMatch(t, out, `(?m)^repaired: dropped 1 damaged blob from the index`)
-	wantMatch(t, out, `(?m)^\s+`+fileKey(content)+`\s+needed by cp1$`)
+	wantMatch(t, out, `(?m)^\s+`+testkit.FileKeyOf(content)+`\s+needed by cp1$`)
 	wantMatch(t, out, `(?m)^after the repair: 1 error`)
 	if code, out, _ := cli(t, "check", "--db", store); code != exitDamaged || !strings.Contains(out, "missing-blob") || !strings.Contains(out, "cp1") {
 		t.Fatalf("check after the repair: exit %d, %q", code, out)

@@ -10,11 +10,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/internal/kv"
-
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	"github.com/sbxdb/sbxdb/internal/meta"
 	bolt "go.etcd.io/bbolt"
 )

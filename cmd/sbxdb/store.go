@@ -99,7 +99,7 @@ func (s localStore) Close() error {
 }
 
 func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
-	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
+	pol, err := workspace.GlobPolicy(in.NoDefaultExcludes, in.Excludes, in.Includes)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (s localStore) PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GC
 }
 
 func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error) {
-	pol, err := workspace.Policy{NoDefaultExclude: in.NoDefaultExcludes}.WithGlobs(in.Excludes, in.Includes)
+	pol, err := workspace.GlobPolicy(in.NoDefaultExcludes, in.Excludes, in.Includes)
 	if err != nil {
 		return sbxdb.RestoreStats{}, err
 	}

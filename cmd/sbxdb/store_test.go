@@ -16,6 +16,7 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/client"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 // TestRemoteEntry: the bytes of a served blob are checked against the
@@ -23,7 +24,7 @@ import (
 // words it.
 func TestRemoteEntry(t *testing.T) {
 	const content = "hello\n"
-	e := &chain.Entry{Path: "README.md", Kind: chain.KindFile, Size: int64(len(content)), BlobKey: fileKey(content)}
+	e := &chain.Entry{Path: "README.md", Kind: chain.KindFile, Size: int64(len(content)), BlobKey: testkit.FileKeyOf(content)}
 	damaged := `SANDBOX_SNAPSHOT_INVALID_BLOB: "README.md": blob ` + e.BlobKey + " is damaged: "
 	for _, tc := range []struct {
 		name string
@@ -55,7 +56,7 @@ func TestRemoteEntry(t *testing.T) {
 }
 
 func TestRemoteBlobError(t *testing.T) {
-	e := &chain.Entry{Path: "a.txt", Kind: chain.KindFile, Size: 1, BlobKey: fileKey("a")}
+	e := &chain.Entry{Path: "a.txt", Kind: chain.KindFile, Size: 1, BlobKey: testkit.FileKeyOf("a")}
 	prefix := `"a.txt": blob ` + e.BlobKey
 	unavailable := &client.Error{Status: 503, Code: "SBXDB_UNAVAILABLE", Message: "shutting down"}
 	for _, tc := range []struct {

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // ArtifactRecord is the stored form of an artifact record (bucket

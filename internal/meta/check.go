@@ -4,8 +4,9 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
+
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Integrity checks over the checkpoint buckets, for sbxdb check. They read

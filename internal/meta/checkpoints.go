@@ -3,11 +3,11 @@ package meta
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // CheckpointExists reports whether id is stored, without decoding it.

@@ -3,10 +3,11 @@ package meta
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 	"strconv"
+
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Chunks: the shared parts of checkpoint records (record.go).

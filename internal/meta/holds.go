@@ -2,11 +2,11 @@ package meta
 
 import (
 	"encoding/binary"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Blob holds: how many plain objects and artifact records name each blob.

@@ -2,9 +2,10 @@ package meta
 
 import (
 	"bytes"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"maps"
 	"slices"
+
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Object is the record of a plain object (bucket objects): its bytes are

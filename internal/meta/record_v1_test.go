@@ -7,10 +7,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/testkit"
 )
 
 func TestCodecRoundTrip(t *testing.T) {
-	cp := sample()
+	cp := testkit.SampleCheckpoint()
 	if err := chain.ValidateContent(cp); err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestCodecRoundTrip(t *testing.T) {
 // Every truncation and many corruptions of a payload decode to an error or
 // a value, never a panic, and never allocate beyond the input's size.
 func TestDecodeHostilePayloads(t *testing.T) {
-	p := EncodeCheckpoint(sample())
+	p := EncodeCheckpoint(testkit.SampleCheckpoint())
 	for n := range len(p) {
 		if _, err := DecodeCheckpoint(p[:n]); err == nil {
 			t.Errorf("truncation to %d of %d bytes decoded without error", n, len(p))

@@ -2,11 +2,11 @@ package meta
 
 import (
 	"encoding/binary"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 	"strings"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // Blob reference counts, folded lazily.

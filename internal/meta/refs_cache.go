@@ -5,10 +5,10 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/hex"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // PendingCache remembers what the pending checkpoints reference, across

@@ -1,8 +1,9 @@
 package meta
 
 import (
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
+
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // pendingCounts sums the distinct keys of the pending checkpoints (a

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"encoding/binary"
+
 	"github.com/sbxdb/sbxdb/internal/kv"
 )
 

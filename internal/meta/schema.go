@@ -1,5 +1,7 @@
-// Package meta is the bbolt side of sbx.db: bucket layout, record codec, and
-// the operations the engine runs inside its transactions.
+// Package meta is the metadata side of a store, on internal/kv (the bbolt
+// file sbx.db, or a PostgreSQL database through internal/kv/pgkv): bucket
+// layout, record codec, and the operations the engine runs inside its
+// transactions.
 //
 // The engine owns the database and its transactions; every function here
 // that takes a kv.Tx runs inside the caller's. meta stores the model of
@@ -10,9 +12,10 @@
 // in schema.go, above the bucket names.
 package meta
 
-// The layout of sbx.db, format version 4 (engine.FormatVersion says what
-// older formats held and how they are migrated). Each bucket is a top-level
-// bbolt bucket; beneath it, its keys → their values. <x> is the bytes of
+// The layout of the metadata, format version 4 (engine.FormatVersion says
+// what older formats held and how they are migrated), drawn for sbx.db; a
+// PostgreSQL database holds the same buckets. Each bucket is a top-level
+// kv bucket; beneath it, its keys → their values. <x> is the bytes of
 // string x; be64 is 8 bytes big-endian; identifiers never contain NUL, so
 // <threadId> 0x00 is an exact prefix of one thread's index keys.
 //

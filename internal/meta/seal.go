@@ -3,13 +3,13 @@ package meta
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
-// Every value sbxdb stores in bbolt is sealed: a format byte, the payload,
+// Every value sbxdb stores in its metadata is sealed: a format byte, the payload,
 // and an xxhash64 of (bucket, key, payload). bbolt checksums its meta pages
 // but not values, so without the seal a flipped bit in a data page would be
 // returned as valid data. Hashing the bucket and key too catches a value that

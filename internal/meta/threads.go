@@ -3,10 +3,10 @@ package meta
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"slices"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // indexKey is the thread-index key of a checkpoint. Identifiers never

@@ -3,11 +3,11 @@ package meta
 import (
 	"errors"
 	"fmt"
-	"github.com/sbxdb/sbxdb/internal/kv"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 	bolt "go.etcd.io/bbolt"
 )
 

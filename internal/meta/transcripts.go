@@ -2,9 +2,9 @@ package meta
 
 import (
 	"encoding/json"
-	"github.com/sbxdb/sbxdb/internal/kv"
 
 	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/internal/kv"
 )
 
 // LoadTranscript returns a thread's saved transcript; present is false when

@@ -113,7 +113,7 @@ func (d *Dir) put(ctx context.Context, name string, r io.Reader, size int64, opt
 		}
 		d.root.Remove(tmp) // after a rename, tmp is gone; after a link, it is the second name
 	}()
-	src := &ctxReader{ctx: ctx, r: r}
+	src := ContextReader(ctx, r)
 	if size >= 0 {
 		n, err := io.Copy(f, io.LimitReader(src, size))
 		if err != nil {
@@ -385,18 +385,4 @@ func notExist(err error) error {
 		return ErrNotExist
 	}
 	return err
-}
-
-// ctxReader fails reads once ctx is done, so a long copy stops soon after
-// its context is cancelled.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

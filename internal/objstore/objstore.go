@@ -203,3 +203,21 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 }
 
 func (r *rangeReader) Close() error { return r.rc.Close() }
+
+// ContextReader returns a reader of r that fails once ctx is done, with
+// ctx's error, so a long copy from r stops soon after ctx is cancelled.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader {
+	return &ctxReader{ctx: ctx, r: r}
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

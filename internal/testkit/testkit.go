@@ -8,7 +8,7 @@
 // The tiers:
 //
 //   - default, the README's command (go test ./...): every behaviour at a
-//     smaller scale; the whole module in under 2 minutes on 2 cores.
+//     smaller scale; the whole module in a few minutes on 2 cores.
 //   - -short: smaller still where a test has a short scale (the kill
 //     cycles skip); never larger than the default.
 //   - SBXDB_LONG=1, which CI sets for go test ./...: full scale, -short
@@ -36,8 +36,12 @@
 package testkit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/sbxdb/sbxdb/chain"
@@ -121,6 +125,43 @@ func SkipUnlessLong(tb testing.TB, why string) {
 // never store.
 func FileKey[N Number](n N) string {
 	return fmt.Sprintf("%s%064x", chain.FilePrefix, uint64(n))
+}
+
+// FileKeyOf and ArtifactKeyOf return the content-addressed blob key of
+// data: the namespace's prefix and data's SHA-256 in lowercase hex, the key
+// a store gives those bytes.
+func FileKeyOf[D ~string | ~[]byte](data D) string {
+	return chain.FilePrefix + sha256Hex([]byte(data))
+}
+
+// ArtifactKeyOf: see FileKeyOf.
+func ArtifactKeyOf[D ~string | ~[]byte](data D) string {
+	return chain.ArtifactPrefix + sha256Hex([]byte(data))
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// SampleCheckpoint returns a new valid checkpoint holding each kind of
+// entry (a file of size 0, an executable of 1 TiB, a directory, a
+// symlink), an artifact and two messages, one with spacing that
+// compacting changes. Files' keys are FileKey(1) and FileKey(2).
+func SampleCheckpoint() *chain.Checkpoint {
+	return &chain.Checkpoint{
+		ID: "cp-é", ThreadID: "thread", ParentID: "parent", CreatedAt: -42,
+		Reason: chain.ReasonNamed, Label: "v1", SourceRunID: "run",
+		Files: []chain.Entry{
+			{Path: "a.txt", Kind: chain.KindFile, BlobKey: FileKey(1), Size: 0},
+			{Path: "bin/run", Kind: chain.KindFile, BlobKey: FileKey(2), Size: 1 << 40, Executable: true},
+			{Path: "empty", Kind: chain.KindDir},
+			{Path: "link", Kind: chain.KindSymlink, Target: "a.txt"},
+		},
+		Conversation: []json.RawMessage{json.RawMessage(`{"role" : "user"}`), json.RawMessage(`[]`)},
+		Artifacts: []chain.Artifact{{ArtifactID: "art", Name: "n", MimeType: "text/plain",
+			BlobKey: chain.ArtifactPrefix + strings.Repeat("ab", 32), Size: 3, CreatedAt: 7}},
+	}
 }
 
 // FlipByte damages the file at path by XOR-ing the byte at off with 0x5a;

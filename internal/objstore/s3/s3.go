@@ -314,7 +314,9 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, o
 		}
 	}
 
-	src := &ctxReader{ctx: ctx, r: r}
+	// A cancelled ctx stops the copy with ctx's error, which is no sourceError.
+	from := &sourceReader{r}
+	src := objstore.ContextReader(ctx, from)
 	if !multipart {
 		// A buffer of the object's size, not a part: most Puts are small.
 		buf := make([]byte, size)
@@ -334,7 +336,7 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, o
 	}
 	limit := size
 	if size >= 0 {
-		src.r = io.LimitReader(r, size)
+		from.r = io.LimitReader(r, size)
 	}
 	n, err := io.ReadFull(src, buf)
 	if size < 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {
@@ -629,18 +631,12 @@ func (s *Store) mapErr(ctx context.Context, err error) error {
 	return err
 }
 
-// ctxReader fails reads once ctx is done, so a Put stops reading its
-// source soon after it is cancelled.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
+// sourceReader marks the errors of the reader a Put copies from, except
+// io.EOF, as sourceErrors.
+type sourceReader struct{ r io.Reader }
 
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	n, err := c.r.Read(p)
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
 	if err != nil && err != io.EOF {
 		err = &sourceError{err}
 	}
