@@ -1,0 +1,5 @@
+package ui
+
+// routes registers the pages besides the thread list and the login.
+func (u *UI) routes() {
+}

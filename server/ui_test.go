@@ -1,0 +1,259 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/sbxdb/sbxdb/cas"
+	"github.com/sbxdb/sbxdb/chain"
+	"github.com/sbxdb/sbxdb/engine"
+)
+
+// The UI's tests drive a real browser (Debian's chromium, headless) with
+// chromedp against a real server over a real store, on 127.0.0.1 only.
+
+// uiToken is the bearer token of the UI tests' TCP server.
+const uiToken = "ui-test-token-0123456789abcdef0123456789abcdef"
+
+// uiFixture is the store the UI tests browse: thread agent-main has 30
+// checkpoints (cp-01 … cp-30, a minute apart, cp-10 named with a hostile
+// label), a transcript that grows, and at cp-30 a changed text file
+// (src/main.go), a changed binary (bin/tool), an added and a removed file
+// and an artifact; thread agent-fork is a fork of cp-15.
+type uiFixture struct {
+	db   *engine.DB
+	base int64 // cp-01's createdAt
+}
+
+// uiMainGo is src/main.go before cp-30 (changed reports whether at cp-30).
+func uiMainGo(changed bool) string {
+	greeting := "hello"
+	if changed {
+		greeting = "hello, world"
+	}
+	return "package main\n\nimport \"fmt\"\n\n// main greets.\nfunc main() {\n\tfmt.Println(\"" + greeting + "\")\n}\n"
+}
+
+func newUIFixture(t *testing.T) *uiFixture {
+	t.Helper()
+	ctx := context.Background()
+	db := openDB(t)
+	f := &uiFixture{db: db, base: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli()}
+	put := func(ns cas.Namespace, data []byte) string {
+		b := db.Blobs().NewBatch()
+		defer b.Close()
+		res, err := b.Add(ctx, ns, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return res.Key
+	}
+	file := func(path string, data []byte, exec bool) chain.Entry {
+		return chain.Entry{Path: path, Kind: chain.KindFile, BlobKey: put(cas.Files, data), Size: int64(len(data)), Executable: exec}
+	}
+	binary := func(last byte) []byte {
+		b := make([]byte, 600)
+		for i := range b {
+			b[i] = byte(i * 7)
+		}
+		b[0], b[1], b[599] = 0x7f, 0, last
+		return b
+	}
+	l, err := db.AcquireWriter(ctx, "agent-main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var convo []json.RawMessage
+	msg := func(s string) { convo = append(convo, json.RawMessage(s)) }
+	msg(`{"role":"user","content":"Make the program greet the world. <script>window.__xss=1</script>"}`)
+	head := ""
+	for i := 1; i <= 30; i++ {
+		last := i == 30
+		files := []chain.Entry{
+			file("README.md", []byte(fmt.Sprintf("# demo\n\nstep %d\n", i)), false),
+			file("bin/tool", binary(map[bool]byte{false: 1, true: 2}[last]), true),
+			{Path: "empty", Kind: chain.KindDir},
+			{Path: "link", Kind: chain.KindSymlink, Target: "src/main.go"},
+			file("src/main.go", []byte(uiMainGo(last)), false),
+			file("xss.html", []byte("<script>window.__xss=1</script><img src=x onerror=\"window.__xss=2\">\n"), false),
+		}
+		if last {
+			files = append(files, file("notes.txt", []byte("added at the end\n"), false))
+		} else {
+			files = append(files, file("old.txt", []byte("removed at the end\n"), false))
+		}
+		cp := &chain.Checkpoint{ID: fmt.Sprintf("cp-%02d", i), ThreadID: "agent-main", ParentID: head,
+			CreatedAt: f.base + int64(i-1)*60_000, Reason: chain.ReasonAutomatic, Files: files}
+		switch i {
+		case 10:
+			cp.Reason, cp.Label = chain.ReasonNamed, `<img src=x onerror="window.__xss=3">milestone`
+		case 29:
+			msg(`{"role":"assistant","content":[{"type":"text","text":"I will edit src/main.go."}],` +
+				`"toolCalls":[{"id":"call-1","type":"function","function":{"name":"edit_file","arguments":"{\"path\":\"src/main.go\"}"}}]}`)
+		case 30:
+			msg(`{"role":"tool","toolCallId":"call-1","content":"edited src/main.go"}`)
+			msg(`{"role":"assistant","content":"Done: it prints hello, world."}`)
+			cp.Artifacts = []chain.Artifact{{ArtifactID: "report", Name: "report.html", MimeType: "text/html",
+				BlobKey: put(cas.Artifacts, []byte("<h1>report</h1>")), Size: int64(len("<h1>report</h1>")), CreatedAt: cp.CreatedAt}}
+		}
+		cp.Conversation = append([]json.RawMessage(nil), convo...)
+		if head, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: l.Writer}); err != nil {
+			t.Fatalf("append %s: %v", cp.ID, err)
+		}
+	}
+	fl, err := db.AcquireWriter(ctx, "agent-fork")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Fork(ctx, chain.ForkInput{SourceThreadID: "agent-main", SourceCheckpointID: "cp-15",
+		DestinationThreadID: "agent-fork", DestinationCheckpointID: "fork-root", CreatedAt: f.base + 15*60_000, Writer: fl.Writer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ReleaseWriter(ctx, fl.Writer); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// chromiumPath finds the browser, or skips the test (fails it when CI is
+// set: CI must run the browser tests).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium on PATH, and CI is set: apt-get install -y chromium")
+	}
+	t.Skip("skipping the browser test: no chromium on PATH (apt-get install -y chromium)")
+	return ""
+}
+
+// browser starts a headless chromium for the test and returns its context,
+// bounded by a generous timeout: the test fails rather than hangs.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+		// Nothing but the test's servers on 127.0.0.1.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
+		chromedp.Flag("disable-background-networking", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	if err := chromedp.Do(ctx); err != nil { // start the browser
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// uiServer serves db on 127.0.0.1 with uiToken and returns the base URL.
+func uiServer(t *testing.T, db *engine.DB) string {
+	t.Helper()
+	ts := httptest.NewServer(New(db, Options{Token: uiToken}))
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// bdo runs the browser steps, failing the test on an error.
+func bdo(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// get runs a, failing the test on an error, and returns its value.
+func get[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// btext is the rendered text of the first element sel matches.
+func btext(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	return get(t, ctx, chromedp.Text(chromedp.CSS(sel)))
+}
+
+// bcount is the number of elements sel matches.
+func bcount(t *testing.T, ctx context.Context, sel string) int {
+	t.Helper()
+	return get(t, ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+}
+
+// shot saves a full-page screenshot of the page the browser shows as
+// name.png in the test's artifact directory (kept with go test -artifacts).
+func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png := get(t, ctx, chromedp.FullScreenshot(100))
+	p := filepath.Join(t.ArtifactDir(), name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", p)
+}
+
+// login opens the UI at path, which sends the browser to the login page,
+// and logs in with the token.
+func login(t *testing.T, ctx context.Context, base, path string) {
+	t.Helper()
+	bdo(t, ctx, chromedp.Navigate(base+path),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), uiToken),
+		chromedp.Submit(chromedp.CSS(`#token`)))
+}
+
+// noXSS fails when a hostile string of the fixture ran as script.
+func noXSS(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if get(t, ctx, chromedp.Evaluate[bool](`window.__xss !== undefined`)) {
+		t.Fatal("a stored string ran as script")
+	}
+}
+
+func TestUIThreads(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	ctx := browser(t)
+	login(t, ctx, base, "/ui/")
+	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`table.threads`)))
+	shot(t, ctx, "threads")
+	title := get(t, ctx, chromedp.Title())
+	n, rows := btext(t, ctx, `#thread-count`), btext(t, ctx, `table.threads tbody`)
+	if !strings.HasPrefix(title, "Threads") || !strings.Contains(n, "2 threads") {
+		t.Fatalf("title %q, count %q", title, n)
+	}
+	if !strings.Contains(rows, "agent-main\t30") || !strings.Contains(rows, "agent-fork\t1") || !strings.Contains(rows, "2026-03-01 12:29:00Z") {
+		t.Fatalf("rows:\n%s", rows)
+	}
+	if lease := btext(t, ctx, `table.threads tbody tr:nth-child(2) td:nth-child(4)`); !strings.Contains(lease, "live") {
+		t.Fatalf("agent-main's lease: %q", lease)
+	}
+	// Search narrows the list, case-insensitively.
+	bdo(t, ctx, chromedp.SetValue(chromedp.CSS(`#q`), "FORK"), chromedp.Submit(chromedp.CSS(`#q`)),
+		chromedp.WaitVisible(`//p[@id="thread-count"][contains(., "1 of 2")]`))
+	if rows := btext(t, ctx, `table.threads tbody`); strings.Contains(rows, "agent-main") || !strings.Contains(rows, "agent-fork") {
+		t.Fatalf("search FORK shows:\n%s", rows)
+	}
+	noXSS(t, ctx)
+}
