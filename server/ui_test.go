@@ -257,3 +257,44 @@ func TestUIThreads(t *testing.T) {
 	}
 	noXSS(t, ctx)
 }
+
+func TestUIGraph(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	ctx := browser(t)
+	login(t, ctx, base, "/ui/thread?id=agent-main")
+	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`svg#history`)))
+	shot(t, ctx, "thread-graph")
+	// 30 checkpoints and the fork root of agent-fork it was copied to.
+	if n := bcount(t, ctx, `svg#history a.node`); n != 31 {
+		t.Fatalf("%d nodes, want 31", n)
+	}
+	if n := bcount(t, ctx, `svg#history a.node.cp`); n != 30 {
+		t.Fatalf("%d checkpoint nodes, want 30", n)
+	}
+	if n := bcount(t, ctx, `svg#history path.edge.fork.fork-out`); n != 1 {
+		t.Fatalf("%d fork edges out, want 1", n)
+	}
+	if n := bcount(t, ctx, `svg#history path.edge:not(.fork)`); n != 29 {
+		t.Fatalf("%d parent edges, want 29", n)
+	}
+	if head := get(t, ctx, chromedp.AttributeValue(chromedp.CSS(`svg#history a.node.head`), "aria-label")); !strings.Contains(head.Value, "cp-30") {
+		t.Fatalf("the head node is %q", head.Value)
+	}
+	if forks := btext(t, ctx, `ul.forks`); !strings.Contains(forks, "cp-15 forked to agent-fork as fork-root") {
+		t.Fatalf("forks: %q", forks)
+	}
+	// The label is text, not markup.
+	if n := bcount(t, ctx, `svg#history img`); n != 0 {
+		t.Fatal("a label became an element")
+	}
+	noXSS(t, ctx)
+	// The fork's own graph draws the fork in from agent-main.
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/thread?id=agent-fork"), chromedp.WaitVisible(chromedp.CSS(`svg#history`)))
+	if n := bcount(t, ctx, `svg#history path.edge.fork.fork-in`); n != 1 {
+		t.Fatalf("%d fork edges in, want 1", n)
+	}
+	if forks := btext(t, ctx, `ul.forks`); !strings.Contains(forks, "Forked from cp-15 of agent-main as fork-root") {
+		t.Fatalf("forks: %q", forks)
+	}
+}
