@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -296,5 +298,101 @@ func TestUIGraph(t *testing.T) {
 	}
 	if forks := btext(t, ctx, `ul.forks`); !strings.Contains(forks, "Forked from cp-15 of agent-main as fork-root") {
 		t.Fatalf("forks: %q", forks)
+	}
+}
+
+func TestUICheckpoint(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	ctx := browser(t)
+	login(t, ctx, base, "/ui/checkpoint?id=cp-30")
+	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#metadata`)))
+	shot(t, ctx, "checkpoint")
+	if meta := btext(t, ctx, `#metadata`); !strings.Contains(meta, "cp-29") || !strings.Contains(meta, "2026-03-01 12:29:00Z") || !strings.Contains(meta, "automatic") {
+		t.Fatalf("metadata: %q", meta)
+	}
+	tree := btext(t, ctx, `table.tree tbody`)
+	for _, want := range []string{"bin/", "empty/\tdrwxr-xr-x\tempty", "src/\tdrwxr-xr-x\t1 files", "link\tlrwxrwxrwx\t\t→ src/main.go", "notes.txt\t-rw-r--r--\t17 B", "xss.html"} {
+		if !strings.Contains(tree, want) {
+			t.Fatalf("the tree lacks %q:\n%s", want, tree)
+		}
+	}
+	if arts := btext(t, ctx, `table.artifacts`); !strings.Contains(arts, "report.html\ttext/html\t15 B") {
+		t.Fatalf("artifacts: %q", arts)
+	}
+	tr := btext(t, ctx, `ol.transcript`)
+	for _, want := range []string{"User", "<script>window.__xss=1</script>", "I will edit src/main.go.", "Tool call: edit_file", `"path": "src/main.go"`, "Tool result: call-1", "Done: it prints hello, world."} {
+		if !strings.Contains(tr, want) {
+			t.Fatalf("the transcript lacks %q:\n%s", want, tr)
+		}
+	}
+	noXSS(t, ctx)
+	// Into src/, then main.go: the viewer numbers the lines.
+	bdo(t, ctx, chromedp.Click(`//table[contains(@class,"tree")]//a[.="src/"]`),
+		chromedp.WaitVisible(`//table[contains(@class,"tree")]//a[.="main.go"]`),
+		chromedp.Click(`//table[contains(@class,"tree")]//a[.="main.go"]`),
+		chromedp.WaitVisible(chromedp.CSS(`table#content`)))
+	shot(t, ctx, "file-text")
+	if line := btext(t, ctx, `table#content tr#L7`); line != "7\t\tfmt.Println(\"hello, world\")" {
+		t.Fatalf("line 7: %q", line)
+	}
+	if n := bcount(t, ctx, `table#content tr`); n != 8 {
+		t.Fatalf("%d lines, want 8", n)
+	}
+	// A hostile HTML file is shown as text.
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/file?cp=cp-30&path=xss.html"), chromedp.WaitVisible(chromedp.CSS(`table#content`)))
+	if line := btext(t, ctx, `table#content tr#L1`); !strings.Contains(line, "<script>window.__xss=1</script>") {
+		t.Fatalf("xss.html line 1: %q", line)
+	}
+	noXSS(t, ctx)
+	// A binary file is offered for download; a symlink shows its target.
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/file?cp=cp-30&path=bin/tool"), chromedp.WaitVisible(chromedp.CSS(`#binary`)))
+	shot(t, ctx, "file-binary")
+	if href := get(t, ctx, chromedp.AttributeValue(chromedp.CSS(`#download`), "href")); href.Value != "/ui/raw?cp=cp-30&path=bin%2ftool" {
+		t.Fatalf("download link %q", href.Value)
+	}
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/file?cp=cp-30&path=link"), chromedp.WaitVisible(chromedp.CSS(`#symlink`)))
+	if s := btext(t, ctx, `#symlink`); !strings.Contains(s, "src/main.go") {
+		t.Fatalf("symlink: %q", s)
+	}
+}
+
+// TestUIUnixRaw reads the UI on a unix socket, trusted without a token,
+// and a file's bytes whole and by range.
+func TestUIUnixRaw(t *testing.T) {
+	f := newUIFixture(t)
+	u := serveUnix(t, New(f.db, Options{Token: uiToken}))
+	get := func(path, rng string) (int, http.Header, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://sbxdb"+path, nil)
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		resp, err := u.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	if code, _, body := get("/ui/", ""); code != 200 || !strings.Contains(body, "agent-main") {
+		t.Fatalf("GET /ui/ on the socket: %d\n%s", code, body)
+	}
+	code, h, body := get("/ui/raw?cp=cp-30&path=src/main.go", "")
+	if code != 200 || body != uiMainGo(true) || h.Get("Content-Type") != "application/octet-stream" || !strings.HasPrefix(h.Get("Content-Disposition"), "attachment") {
+		t.Fatalf("raw: %d %v %q", code, h, body)
+	}
+	if code, h, body := get("/ui/raw?cp=cp-30&path=src/main.go", "bytes=8-11"); code != 206 || body != "main" || h.Get("Content-Range") != fmt.Sprintf("bytes 8-11/%d", len(uiMainGo(true))) {
+		t.Fatalf("range 8-11: %d %q %q", code, h.Get("Content-Range"), body)
+	}
+	if code, _, body := get("/ui/raw?cp=cp-30&path=src/main.go", "bytes=-2"); code != 206 || body != "}\n" {
+		t.Fatalf("range -2: %d %q", code, body)
+	}
+	if code, _, _ := get("/ui/raw?cp=cp-30&path=src/main.go", "bytes=999-"); code != 416 {
+		t.Fatalf("range past the end: %d", code)
+	}
+	if code, h, body := get("/ui/artifact?cp=cp-30&id=report", ""); code != 200 || body != "<h1>report</h1>" || h.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("artifact: %d %v %q", code, h, body)
 	}
 }

@@ -3,4 +3,8 @@ package ui
 // routes registers the pages besides the thread list and the login.
 func (u *UI) routes() {
 	u.mux.HandleFunc("GET /ui/thread", u.thread)
+	u.mux.HandleFunc("GET /ui/checkpoint", u.checkpoint)
+	u.mux.HandleFunc("GET /ui/file", u.file)
+	u.mux.HandleFunc("GET /ui/raw", u.raw)
+	u.mux.HandleFunc("GET /ui/artifact", u.artifact)
 }
