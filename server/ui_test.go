@@ -396,3 +396,49 @@ func TestUIUnixRaw(t *testing.T) {
 		t.Fatalf("artifact: %d %v %q", code, h, body)
 	}
 }
+
+// TestUIClickThrough goes from the thread list to a thread, a checkpoint
+// and its diff with its parent, by clicking, as a user does.
+func TestUIClickThrough(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	ctx := browser(t)
+	login(t, ctx, base, "/ui/")
+	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`table.threads`)),
+		chromedp.Click(`//a[@class="thread-link"][.="agent-main"]`),
+		chromedp.WaitVisible(chromedp.CSS(`svg#history`)),
+		chromedp.Click(chromedp.CSS(`svg#history a.node.head`)),
+		chromedp.WaitVisible(`//h1[.="Checkpoint cp-30"]`),
+		chromedp.Click(chromedp.CSS(`#diff-parent`)),
+		chromedp.WaitVisible(chromedp.CSS(`#changes`)))
+	shot(t, ctx, "diff")
+	if h := btext(t, ctx, `h1`); h != "Diff cp-29 → cp-30" {
+		t.Fatalf("heading %q", h)
+	}
+	changes := btext(t, ctx, `#changes`)
+	for _, want := range []string{"README.md changed", "bin/tool changed", "notes.txt added", "old.txt removed", "src/main.go changed"} {
+		if !strings.Contains(changes, want) {
+			t.Fatalf("changes lack %q:\n%s", want, changes)
+		}
+	}
+	if strings.Contains(changes, "xss.html") {
+		t.Fatalf("an unchanged file is listed:\n%s", changes)
+	}
+	main := `section[id="changed-src/main.go"]`
+	del, add := btext(t, ctx, main+` tr.del`), btext(t, ctx, main+` tr.add`)
+	if del != "7\t\t-\tfmt.Println(\"hello\")" || add != "\t7\t+\tfmt.Println(\"hello, world\")" {
+		t.Fatalf("src/main.go's diff: del %q, add %q", del, add)
+	}
+	if n := bcount(t, ctx, main+` tr.ctx`); n != 4 { // 3 lines of context before, 1 after (the file's last)
+		t.Fatalf("%d context lines", n)
+	}
+	if note := btext(t, ctx, `section[id="changed-bin/tool"] .note`); !strings.Contains(note, "binary files differ") {
+		t.Fatalf("bin/tool: %q", note)
+	}
+	// Any two: the form compares cp-01 with cp-30.
+	bdo(t, ctx, chromedp.SetValue(chromedp.CSS(`#a`), "cp-01"), chromedp.Submit(chromedp.CSS(`#b`)),
+		chromedp.WaitVisible(`//h1[.="Diff cp-01 → cp-30"]`))
+	if add := btext(t, ctx, `section[id="changed-README.md"] tr.add`); !strings.Contains(add, "step 30") {
+		t.Fatalf("README.md cp-01 → cp-30: %q", add)
+	}
+}

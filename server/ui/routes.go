@@ -7,4 +7,5 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("GET /ui/file", u.file)
 	u.mux.HandleFunc("GET /ui/raw", u.raw)
 	u.mux.HandleFunc("GET /ui/artifact", u.artifact)
+	u.mux.HandleFunc("GET /ui/diff", u.diff)
 }
