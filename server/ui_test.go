@@ -442,3 +442,138 @@ func TestUIClickThrough(t *testing.T) {
 		t.Fatalf("README.md cp-01 → cp-30: %q", add)
 	}
 }
+
+func TestUIStorage(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	ctx := browser(t)
+	login(t, ctx, base, "/ui/storage")
+	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#figures`)))
+	figures := btext(t, ctx, `#figures`)
+	for _, want := range []string{"Threads\t2", "Checkpoints\t31", "Packs\t", "Dead bytes in packs\t", "Dedup ratio"} {
+		if !strings.Contains(figures, want) {
+			t.Fatalf("figures lack %q:\n%s", want, figures)
+		}
+	}
+	// 31 checkpoints name mostly the same blobs.
+	var dedup float64
+	if _, err := fmt.Sscanf(btext(t, ctx, `#dedup`), "%f", &dedup); err != nil || dedup < 5 {
+		t.Fatalf("dedup %q", btext(t, ctx, `#dedup`))
+	}
+	bdo(t, ctx, chromedp.SetValue(chromedp.CSS(`#keep`), "5"), chromedp.SetValue(chromedp.CSS(`#olderThan`), "0"),
+		chromedp.Click(chromedp.CSS(`#gc-dry-run`)), chromedp.WaitVisible(chromedp.CSS(`#plan`)))
+	shot(t, ctx, "storage-gc-plan")
+	if plan := btext(t, ctx, `#plan`); !strings.Contains(plan, "retention") || !strings.Contains(plan, "sweep") || !strings.Contains(plan, "agent-fork") && !strings.Contains(plan, "agent-main") {
+		t.Fatalf("plan:\n%s", plan)
+	}
+	// A dry run: nothing was deleted.
+	if s, err := f.db.ThreadSummary(context.Background(), "agent-main"); err != nil || s.Checkpoints != 30 {
+		t.Fatalf("after the dry run agent-main has %d checkpoints (%v)", s.Checkpoints, err)
+	}
+	// A bad window is the form's error, not a run.
+	bdo(t, ctx, chromedp.SetValue(chromedp.CSS(`#olderThan`), "soon"), chromedp.Click(chromedp.CSS(`#gc-dry-run`)),
+		chromedp.WaitVisible(chromedp.CSS(`#plan-error`)))
+}
+
+// TestUIAuth: on TCP, nothing of the UI is reachable without the token,
+// a session does not open the API, and a forged cross-site POST is
+// refused.
+func TestUIAuth(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	status := func(req *http.Request) (int, http.Header, string) {
+		t.Helper()
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	req := func(method, path, body string, header ...string) *http.Request {
+		r, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if body != "" {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
+		return r
+	}
+	// Without the token: every page sends to the login page, downloads
+	// and posts are 401, and so is the API.
+	for _, p := range []string{"/ui/", "/ui/thread?id=agent-main", "/ui/checkpoint?id=cp-30", "/ui/raw?cp=cp-30&path=src/main.go", "/ui/storage"} {
+		if code, h, _ := status(req("GET", p, "")); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/ui/login?next=") {
+			t.Fatalf("GET %s without the token: %d %s", p, code, h.Get("Location"))
+		}
+	}
+	if code, _, _ := status(req("POST", "/ui/storage/gc", "olderThan=0")); code != http.StatusUnauthorized {
+		t.Fatalf("POST /ui/storage/gc without the token: %d", code)
+	}
+	if code, _, _ := status(req("GET", "/v1/stats", "")); code != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/stats without the token: %d", code)
+	}
+	if code, _, body := status(req("GET", "/ui/login", "")); code != 200 || !strings.Contains(body, `id="token"`) {
+		t.Fatalf("GET /ui/login: %d", code)
+	}
+	// The bearer token opens the UI as it opens the API.
+	if code, _, body := status(req("GET", "/ui/", "", "Authorization", "Bearer "+uiToken)); code != 200 || !strings.Contains(body, "agent-main") {
+		t.Fatalf("GET /ui/ with the bearer token: %d", code)
+	}
+	// A wrong token is refused; the right one gives the session cookie.
+	if code, h, _ := status(req("POST", "/ui/login", "token=wrong&next=/ui/")); code != http.StatusUnauthorized || h.Get("Set-Cookie") != "" {
+		t.Fatalf("login with a wrong token: %d, cookie %q", code, h.Get("Set-Cookie"))
+	}
+	code, h, _ := status(req("POST", "/ui/login", "token="+uiToken+"&next=/ui/storage"))
+	for code == http.StatusUnauthorized { // still backing off after the wrong token: retry after it
+		time.Sleep(200 * time.Millisecond)
+		code, h, _ = status(req("POST", "/ui/login", "token="+uiToken+"&next=/ui/storage"))
+	}
+	cookie := h.Get("Set-Cookie")
+	if code != http.StatusSeeOther || h.Get("Location") != "/ui/storage" || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") {
+		t.Fatalf("login: %d %q, cookie %q", code, h.Get("Location"), cookie)
+	}
+	session, _, _ := strings.Cut(cookie, ";")
+	// The session opens the UI, not the API.
+	code, _, page := status(req("GET", "/ui/storage", "", "Cookie", session))
+	if code != 200 {
+		t.Fatalf("GET /ui/storage with the session: %d", code)
+	}
+	if code, _, _ := status(req("GET", "/v1/stats", "", "Cookie", session)); code != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/stats with a UI session: %d", code)
+	}
+	// A post needs the page's CSRF token.
+	if code, _, _ := status(req("POST", "/ui/storage/gc", "olderThan=0", "Cookie", session)); code != http.StatusForbidden {
+		t.Fatalf("POST without the CSRF token: %d", code)
+	}
+	_, rest, _ := strings.Cut(page, `name="csrf" value="`)
+	csrf, _, _ := strings.Cut(rest, `"`)
+	if code, _, body := status(req("POST", "/ui/storage/gc", "olderThan=0&csrf="+csrf, "Cookie", session)); code != 200 || !strings.Contains(body, `id="plan"`) {
+		t.Fatalf("POST with the CSRF token: %d", code)
+	}
+	// Even with the token, a post the browser marks cross-site is refused.
+	if code, _, _ := status(req("POST", "/ui/storage/gc", "olderThan=0&csrf="+csrf, "Cookie", session, "Sec-Fetch-Site", "cross-site")); code != http.StatusForbidden {
+		t.Fatalf("a cross-site POST with the CSRF token: %d", code)
+	}
+
+	// In the browser: the login page, then a forged form on another
+	// origin (127.0.0.1, another port: the same site, so the cookie goes)
+	// posting to the UI.
+	ctx := browser(t)
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/checkpoint?id=cp-30"), chromedp.WaitVisible(chromedp.CSS(`#token`)))
+	shot(t, ctx, "login")
+	bdo(t, ctx, chromedp.SendKeys(chromedp.CSS(`#token`), uiToken), chromedp.Submit(chromedp.CSS(`#token`)),
+		chromedp.WaitVisible(`//h1[.="Checkpoint cp-30"]`))
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/ui/logout"><input name="csrf" value="guess"></form>
+<script>document.getElementById("f").submit()</script>`, base)
+	}))
+	defer evil.Close()
+	bdo(t, ctx, chromedp.Navigate(evil.URL), chromedp.WaitVisible(`//p[contains(@class,"error")][contains(., "cross-origin")]`))
+	shot(t, ctx, "forged-post-refused")
+	// Still logged in.
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`table.threads`)))
+}

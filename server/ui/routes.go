@@ -8,4 +8,6 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("GET /ui/raw", u.raw)
 	u.mux.HandleFunc("GET /ui/artifact", u.artifact)
 	u.mux.HandleFunc("GET /ui/diff", u.diff)
+	u.mux.HandleFunc("GET /ui/storage", u.storage)
+	u.mux.HandleFunc("POST /ui/storage/gc", u.post(u.gcPlan))
 }
