@@ -577,3 +577,29 @@ func TestUIAuth(t *testing.T) {
 	// Still logged in.
 	bdo(t, ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`table.threads`)))
 }
+
+// TestUIPhone: at phone width the pages fit the screen (wide content
+// scrolls in its own box) and keep their navigation.
+func TestUIPhone(t *testing.T) {
+	f := newUIFixture(t)
+	base := uiServer(t, f.db)
+	ctx := browser(t)
+	login(t, ctx, base, "/ui/")
+	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`table.threads`)), chromedp.EmulateViewport(390, 844))
+	for _, p := range []struct{ name, path, sel string }{
+		{"phone-threads", "/ui/", `table.threads`},
+		{"phone-thread", "/ui/thread?id=agent-main", `svg#history`},
+		{"phone-checkpoint", "/ui/checkpoint?id=cp-30", `#metadata`},
+		{"phone-diff", "/ui/diff?b=cp-30", `#changes`},
+		{"phone-storage", "/ui/storage", `#figures`},
+	} {
+		bdo(t, ctx, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS(p.sel)))
+		shot(t, ctx, p.name)
+		if w := get(t, ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); w > 390 {
+			t.Errorf("%s is %d px wide at 390 px", p.path, w)
+		}
+		if n := bcount(t, ctx, `nav[aria-label="Main"] a`); n != 2 {
+			t.Errorf("%s: %d main links", p.path, n)
+		}
+	}
+}
