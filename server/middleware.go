@@ -168,6 +168,8 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, route stri
 		return true
 	case route == healthRoute:
 		return true
+	case isUIPath(r.URL.Path) && r.Header.Get("Authorization") == "":
+		return s.uiAuthenticate(w, r) // uiauth.go: the UI's session cookie
 	}
 	refuse := func(format string, args ...any) bool {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sbxdb"`)

@@ -9,6 +9,7 @@ func (s *Server) routes() {
 	s.threadRoutes()   // threads.go: checkpoint references, deleting a thread
 	s.blobRoutes()     // blobs.go: blobs, plain objects, artifact records
 	s.adminRoutes()    // admin.go: health, stats, gc, sweep, check, capture, restore
+	s.uiRoutes()       // uiauth.go: the UI (server/ui) under /ui/
 	s.mux.HandleFunc(catchAllRoute, func(w http.ResponseWriter, r *http.Request) {
 		// A wrong method on a known path was answered 405 by the
 		// middleware (allowedMethods); what reaches here has no route.

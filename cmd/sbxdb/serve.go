@@ -52,7 +52,9 @@ token (64 hex digits) and serves with it. Failed authentications are slowed
 per client address, up to 5 s apart. Its host must be a loopback address
 (127.0.0.1, ::1, localhost) unless --allow-remote. Port 0 picks a free
 port. One line per listener, "listening on ADDR", goes to standard output
-once the server accepts.
+once the server accepts, then one per listener saying where its web UI
+is ("ui at http://HOST:PORT/ui/" on TCP: open it in a browser and give
+the token once; docs/API.md, UI).
 
 Capture and restore of a directory (POST /v1/capture, /v1/restore) are
 served on unix sockets; on TCP only for a directory that, symlinks
@@ -291,6 +293,15 @@ func runServe(inv *invocation, _ []string) error {
 	}
 	for _, l := range ls {
 		fmt.Fprintf(inv.out, "listening on %s\n", server.AddrString(l))
+	}
+	// The UI's address, after every "listening on" line: a browser reaches
+	// a TCP listener; a unix socket's UI needs a client of the socket.
+	for _, l := range ls {
+		if a, ok := l.Addr().(*net.TCPAddr); ok {
+			fmt.Fprintf(inv.out, "ui at http://%s/ui/\n", a)
+		} else {
+			fmt.Fprintf(inv.out, "ui at /ui/ on %s (for a browser, add --listen tcp:127.0.0.1:PORT)\n", server.AddrString(l))
+		}
 	}
 	attrs := []any{"store", db.Dir(), "version", opts.Version}
 	if f.test {
