@@ -101,14 +101,6 @@ func TestCleanCloseMissesSharedMappingWrite(t *testing.T) {
 		t.Fatalf("a write through a shared mapping on tmpfs moved the file's times (%v, %v → %v, %v): the gap this test covers is not there", mtime, ctime, mt, ct)
 	}
 
-	db, err = engine.Open(dir, &engine.Options{LeaseDuration: time.Hour})
-	if err != nil {
-		t.Fatalf("Open of a file whose record still vouches for it: %v", err)
-	}
-	defer db.Close()
-	if db.VerifiedAtOpen() {
-		t.Fatal("Open walked every page: the record was not trusted, and the gap not reproduced")
-	}
 	damage := fmt.Sprintf("page %d is referenced twice", twice)
 	corrupt := func(what string, err error) {
 		t.Helper()
@@ -116,15 +108,26 @@ func TestCleanCloseMissesSharedMappingWrite(t *testing.T) {
 			t.Errorf("%s: %v; want ErrCorrupt naming %s and %q", what, err, path, damage)
 		}
 	}
-	_, err = db.AcquireWriter(ctx, "t2")
-	corrupt("acquiring a writer on the damaged tree", err)
-	cp := &chain.Checkpoint{ID: "cp40", ThreadID: "t1", ParentID: head, CreatedAt: 2000, Reason: chain.ReasonAutomatic,
-		Files: []chain.Entry{{Path: "d", Kind: chain.KindDir}}}
-	_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer})
-	corrupt("an append on the damaged tree", err)
-	_, err = db.Check(ctx, sbxdb.CheckStoreOptions{})
-	corrupt("Check", err)
-	db.Close()
+	db, err = engine.Open(dir, &engine.Options{LeaseDuration: time.Hour})
+	if err != nil {
+		// Open's own first write (the blob store's, at open) waited for the
+		// background walk, which found the damage first: refused as well,
+		// and nothing was built on the damage.
+		corrupt("Open of the damaged file", err)
+	} else {
+		if db.VerifiedAtOpen() {
+			t.Fatal("Open walked every page: the record was not trusted, and the gap not reproduced")
+		}
+		_, err = db.AcquireWriter(ctx, "t2")
+		corrupt("acquiring a writer on the damaged tree", err)
+		cp := &chain.Checkpoint{ID: "cp40", ThreadID: "t1", ParentID: head, CreatedAt: 2000, Reason: chain.ReasonAutomatic,
+			Files: []chain.Entry{{Path: "d", Kind: chain.KindDir}}}
+		_, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer})
+		corrupt("an append on the damaged tree", err)
+		_, err = db.Check(ctx, sbxdb.CheckStoreOptions{})
+		corrupt("Check", err)
+		db.Close()
+	}
 	if _, err := os.Stat(filepath.Join(dir, engine.CleanCloseName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a handle whose walk found damage recorded a clean close: %v", err)
 	}
