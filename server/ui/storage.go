@@ -3,7 +3,6 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sbxdb/sbxdb/cas"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
+	"github.com/sbxdb/sbxdb/cas"
 )
 
 // maxPlanItems bounds the items of one list the gc plan shows.
