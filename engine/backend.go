@@ -31,6 +31,10 @@ type backend interface {
 	// verifyLive walks the metadata's pages, as check does; pace is called
 	// after each page read.
 	verifyLive(pace func(bytes int64) error) error
+	// lock takes the named lock every process sharing the metadata
+	// honours (the file's processes are one: its lock file keeps the
+	// others out, so there it is a no-op), until unlock.
+	lock(ctx context.Context, name string) (unlock func(), err error)
 }
 
 // sharedBackend is the metadata in a database shared with other servers
@@ -65,4 +69,8 @@ func (b sharedBackend) fileStats(s *sbxdb.StoreStats) error {
 
 func (sharedBackend) verifyLive(func(int64) error) error {
 	return nil // no pages of ours: the database server keeps its own
+}
+
+func (b sharedBackend) lock(ctx context.Context, name string) (func(), error) {
+	return b.db.shared.Lock(ctx, name)
 }

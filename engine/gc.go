@@ -111,10 +111,7 @@ func (r retainer) DeleteCheckpoints(ctx context.Context, threadID string, keep i
 // servers.
 func (db *DB) lockSweeps(ctx context.Context) (release func(), err error) {
 	db.gcMu.Lock()
-	if db.shared == nil {
-		return db.gcMu.Unlock, nil
-	}
-	unlock, err := db.shared.Lock(ctx, "sweep")
+	unlock, err := db.meta.lock(ctx, "sweep")
 	if err != nil {
 		db.gcMu.Unlock()
 		return nil, err
