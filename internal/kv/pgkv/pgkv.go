@@ -239,10 +239,11 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}
-	// A write transaction holds every server's write lock: a server that
-	// stops (paused, partitioned, its machine gone) must not hold it for
-	// the hours PostgreSQL's defaults would take to notice. The
-	// connection string's own settings win.
+	// A write transaction holds the row locks of what it wrote, which
+	// other servers' writes of the same rows (one thread's head, a sweep's
+	// lock) wait for: a server that stops (paused, partitioned, its
+	// machine gone) must not hold them for the hours PostgreSQL's defaults
+	// would take to notice. The connection string's own settings win.
 	for k, v := range sessionDefaults {
 		if _, set := cfg.ConnConfig.RuntimeParams[k]; !set {
 			cfg.ConnConfig.RuntimeParams[k] = v
@@ -257,6 +258,8 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("pgkv: %w", err)
 	}
 	h := fnv.New64a()
+	// The key of version 1's write lock, which its every Update took: an
+	// upgrade from version 1 under it excludes that version's writers.
 	io.WriteString(h, "sbxdb/pgkv write lock\x00"+schema)
 	db := &DB{
 		pool:    pool,
@@ -414,8 +417,8 @@ func (db *DB) run(ctx context.Context, writable bool, fn func(kv.Tx) error) erro
 		}()
 		return ferr
 	case ferr != nil:
-		// Rolled back before returning, so that the write lock is free
-		// when Update returns.
+		// Rolled back before returning, so that the rows it wrote are
+		// free when Update returns.
 		t.rollback(ctx)
 		return ferr
 	case ctx.Err() != nil:
