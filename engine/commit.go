@@ -164,6 +164,9 @@ func (e *foldError) Unwrap() error { return e.err }
 // writable Open that check --repair needs; the readers
 // of counts and check report the damage.
 func (c *committer) commit(fn func(tx kv.Tx) error) error {
+	if c.db.shared != nil {
+		return c.sharedCommit(fn) // the fold in a transaction of its own
+	}
 	err := c.update(func(tx kv.Tx) error {
 		if err := fn(tx); err != nil {
 			return err

@@ -25,10 +25,28 @@ import (
 // buckets of internal/meta/schema.go and the blob index of cas/format.go
 // live in that database (internal/kv/pgkv) instead of sbx.db, and every
 // transaction of the engine runs there: the same code, the same checks in
-// the same order. pgkv runs one write transaction at a time across every
-// process sharing the database, as bbolt does within one file, so that an
-// append's head compare-and-swap, a lease's fence check and a sweep's
-// re-check of a key are decided against everything every server committed.
+// the same order. pgkv runs the write transactions of every process
+// sharing the database concurrently and serializably (SERIALIZABLE, run
+// again on a serialization failure), so that an append's head
+// compare-and-swap, a lease's fence check and a sweep's re-check of a key
+// are decided as if the transactions had run one at a time, as bbolt runs
+// them within one file, while appends of different threads, which touch
+// different keys, commit at once.
+//
+// A transaction's function may therefore run more than once (kv's
+// package comment): the group commit's batch function is re-runnable
+// because each run overwrites every write's result before any is handed
+// back, and each write's function already is (a failed batch runs each
+// alone again). A conflict of one write of a batch with another server's
+// transaction aborts the batch's transaction, which pgkv runs again
+// whole: no write of the batch fails for another's conflict.
+//
+// The fold of pending references (commit.go's foldIfDue) reads the
+// pending set's weight and entries, which every append adds to: inside an
+// append's transaction, it would make every two appends conflict. So on
+// shared metadata it runs after the batch's commit, in a transaction of
+// its own (sharedCommit), and appends add to the weight without reading
+// it (meta.addPending, kv.AddSequence).
 //
 // What differs from the bbolt file:
 //   - a commit that fails (a lost connection) does not poison the handle:
@@ -48,6 +66,24 @@ import (
 //   - there is no page structure to walk at Open or in Check, no record of
 //     a clean close, no compaction and no migration from older formats (a
 //     database starts at FormatVersion).
+
+// sharedCommit is committer.commit on shared metadata: fn in a
+// transaction, then, when due, the fold in another. A fold that fails is
+// dropped, as on bbolt: folding is housekeeping, fn's writes are committed,
+// and the readers of counts and check report a damaged pending set.
+func (c *committer) sharedCommit(fn func(tx kv.Tx) error) error {
+	if err := c.update(fn); err != nil {
+		return err
+	}
+	due := false
+	if c.db.view(func(tx kv.Tx) error {
+		due = meta.PendingWeight(tx) >= uint64(min(c.db.opts.RefFoldAfter, foldPerThread))
+		return nil
+	}) == nil && due {
+		c.update(c.foldIfDue) // it checks again, in its transaction
+	}
+	return nil
+}
 
 // Errors of a metadata database and of a bucket, as the engine's calls
 // return them.

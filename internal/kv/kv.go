@@ -6,12 +6,14 @@
 //
 //   - Bolt adapts a bbolt transaction (the embedded store, sbx.db);
 //   - package internal/kv/pgkv keeps the buckets in one PostgreSQL table and
-//     runs each transaction as one SQL transaction, write transactions one
-//     at a time across every server sharing the database.
+//     runs each transaction as one SQL transaction, write transactions
+//     concurrently and serializably across every server sharing the
+//     database.
 //
 // The semantics are bbolt's: a read transaction sees one consistent
-// snapshot; a write transaction sees its own writes and is the only one
-// writing; a slice returned by Get or a cursor is valid until the
+// snapshot; a write transaction sees its own writes, and write
+// transactions have the effect of running one at a time (bbolt runs them
+// so; pgkv runs them at once and aborts what would break that); a slice returned by Get or a cursor is valid until the
 // transaction ends and must not be modified; buckets are top-level only.
 //
 // A backend whose reads can fail (a lost connection) cannot say so through
@@ -19,6 +21,18 @@
 // from then on, and the transaction fails with that error in preference to
 // whatever the function returned, so that a nil read never becomes an
 // answer.
+//
+// # Running a write transaction again
+//
+// A backend that runs write transactions concurrently may abort one that
+// conflicted with another and run its function again, in a new
+// transaction (pgkv on a serialization failure). So the function of a
+// write transaction may run more than once on shared metadata (on bbolt:
+// exactly once), and must be re-runnable: every effect it has outside the
+// transaction (results handed to callers, caches, counters) must be
+// overwritten or discarded by the next run, and must not be acted on
+// before the transaction has committed. Only the last run's writes are
+// committed.
 package kv
 
 import "errors"
@@ -84,6 +98,23 @@ var (
 	ErrKeyTooLarge    = errors.New("kv: key too large")
 	ErrTxNotWritable  = errors.New("kv: transaction not writable")
 )
+
+// SequenceAdder is a Bucket that can add to its sequence without reading
+// it (pgkv): transactions that only add to one sequence then do not
+// conflict with each other, as reading and setting it would make them.
+type SequenceAdder interface {
+	AddSequence(delta int64) error
+}
+
+// AddSequence adds delta to b's sequence, modulo 2^64: without reading it
+// when b is a SequenceAdder, else as SetSequence(Sequence() + delta),
+// which on bbolt is the same thing (one writer at a time).
+func AddSequence(b Bucket, delta int64) error {
+	if a, ok := b.(SequenceAdder); ok {
+		return a.AddSequence(delta)
+	}
+	return b.SetSequence(b.Sequence() + uint64(delta))
+}
 
 // Count returns the number of keys in b.
 func Count(b Bucket) (n int, err error) {

@@ -41,9 +41,25 @@ func FoldRefs(tx kv.Tx) error {
 	if err := addChunkRefs(tx, chunks); err != nil {
 		return err
 	}
-	if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
+	if kv.BoltTx(tx) != nil {
+		// One writer at a time: the set is what pc loaded.
+		if err := tx.DeleteBucket(BucketPendingRefs); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket(BucketPendingRefs)
 		return err
 	}
-	_, err := tx.CreateBucket(BucketPendingRefs)
-	return err
+	// Shared metadata: appends may add to the set while this runs. Delete
+	// the entries folded, the ones this transaction sees, and set the
+	// weight of those to 0: an entry or weight added concurrently stays,
+	// and the transaction serializes before the one that added it (a
+	// bucket's deletion would drop it, and conflict with every append).
+	b := bucket(tx, BucketPendingRefs)
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return b.SetSequence(0)
 }

@@ -38,14 +38,17 @@ func pendingID(k []byte) (string, error) {
 
 // addPending adds a checkpoint (its id, thread, createdAt and number of
 // manifest entries) to the pending set; the bucket's sequence is the set's
-// weight.
+// weight. Every append calls it, so it reads nothing: it adds to the
+// weight blindly (kv.AddSequence), and writes a key no other append
+// writes, so that appends of different threads running at once on shared
+// metadata do not conflict here.
 func addPending(tx kv.Tx, id, thread string, createdAt int64, entries uint64) error {
 	b := bucket(tx, BucketPendingRefs)
 	k := pendingKey(createdAt, id)
 	if err := b.Put(k, Seal(BucketPendingRefs, k, []byte(thread))); err != nil {
 		return err
 	}
-	return b.SetSequence(b.Sequence() + CheckpointWeight(entries))
+	return kv.AddSequence(b, int64(CheckpointWeight(entries)))
 }
 
 // PendingWeight returns the weight of the checkpoints whose references are

@@ -71,7 +71,7 @@ func TestLock(t *testing.T) {
 
 // Open gives connections session timeouts unless the connection string
 // sets its own: a transaction left idle (its server paused while holding
-// the write lock) ends after a minute.
+// row locks) ends after a minute.
 func TestSessionDefaults(t *testing.T) {
 	url := pgtest.URL(t)
 	show := func(db *DB) string {

@@ -2,13 +2,29 @@
 // metadata of several sbxdb servers, on several machines, is one store.
 //
 // Each View is one REPEATABLE READ READ ONLY transaction: one snapshot.
-// Each Update is one READ COMMITTED transaction that first takes a
-// transaction-scoped advisory lock, the same for every process using the
-// schema, so write transactions run one at a time across all of them, as
-// bbolt's do in one process: logic that reads and then writes in Go is as
-// safe as under bbolt, and there are no serialization failures to retry.
-// (READ COMMITTED, not REPEATABLE READ, because the snapshot must be taken
-// after the lock is held, or it would miss the previous writer's commit.)
+// Each Update is one SERIALIZABLE transaction, and write transactions of
+// every process using the schema run at the same time: PostgreSQL's
+// serializable snapshot isolation guarantees that the ones that commit
+// have the effect of some order of running one at a time, as bbolt's do in
+// one process. So logic that reads and then writes in Go (a head
+// compare-and-swap, a fence check, a reference count) is as safe as under
+// bbolt, without any lock: PostgreSQL tracks what each transaction read
+// (rows, and the index pages its lookups and scans visited) and aborts one
+// of two concurrent transactions when each read something the other wrote
+// (SQLSTATE 40001), or when they deadlock on row locks (40P01).
+//
+// Update then runs fn again, in a new transaction, after a jittered
+// backoff: fn may run more than once, and must have no effect outside its
+// transaction that a second run would not redo (kv.Tx says so). Only the
+// last run's writes are committed; each earlier run's were rolled back.
+//
+// What two transactions both write is a conflict by construction, and so
+// is a read of what another writes: a row every write transaction updated
+// (a counter) would make every pair of them conflict. A bucket's sequence
+// is therefore not one row: SetSequence writes the value and AddSequence
+// (kv.AddSequence) adds a delta row without reading anything, so that
+// transactions that only add to a sequence do not conflict; its value is
+// the sum of its rows, read only when Sequence is called.
 //
 // # Tables
 //
@@ -16,8 +32,12 @@
 // otherwise, created by Open when absent:
 //
 //	version(version)               the schema version, one row
-//	buckets(id, nh, name, seq)     nh = sha256(name); seq is the uint64
-//	                               sequence in a bigint, two's complement
+//	buckets(id, nh, name, seq)     nh = sha256(name); seq is unused since
+//	                               version 2 (version 1 kept the sequence
+//	                               there; Open moves it into seqs)
+//	seqs(bucket, id, delta)        a bucket's sequence: the sum of its rows'
+//	                               deltas, modulo 2^64 (bigints, two's
+//	                               complement)
 //	kv(bucket, kp, kh, krest, value)
 //
 // A key is stored as kp, its first 1024 bytes, and krest, the rest (empty
@@ -30,18 +50,17 @@
 //
 // # Round trips
 //
-// A transaction begins in one round trip (BEGIN, the write lock, the list
-// of buckets). Puts, Deletes, DeleteBucket and sequence changes are
+// A transaction begins in one round trip (BEGIN and the list of buckets). Puts, Deletes, DeleteBucket and sequence changes are
 // queued and sent together with the next statement whose answer is needed
 // (a Get, a cursor's read, a CreateBucket, the COMMIT), so a transaction
 // sees its own writes and an Update of only writes takes two round trips.
 // A cursor reads ahead in batches of up to 256 keys. A View returns
 // without waiting for its transaction to end.
 //
-// A write transaction holds the write lock until it ends. If the machine
-// running one dies, PostgreSQL releases the lock only when it notices the
-// lost connection; a connection string may bound that with the
-// session settings idle_in_transaction_session_timeout and
+// A write transaction holds the row locks of what it wrote until it ends.
+// If the machine running one dies, PostgreSQL releases them only when it
+// notices the lost connection; a connection string may bound that with
+// the session settings idle_in_transaction_session_timeout and
 // tcp_keepalives_idle.
 //
 // # Errors
@@ -52,7 +71,9 @@
 // the function returned. A queued write that fails fails the transaction
 // the same way, when it is sent. A failure of the connection or of the
 // server wraps ErrUnavailable; the pool replaces broken connections, so
-// the next call works without reopening. A transaction that fails before
+// the next call works without reopening. A serialization failure or a
+// deadlock is retried by Update (above), up to maxAttempts runs; after the
+// last, Update returns it. A transaction that fails before
 // the function runs (a dead pooled connection) is retried on another
 // connection. A COMMIT whose outcome is unknown, the connection lost while
 // it ran, wraps ErrCommitUnknown as well as ErrUnavailable.
@@ -66,9 +87,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/big"
+	"math/rand/v2"
 	"net"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,7 +104,7 @@ import (
 )
 
 // SchemaVersion is the version of the tables this code reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // DefaultSchema is the schema used when Options.Schema is empty.
 const DefaultSchema = "sbxdb"
@@ -115,25 +139,34 @@ type Options struct {
 // use.
 type DB struct {
 	pool    *pgxpool.Pool
-	schema  string        // the schema holding the tables
-	lockKey int64         // the advisory lock every Update takes
-	wsem    chan struct{} // one Update at a time in this process
-	retries int           // attempts to begin a transaction
+	schema  string // the schema holding the tables
+	lockKey int64  // the advisory lock under which Open creates or upgrades the tables
+	retries int    // attempts to begin a transaction
+	retried atomic.Int64
+	// onRetry, when set (tests), is called before each retry of an
+	// Update with the attempt that failed and its error.
+	onRetry func(attempt int, err error)
 	q       queries
 }
 
 type queries struct {
-	loadBuckets, createBucket, deleteBucket, setSeq string
-	get, put, del, first, seek, after               string
+	loadBuckets, createBucket, deleteBucket, setSeq, addSeq, readSeq string
+	get, put, del, first, seek, after                                string
 }
 
 func newQueries(s string) queries {
 	return queries{
-		loadBuckets:  "SELECT id, name, seq FROM " + s + ".buckets",
+		loadBuckets:  "SELECT id, name FROM " + s + ".buckets",
 		createBucket: "INSERT INTO " + s + ".buckets (nh, name) VALUES ($1, $2) RETURNING id",
-		deleteBucket: "WITH d AS (DELETE FROM " + s + ".kv WHERE bucket = $1) DELETE FROM " + s + ".buckets WHERE id = $1",
-		setSeq:       "UPDATE " + s + ".buckets SET seq = $2 WHERE id = $1",
-		get:          "SELECT value FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
+		deleteBucket: "WITH d AS (DELETE FROM " + s + ".kv WHERE bucket = $1), q AS (DELETE FROM " + s + ".seqs WHERE bucket = $1)" +
+			" DELETE FROM " + s + ".buckets WHERE id = $1",
+		// Setting deletes the rows this transaction sees: a delta another
+		// transaction adds concurrently stays (and serializes after).
+		setSeq: "WITH d AS (DELETE FROM " + s + ".seqs WHERE bucket = $1) INSERT INTO " + s + ".seqs (bucket, delta) VALUES ($1, $2)",
+		addSeq: "INSERT INTO " + s + ".seqs (bucket, delta) VALUES ($1, $2)",
+		// The sum, modulo 2^64, as text: sum(bigint) is a numeric.
+		readSeq: "SELECT coalesce(sum(delta), 0)::text FROM " + s + ".seqs WHERE bucket = $1",
+		get:     "SELECT value FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
 		put: "INSERT INTO " + s + ".kv (bucket, kp, kh, krest, value) VALUES ($1, $2, $3, $4, $5)" +
 			" ON CONFLICT (bucket, kp, kh) DO UPDATE SET value = excluded.value",
 		del:   "DELETE FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
@@ -162,7 +195,26 @@ CREATE TABLE ` + s + `.kv (
 	value bytea NOT NULL,
 	PRIMARY KEY (bucket, kp, kh)
 );
+` + seqsDDL(s) + `
 INSERT INTO ` + s + `.version VALUES (` + fmt.Sprint(SchemaVersion) + `);`
+}
+
+func seqsDDL(s string) string {
+	return `
+CREATE TABLE ` + s + `.seqs (
+	bucket bigint NOT NULL,
+	id bigint GENERATED ALWAYS AS IDENTITY,
+	delta bigint NOT NULL,
+	PRIMARY KEY (bucket, id)
+);`
+}
+
+// upgrade1 moves version 1's sequences (buckets.seq) into seqs.
+func upgrade1(s string) string {
+	return seqsDDL(s) + `
+INSERT INTO ` + s + `.seqs (bucket, delta) SELECT id, seq FROM ` + s + `.buckets WHERE seq <> 0;
+UPDATE ` + s + `.buckets SET seq = 0;
+UPDATE ` + s + `.version SET version = 2;`
 }
 
 // sessionDefaults are the session settings Open gives every connection
@@ -187,10 +239,11 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}
-	// A write transaction holds every server's write lock: a server that
-	// stops (paused, partitioned, its machine gone) must not hold it for
-	// the hours PostgreSQL's defaults would take to notice. The
-	// connection string's own settings win.
+	// A write transaction holds the row locks of what it wrote, which
+	// other servers' writes of the same rows (one thread's head, a sweep's
+	// lock) wait for: a server that stops (paused, partitioned, its
+	// machine gone) must not hold them for the hours PostgreSQL's defaults
+	// would take to notice. The connection string's own settings win.
 	for k, v := range sessionDefaults {
 		if _, set := cfg.ConnConfig.RuntimeParams[k]; !set {
 			cfg.ConnConfig.RuntimeParams[k] = v
@@ -205,12 +258,13 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("pgkv: %w", err)
 	}
 	h := fnv.New64a()
+	// The key of version 1's write lock, which its every Update took: an
+	// upgrade from version 1 under it excludes that version's writers.
 	io.WriteString(h, "sbxdb/pgkv write lock\x00"+schema)
 	db := &DB{
 		pool:    pool,
 		schema:  schema,
 		lockKey: int64(h.Sum64()),
-		wsem:    make(chan struct{}, 1),
 		retries: int(cfg.MaxConns) + 1,
 		q:       newQueries(pgx.Identifier{schema}.Sanitize()),
 	}
@@ -221,8 +275,9 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// initSchema creates the tables when absent, under the write lock so that
-// concurrent Opens create them once, and checks the stored version.
+// initSchema creates the tables when absent, or upgrades them from an
+// older version, under an advisory lock so that concurrent Opens do it
+// once, and checks the stored version.
 func (db *DB) initSchema(ctx context.Context, schema string) error {
 	conn, err := db.acquire(ctx, "open", func(c *pgxpool.Conn) error {
 		_, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED")
@@ -250,7 +305,12 @@ func (db *DB) initSchema(ctx context.Context, schema string) error {
 		if v > SchemaVersion {
 			return fmt.Errorf("%w: schema %s is version %d, this program knows %d", ErrNewerSchema, schema, v, SchemaVersion)
 		}
-		if v < SchemaVersion {
+		switch {
+		case v == 1:
+			if _, err := conn.Exec(ctx, upgrade1(s)); err != nil {
+				return wrapErr(ctx, conn, "open: upgrade schema from version 1", err)
+			}
+		case v < SchemaVersion:
 			return fmt.Errorf("pgkv: schema %s has unknown version %d", schema, v)
 		}
 	} else {
@@ -279,16 +339,56 @@ func (db *DB) View(ctx context.Context, fn func(kv.Tx) error) error {
 
 // Update runs fn in a write transaction, committed when fn returns nil
 // and rolled back otherwise. Write transactions of every process using
-// the schema run one at a time.
+// the schema run concurrently and serializably: when PostgreSQL aborts
+// this one to keep them so (a serialization failure or a deadlock), fn
+// runs again in a new transaction, after a jittered backoff, up to
+// maxAttempts times. fn must therefore be safe to run more than once.
 func (db *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
-	select {
-	case db.wsem <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("pgkv: begin: %w", ctx.Err())
+	for attempt := 1; ; attempt++ {
+		err := db.run(ctx, true, fn)
+		if err == nil || attempt == maxAttempts || !Retryable(err) {
+			return err
+		}
+		db.retried.Add(1)
+		if hook := db.onRetry; hook != nil {
+			hook(attempt, err)
+		}
+		select {
+		case <-time.After(backoff(attempt)):
+		case <-ctx.Done():
+			return fmt.Errorf("pgkv: %w (retrying: %w)", ctx.Err(), err)
+		}
 	}
-	defer func() { <-db.wsem }()
-	return db.run(ctx, true, fn)
 }
+
+// maxAttempts bounds the runs of one Update's fn. Each failure means
+// another transaction committed, so the store makes progress; the bound
+// only keeps a pathological livelock from running forever.
+const maxAttempts = 100
+
+// backoff is the wait before run attempt+1: random in [0, d) with d
+// doubling from 1 ms up to 64 ms, so that two transactions that conflicted
+// do not start again in step.
+func backoff(attempt int) time.Duration {
+	d := time.Millisecond << min(attempt-1, 6)
+	return time.Duration(rand.Int64N(int64(d)))
+}
+
+// Retryable says whether err is PostgreSQL's abort of a transaction that
+// could not be serialized with the others (SQLSTATE 40001) or that
+// deadlocked (40P01): nothing of it was committed, and running it again
+// may succeed.
+func Retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.Is(err, sbxdb.ErrCommitUnknown) || !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "40001" || pgErr.Code == "40P01"
+}
+
+// Retries returns how many times Update has run a function again since
+// Open, after a serialization failure or a deadlock.
+func (db *DB) Retries() int64 { return db.retried.Load() }
 
 func (db *DB) run(ctx context.Context, writable bool, fn func(kv.Tx) error) error {
 	t, err := db.begin(ctx, writable)
@@ -317,8 +417,8 @@ func (db *DB) run(ctx context.Context, writable bool, fn func(kv.Tx) error) erro
 		}()
 		return ferr
 	case ferr != nil:
-		// Rolled back before returning, so that the write lock is free
-		// when Update returns.
+		// Rolled back before returning, so that the rows it wrote are
+		// free when Update returns.
 		t.rollback(ctx)
 		return ferr
 	case ctx.Err() != nil:
@@ -422,12 +522,11 @@ type tx struct {
 }
 
 // start begins the transaction on conn and reads the bucket table, in one
-// round trip. A write transaction waits for the write lock first.
+// round trip.
 func (t *tx) start(conn *pgxpool.Conn) error {
 	b := &pgx.Batch{}
 	if t.writable {
-		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-		b.Queue("SELECT pg_advisory_xact_lock($1)", t.db.lockKey)
+		b.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
 	} else {
 		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	}
@@ -445,12 +544,10 @@ func (t *tx) start(conn *pgxpool.Conn) error {
 	}
 	for rows.Next() {
 		bk := &bucket{tx: t}
-		var seq int64
-		if err := rows.Scan(&bk.id, &bk.name, &seq); err != nil {
+		if err := rows.Scan(&bk.id, &bk.name); err != nil {
 			rows.Close()
 			return err
 		}
-		bk.seq = uint64(seq)
 		t.buckets[string(bk.name)] = bk
 	}
 	if err := rows.Err(); err != nil {
@@ -567,9 +664,13 @@ func (t *tx) rollback(ctx context.Context) {
 // round trip.
 func (t *tx) commit(ctx context.Context) error {
 	for _, bk := range t.buckets {
-		if bk.seqDirty {
+		switch {
+		case bk.seqSet:
 			t.pending.Queue(t.db.q.setSeq, bk.id, int64(bk.seq))
 			t.ops = append(t.ops, "set sequence")
+		case bk.seqAdd != 0:
+			t.pending.Queue(t.db.q.addSeq, bk.id, int64(bk.seqAdd))
+			t.ops = append(t.ops, "add to sequence")
 		}
 	}
 	b, ops := t.pending, t.ops
@@ -628,7 +729,7 @@ func (t *tx) CreateBucket(name []byte) (kv.Bucket, error) {
 		return nil, kv.ErrBucketExists
 	}
 	nh := sha256.Sum256(name)
-	b := &bucket{tx: t, id: -1, name: bytes.Clone(name)}
+	b := &bucket{tx: t, id: -1, name: bytes.Clone(name), seqRead: true} // a new bucket's sequence is 0
 	err := t.query("create bucket", t.db.q.createBucket, []any{nh[:], b.name}, func(r pgx.Rows) error {
 		return r.Scan(&b.id)
 	})
@@ -666,16 +767,24 @@ func (t *tx) DeleteBucket(name []byte) error {
 }
 
 // bucket is a bucket as one transaction sees it. Handles of one name in
-// one transaction are the same *bucket, so seq is the truth: only this
-// transaction can change it (a read transaction's snapshot, or a write
-// transaction holding the write lock).
+// one transaction are the same *bucket.
+//
+// Its sequence, as this transaction sees it, is: seq when seqSet or
+// seqRead, plus seqAdd when not seqSet. seqSet: SetSequence was called,
+// and COMMIT writes seq (replacing the rows this transaction sees);
+// otherwise COMMIT adds seqAdd, the sum of AddSequence's deltas, without
+// having read anything. seqRead: seq holds the stored sum, read on the
+// first call to Sequence (not before: a read of the sequence conflicts
+// with every transaction adding to it).
 type bucket struct {
-	tx       *tx
-	id       int64
-	name     []byte
-	seq      uint64
-	seqDirty bool // seq was set; it is written at COMMIT
-	deleted  bool // by DeleteBucket in this transaction; a dead handle
+	tx      *tx
+	id      int64
+	name    []byte
+	seq     uint64
+	seqRead bool
+	seqSet  bool
+	seqAdd  uint64 // modulo 2^64
+	deleted bool   // by DeleteBucket in this transaction; a dead handle
 }
 
 var empty = []byte{}
@@ -758,18 +867,54 @@ func (b *bucket) del(key []byte) {
 	b.tx.queue("delete", b.tx.db.q.del, b.id, kp, kh)
 }
 
-func (b *bucket) Sequence() uint64 { return b.seq }
+func (b *bucket) Sequence() uint64 {
+	if b.seqSet {
+		return b.seq
+	}
+	if !b.seqRead && b.id >= 0 {
+		t := b.tx
+		var s string
+		err := t.query("read sequence", t.db.q.readSeq, []any{b.id}, func(r pgx.Rows) error { return r.Scan(&s) })
+		n, ok := new(big.Int).SetString(s, 10)
+		if err != nil || !ok {
+			if err == nil {
+				t.fail("read sequence", fmt.Errorf("not a number: %q", s))
+			}
+			return 0
+		}
+		// Two's complement: the sum modulo 2^64 is the uint64.
+		b.seq, b.seqRead = n.And(n, maxUint64).Uint64(), true
+	}
+	return b.seq + b.seqAdd
+}
+
+var maxUint64 = new(big.Int).SetUint64(^uint64(0))
 
 func (b *bucket) SetSequence(v uint64) error {
 	if err := b.checkWrite(); err != nil {
 		return err
 	}
-	b.seq, b.seqDirty = v, true
+	b.seq, b.seqSet, b.seqAdd = v, true, 0
+	return nil
+}
+
+// AddSequence adds delta to the sequence (modulo 2^64) without reading
+// it: transactions that only add to a sequence do not conflict
+// (kv.AddSequence).
+func (b *bucket) AddSequence(delta int64) error {
+	if err := b.checkWrite(); err != nil {
+		return err
+	}
+	if b.seqSet {
+		b.seq += uint64(delta)
+	} else {
+		b.seqAdd += uint64(delta)
+	}
 	return nil
 }
 
 func (b *bucket) NextSequence() (uint64, error) {
-	if err := b.SetSequence(b.seq + 1); err != nil {
+	if err := b.SetSequence(b.Sequence() + 1); err != nil {
 		return 0, err
 	}
 	return b.seq, nil

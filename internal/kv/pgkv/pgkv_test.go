@@ -303,7 +303,7 @@ func TestLostConnection(t *testing.T) {
 }
 
 // TestCancel checks that ending ctx aborts the transaction, including one
-// waiting for another process's write lock.
+// waiting for a row lock another process's transaction holds.
 func TestCancel(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := open(t, url, Options{}), open(t, url, Options{})
@@ -321,12 +321,22 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("update whose ctx ended: %v, want context.Canceled", err)
 	}
 
-	// b waits for the write lock a holds, until its ctx ends.
+	// b waits for the row a wrote, until its ctx ends.
 	bctx, bcancel := context.WithCancel(ctx)
 	defer bcancel()
 	err = a.Update(ctx, func(tx kv.Tx) error {
+		if err := tx.Bucket([]byte("b")).Put([]byte("k"), []byte("a")); err != nil {
+			return err
+		}
+		tx.Bucket([]byte("b")).Get([]byte("k")) // sends the Put: a holds the row
 		done := make(chan error)
-		go func() { done <- b.Update(bctx, func(kv.Tx) error { return nil }) }()
+		go func() {
+			done <- b.Update(bctx, func(tx kv.Tx) error {
+				tx.Bucket([]byte("b")).Put([]byte("k"), []byte("b"))
+				tx.Bucket([]byte("b")).Get([]byte("k")) // waits for a
+				return nil
+			})
+		}()
 		waitForLockWaiter(t, url)
 		bcancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
@@ -338,8 +348,8 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.View(ctx, func(tx kv.Tx) error {
-		if v := tx.Bucket([]byte("b")).Get([]byte("k")); v != nil {
-			return fmt.Errorf("the cancelled update's write is there: %q", v)
+		if v := tx.Bucket([]byte("b")).Get([]byte("k")); string(v) != "a" {
+			return fmt.Errorf("k = %q, want a's write alone", v)
 		}
 		return nil
 	}); err != nil {
@@ -347,7 +357,7 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// waitForLockWaiter polls until a session waits for an advisory lock.
+// waitForLockWaiter polls until a session waits for a lock.
 func waitForLockWaiter(t *testing.T, url string) {
 	t.Helper()
 	ctx := context.Background()
@@ -359,7 +369,7 @@ func waitForLockWaiter(t *testing.T, url string) {
 	for {
 		var n int
 		if err := conn.QueryRow(ctx,
-			"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&n); err != nil {
+			"SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&n); err != nil {
 			t.Error(err)
 			return
 		}
