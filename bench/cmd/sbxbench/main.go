@@ -329,6 +329,12 @@ func run(cfg *config) error {
 	}
 
 	addTargets(rep)
+	if cfg.smoke {
+		if err := smokeCheck(rep, cfg); err != nil {
+			writeTable(os.Stdout, rep)
+			return err
+		}
+	}
 	rep.Finished = time.Now().UTC().Format(time.RFC3339)
 	rep.WallSeconds = time.Since(start).Seconds()
 	writeTable(os.Stdout, rep)
@@ -343,6 +349,25 @@ func run(cfg *config) error {
 		}
 	}
 	progress("done in %v", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// smokeCheck fails a --smoke run of every section that left a row without
+// a figure for any reason but an optional peer (restic, kopia) not being
+// installed: every section ran and produced its numbers.
+func smokeCheck(rep *Report, cfg *config) error {
+	if len(cfg.only) > 0 {
+		return nil
+	}
+	var bad []string
+	for _, r := range rep.Rows {
+		if r.Missing != "" && !strings.Contains(r.Missing, "not installed") {
+			bad = append(bad, fmt.Sprintf("%s (%s)", r.ID, r.Missing))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("--smoke: rows without a figure: %s", strings.Join(bad, "; "))
+	}
 	return nil
 }
 

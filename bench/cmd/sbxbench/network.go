@@ -12,6 +12,7 @@ import (
 	"github.com/sbxdb/sbxdb/bench/suite"
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/internal/kv/pgkv"
 	"github.com/sbxdb/sbxdb/internal/testkit/netdelay"
 	"github.com/sbxdb/sbxdb/lease"
 )
@@ -51,10 +52,15 @@ func (p *netPath) open(dir string, o *engine.Options) (*engine.DB, error) {
 	return engine.Open(dir, o)
 }
 
-// trips is the round trips the path's proxies counted so far.
-type trips struct{ pg, s3 netdelay.Stats }
+// trips is the round trips the path's proxies counted so far, and the
+// statements pgx sent (every pgkv handle of the process: one operation
+// runs at a time).
+type trips struct {
+	pg, s3 netdelay.Stats
+	sql    pgkv.Counts
+}
 
-func (p *netPath) trips() trips { return trips{p.pg.Stats(), p.s3.Stats()} }
+func (p *netPath) trips() trips { return trips{p.pg.Stats(), p.s3.Stats(), pgkv.ProcessCounts()} }
 
 // networkBench measures sbxdb with its metadata in PostgreSQL and its
 // blobs in S3 across a simulated network: every byte between the engine
@@ -199,7 +205,8 @@ func networkBench(ctx context.Context, rep *Report, cfg *config) error {
 		d := time.Since(t)
 		if p != nil && log != nil {
 			after := p.trips()
-			log[id] = append(log[id], trips{after.pg.Sub(before.pg), after.s3.Sub(before.s3)})
+			log[id] = append(log[id], trips{after.pg.Sub(before.pg), after.s3.Sub(before.s3),
+				pgkv.Counts{Statements: after.sql.Statements - before.sql.Statements, RoundTrips: after.sql.RoundTrips - before.sql.RoundTrips}})
 		}
 		return d, err
 	}
@@ -358,12 +365,15 @@ func networkBench(ctx context.Context, rep *Report, cfg *config) error {
 			if p.delay > 0 {
 				x.want("<=", 2)
 			}
-			var pg, s3 []float64
+			var pg, s3, stmts []float64
 			for _, t := range tl[p.id] {
 				pg, s3 = append(pg, float64(t.pg.RoundTrips)), append(s3, float64(t.s3.RoundTrips))
+				stmts = append(stmts, float64(t.sql.Statements))
 			}
-			tr := rep.add(prefix+"."+p.id+".pg_trips", "  PostgreSQL round trips", "round trips", pg,
+			tr := rep.add(prefix+"."+p.id+".pg_trips", "  PostgreSQL round trips (at the proxy)", "round trips", pg,
 				fmt.Sprintf("%s per file", num(median(pg)/float64(st.Files))))
+			rep.add(prefix+"."+p.id+".pg_statements", "  PostgreSQL statements (pgx tracer)", "statements", stmts,
+				fmt.Sprintf("%s per file", num(median(stmts)/float64(st.Files))))
 			if prefix != "network.restore" && p.delay > 0 {
 				tr.want("<=", maxTrips)
 			}
