@@ -96,7 +96,8 @@ and at 8/64 writers against raw bbolt, Get, List) and garbage collection
 (mark, sweep, capture during a sweep), and appends with the metadata in
 PostgreSQL against bbolt (--pg, else a throw-away cluster), and capture
 and restore with the blobs in S3 (versitygw on loopback) against local
-storage. Each figure is the median of --runs
+storage, and both again behind a loopback proxy that delays each direction
+(the network section, --net-delay). Each figure is the median of --runs
 runs with min–max; each ratio is computed run by run within this run.
 
 Duration on 2 cores: --quick a few minutes (2,250-file tree of ~31 MB,
@@ -104,7 +105,8 @@ Open stores up to 256 MB, 256 MiB large file, 300 ms per engine-core
 benchmark, 100,000 GC references). The default full run (22,500-file tree
 of ~235 MB, Open stores up to 1 GB, 2 GiB large file, 2 s per engine-core
 benchmark, 1,000,000 GC references) takes longer and needs about 20 GB
-free in the work directory.
+free in the work directory. --smoke runs every section once on tiny
+inputs, as CI does: a minute or two.
 
 Flags:
 `
