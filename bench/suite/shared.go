@@ -14,21 +14,44 @@ import (
 // durability is the server's (fsync on, synchronous_commit on, as the
 // throw-away clusters of internal/testkit/pgserver run).
 
-// NewMetadata returns the URL of a new, empty PostgreSQL database for one
-// benchmark run.
-type NewMetadata func(tb testing.TB) string
+// Shared says where the servers of one benchmark run keep what they
+// share.
+type Shared struct {
+	// Metadata returns the URL of a new, empty PostgreSQL database for
+	// one run.
+	Metadata func(tb testing.TB) string
+	// Blobs returns a new bucket location, s3://BUCKET/PREFIX, that every
+	// server of one run names (engine.Options.Blobs), as the README's
+	// "Scaling out" has them do: servers sharing a database must keep
+	// their blobs in one place (engine.ErrBlobsElsewhere refuses a second
+	// server with a blob directory of its own). Nil: each server keeps
+	// its blobs in its directory, which only one server per database may.
+	Blobs func(tb testing.TB) string
+}
 
 // AppendShared runs n goroutines, each appending durably to its own
 // thread with its own lease, through servers engine.DB handles (each with
-// its own directory) sharing one fresh database from newURL: writer i
-// appends through handle i % servers. b.N appends are shared among the
-// writers, so appends/s is the aggregate throughput of all the handles.
-func AppendShared(b *testing.B, newURL NewMetadata, n, servers int) {
-	url := newURL(b)
+// its own directory) sharing one fresh database, and the bucket of
+// sh.Blobs when set: writer i appends through handle i % servers. b.N
+// appends are shared among the writers, so appends/s is the aggregate
+// throughput of all the handles. More than one server without sh.Blobs
+// skips the benchmark, saying why. Besides appends/s it reports this
+// process's CPU time per append (cpu-µs/append: the engine's handles and
+// their writers, not the database's or the bucket's processes). (The appends' checkpoints name blobs
+// but store none: the bucket holds nothing, only the location is shared.)
+func AppendShared(b *testing.B, sh Shared, n, servers int) {
+	blobs := ""
+	switch {
+	case sh.Blobs != nil:
+		blobs = sh.Blobs(b)
+	case servers > 1:
+		b.Skip("servers sharing a database need a bucket to share (Shared.Blobs)")
+	}
+	url := sh.Metadata(b)
 	dbs := make([]*engine.DB, servers)
 	for i := range dbs {
 		opts := Durable()
-		opts.Metadata = url
+		opts.Metadata, opts.Blobs = url, blobs
 		dbs[i] = openDB(b, opts)
 	}
 	ws := make([]*writer, n)
@@ -46,10 +69,15 @@ func AppendShared(b *testing.B, newURL NewMetadata, n, servers int) {
 		ops[i] = func() error { return wr.appendNext(db) }
 	}
 	b.ResetTimer()
+	cpu0 := processCPU()
 	elapsed, err := concurrently(ops, b.N)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	reportRate(b, b.N, elapsed)
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/append")
+	}
 }

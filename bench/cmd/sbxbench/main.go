@@ -27,6 +27,11 @@
 //     blob directory and PostgreSQL + an S3 bucket (versitygw on loopback,
 //     started here), a cold-cache restore through a second handle, and
 //     the S3 requests each costs.
+//  6. Network: PostgreSQL + S3 behind a loopback proxy delaying each
+//     direction by 0 and by --net-delay (internal/testkit/netdelay):
+//     appends/s of 64 writers through 1, 2 and 4 servers, first capture,
+//     1 % edit capture and cold restore against the local store, and the
+//     PostgreSQL round trips of each.
 //
 // The table ends with one row per performance target, met or not.
 //
@@ -35,7 +40,7 @@
 //
 // Usage:
 //
-//	go run ./bench/cmd/sbxbench [--quick] [--runs N] [--work DIR] [--json FILE] [--chart FILE.svg] [--pg URL]
+//	go run ./bench/cmd/sbxbench [--quick | --smoke] [--runs N] [--work DIR] [--json FILE] [--chart FILE.svg] [--pg URL]
 //
 // Every figure is the median of --runs runs with min–max, and every ratio
 // is computed run by run within this invocation. Everything is prepared
@@ -76,6 +81,9 @@ type config struct {
 	pg        string
 	profile   string
 	only      map[string]bool
+	smoke     bool
+	netDelay  time.Duration
+	be        *backends // started on first use (backends.go)
 }
 
 const usage = `usage: go run ./bench/cmd/sbxbench [flags]
@@ -88,7 +96,8 @@ and at 8/64 writers against raw bbolt, Get, List) and garbage collection
 (mark, sweep, capture during a sweep), and appends with the metadata in
 PostgreSQL against bbolt (--pg, else a throw-away cluster), and capture
 and restore with the blobs in S3 (versitygw on loopback) against local
-storage. Each figure is the median of --runs
+storage, and both again behind a loopback proxy that delays each direction
+(the network section, --net-delay). Each figure is the median of --runs
 runs with min–max; each ratio is computed run by run within this run.
 
 Duration on 2 cores: --quick a few minutes (2,250-file tree of ~31 MB,
@@ -96,7 +105,8 @@ Open stores up to 256 MB, 256 MiB large file, 300 ms per engine-core
 benchmark, 100,000 GC references). The default full run (22,500-file tree
 of ~235 MB, Open stores up to 1 GB, 2 GiB large file, 2 s per engine-core
 benchmark, 1,000,000 GC references) takes longer and needs about 20 GB
-free in the work directory.
+free in the work directory. --smoke runs every section once on tiny
+inputs, as CI does: a minute or two.
 
 Flags:
 `
@@ -106,6 +116,8 @@ func main() {
 	fs := flag.NewFlagSet("sbxbench", flag.ExitOnError)
 	cfg := &config{}
 	fs.BoolVar(&cfg.quick, "quick", false, "small scale everywhere: a few minutes on 2 cores")
+	fs.BoolVar(&cfg.smoke, "smoke", false, "every section once on tiny inputs, as CI runs it (--quick, one run, a small tree, short benchmarks); fails when PostgreSQL or the S3 server cannot run")
+	fs.DurationVar(&cfg.netDelay, "net-delay", time.Millisecond, "the network section's one-way delay, each direction, besides none")
 	fs.IntVar(&cfg.runs, "runs", 3, "timed runs per figure (median, min–max); at least 3 for the README")
 	fs.StringVar(&cfg.work, "work", "", "work directory (default: a new temporary directory, removed at the end)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write the whole table as JSON to this file")
@@ -115,7 +127,7 @@ func main() {
 	fs.IntVar(&cfg.gcRefs, "gc-refs", 0, "blob references of the GC stores, a multiple of 100 (default 1000000, --quick 100000)")
 	fs.StringVar(&cfg.pg, "pg", "", "PostgreSQL server `URL` whose user may create databases, for the shared-metadata and s3 sections (default: a throw-away cluster)")
 	fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run to this `file` (go tool pprof)")
-	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc, shared, s3 (default all)")
+	only := fs.String("only", "", "comma-separated sections to run: capture, core, serve, gc, shared, s3, network (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -137,7 +149,7 @@ func main() {
 	for _, s := range strings.Split(*only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "capture", "core", "serve", "gc", "shared", "s3":
+		case "capture", "core", "serve", "gc", "shared", "s3", "network":
 			cfg.only[s] = true
 		default:
 			fmt.Fprintf(os.Stderr, "sbxbench: unknown section %q in --only\n", s)
@@ -158,9 +170,28 @@ func run(cfg *config) error {
 	if cfg.runs < 1 {
 		return fmt.Errorf("--runs must be at least 1")
 	}
+	if cfg.smoke {
+		cfg.quick = true
+		cfg.runs = 1
+		if cfg.benchtime == "" {
+			cfg.benchtime = "100ms"
+		}
+		if cfg.gcRefs == 0 {
+			cfg.gcRefs = 10_000
+		}
+		if cfg.largeMiB == 0 {
+			cfg.largeMiB = 16
+		}
+	}
+	if cfg.netDelay <= 0 {
+		return fmt.Errorf("--net-delay must be positive")
+	}
 	spec := workload.Default()
 	if cfg.quick {
 		spec = workload.Quick()
+	}
+	if cfg.smoke {
+		spec = smokeSpec()
 	}
 	def := func(v *int, full, quick int) {
 		if *v == 0 {
@@ -215,6 +246,13 @@ func run(cfg *config) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+
+	defer cfg.closeBackends()
+	if cfg.smoke && (cfg.wants("shared") || cfg.wants("s3") || cfg.wants("network")) {
+		if be := cfg.backends(); be.s3 == nil {
+			return fmt.Errorf("--smoke runs every section: %s", be.whyS3)
+		}
 	}
 
 	rep := newReport()
@@ -286,8 +324,19 @@ func run(cfg *config) error {
 			return err
 		}
 	}
+	if cfg.wants("network") {
+		if err := networkBench(ctx, rep, cfg); err != nil {
+			return err
+		}
+	}
 
 	addTargets(rep)
+	if cfg.smoke {
+		if err := smokeCheck(rep, cfg); err != nil {
+			writeTable(os.Stdout, rep)
+			return err
+		}
+	}
 	rep.Finished = time.Now().UTC().Format(time.RFC3339)
 	rep.WallSeconds = time.Since(start).Seconds()
 	writeTable(os.Stdout, rep)
@@ -303,6 +352,33 @@ func run(cfg *config) error {
 	}
 	progress("done in %v", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// smokeCheck fails a --smoke run of every section that left a row without
+// a figure for any reason but an optional peer (restic, kopia) not being
+// installed: every section ran and produced its numbers.
+func smokeCheck(rep *Report, cfg *config) error {
+	if len(cfg.only) > 0 {
+		return nil
+	}
+	var bad []string
+	for _, r := range rep.Rows {
+		if r.Missing != "" && !strings.Contains(r.Missing, "not installed") {
+			bad = append(bad, fmt.Sprintf("%s (%s)", r.ID, r.Missing))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("--smoke: rows without a figure: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// smokeSpec is --smoke's tree: a few hundred files, one binary, every
+// kind of entry of the quick tree.
+func smokeSpec() workload.Spec {
+	s := workload.Quick()
+	s.TextFiles, s.NodeModules.Files = 60, 240
+	return s
 }
 
 func isEmpty(dir string) (bool, error) {

@@ -25,10 +25,15 @@ type openSize struct {
 }
 
 // openSizes are the stores Open is timed on: ~16 MB, ~256 MB and ~1 GB of
-// sbx.db; --quick stops at 256 MB.
-func openSizes(quick bool) []openSize {
+// sbx.db; --quick stops at 256 MB, --smoke at 16 MB (the IDs stay).
+func openSizes(quick, smoke bool) []openSize {
 	s := []openSize{{"16mb", "16 MB", 16 << 20}, {"256mb", "256 MB", 256 << 20}, {"1gb", "1 GB", 1 << 30}}
-	if quick {
+	switch {
+	case smoke:
+		s[0] = openSize{"16mb", "4 MB (--smoke: not 16 MB)", 4 << 20}
+		s[1] = openSize{"256mb", "8 MB (--smoke: not 256 MB)", 8 << 20}
+		s[2] = openSize{"1gb", "16 MB (--smoke: not 1 GB)", 16 << 20}
+	case quick:
 		s[2] = openSize{"1gb", "256 MB (--quick: not 1 GB)", 256 << 20}
 		s[1] = openSize{"256mb", "64 MB (--quick: not 256 MB)", 64 << 20}
 	}
@@ -160,7 +165,7 @@ func appendBatch(ctx context.Context, db *engine.DB, base *chain.Checkpoint, thr
 // capture` opens it) and `sbxdb threads` on the largest as a whole
 // process, after checking once that every store passes DB.Check.
 func openBench(ctx context.Context, rep *Report, cfg *config, tree, cli string) error {
-	sizes := openSizes(cfg.quick)
+	sizes := openSizes(cfg.quick, cfg.smoke)
 	stores, got, err := buildOpenStores(ctx, cfg.work, tree, sizes)
 	if err != nil {
 		return err

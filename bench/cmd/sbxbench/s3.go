@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/bench/workload"
 	"github.com/sbxdb/sbxdb/engine"
-	"github.com/sbxdb/sbxdb/internal/testkit/s3server"
 	"github.com/sbxdb/sbxdb/lease"
 )
 
@@ -49,24 +46,10 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 
 	title := fmt.Sprintf("S3 blobs: the tree (%s files, %.1f MB) stored three ways: bbolt + blob directory, PostgreSQL + blob directory, PostgreSQL + S3 (versitygw on loopback)",
 		num(float64(st.Files)), float64(st.Bytes)/1e6)
-	newDB, whyPG, cleanupPG := metadataSource(cfg)
-	defer cleanupPG()
-	var srv *s3server.Server
-	whyS3 := ""
-	if newDB == nil {
-		whyS3 = whyPG
-	} else if srv, err = s3server.New(filepath.Join(work, "versitygw")); err != nil {
-		whyS3 = fmt.Sprintf("not available: %v", err)
-	} else if err = srv.Start(); err != nil {
-		whyS3 = fmt.Sprintf("not available: %v", err)
-		srv = nil
-	} else {
-		defer srv.Stop()
-		progress("started versitygw at %s", srv.Endpoint)
-		for _, kv := range srv.Env() {
-			k, v, _ := strings.Cut(kv, "=")
-			os.Setenv(k, v)
-		}
+	be := cfg.backends()
+	newDB, whyPG, srv, whyS3 := be.newDB, be.whyPG, be.s3, be.whyS3
+	if srv != nil {
+		useS3(srv, srv.Endpoint) // not a proxy of the network section
 	}
 
 	configs := []s3Config{{id: "local", label: "bbolt + blob directory", opts: func(int) (*engine.Options, error) { return nil, nil }}}
@@ -79,7 +62,7 @@ func s3Bench(ctx context.Context, rep *Report, cfg *config, spec workload.Spec) 
 	if srv != nil {
 		configs = append(configs, s3Config{id: "s3", label: "PostgreSQL + S3", s3: true, opts: func(int) (*engine.Options, error) {
 			u, err := newDB()
-			return &engine.Options{Metadata: u, Blobs: "s3://" + s3server.Bucket() + "/blobs"}, err
+			return &engine.Options{Metadata: u, Blobs: newBucket()}, err
 		}})
 	}
 

@@ -21,26 +21,35 @@ import (
 // its own thread, and through two engine handles on two directories
 // sharing the database (two servers, the writers split between them), all
 // in one rotation so that each ratio compares figures taken seconds apart.
-// The database is --pg's server, else a throw-away cluster of this
-// process (internal/testkit/pgserver); with neither, the PostgreSQL rows
-// say why they are missing.
+// The two servers share a bucket too (versitygw on loopback), as the
+// README's "Scaling out" runs them: servers sharing a database must keep
+// their blobs in one place. The database is --pg's server, else a
+// throw-away cluster of this process (internal/testkit/pgserver); with
+// neither, or without an S3 server for two, the rows say why they are
+// missing.
 func sharedBench(rep *Report, cfg *config) error {
 	suite.KeepDir = filepath.Join(cfg.work, "shared")
 	if err := os.MkdirAll(suite.KeepDir, 0o755); err != nil {
 		return err
 	}
-	newDB, why, cleanup := metadataSource(cfg)
-	defer cleanup()
-	var newURL suite.NewMetadata
-	if newDB != nil {
-		newURL = func(tb testing.TB) string {
-			u, err := newDB()
+	be := cfg.backends()
+	var one, two suite.Shared
+	if be.newDB != nil {
+		one.Metadata = func(tb testing.TB) string {
+			u, err := be.newDB()
 			if err != nil {
 				tb.Fatal(err)
 			}
 			return u
 		}
 	}
+	two = one
+	why2 := be.whyS3
+	if be.s3 != nil {
+		useS3(be.s3, be.s3.Endpoint)
+		two.Blobs = func(testing.TB) string { return newBucket() }
+	}
+	newURL, why := one.Metadata, be.whyPG
 
 	counts := []int{1, 8, 64}
 	var benches []bench
@@ -49,9 +58,9 @@ func sharedBench(rep *Report, cfg *config) error {
 		if newURL == nil {
 			continue
 		}
-		benches = append(benches, bench{fmt.Sprintf("pg%d", n), func(b *testing.B) { suite.AppendShared(b, newURL, n, 1) }})
-		if n > 1 {
-			benches = append(benches, bench{fmt.Sprintf("pg2x%d", n), func(b *testing.B) { suite.AppendShared(b, newURL, n, 2) }})
+		benches = append(benches, bench{fmt.Sprintf("pg%d", n), func(b *testing.B) { suite.AppendShared(b, one, n, 1) }})
+		if n > 1 && two.Blobs != nil {
+			benches = append(benches, bench{fmt.Sprintf("pg2x%d", n), func(b *testing.B) { suite.AppendShared(b, two, n, 2) }})
 		}
 	}
 	results, err := rotated(cfg, "shared metadata", benches)
@@ -79,11 +88,13 @@ func sharedBench(rep *Report, cfg *config) error {
 		}
 		pg := rep.add(fmt.Sprintf("shared.append.pg%d", n), name, "appends/s", appends(fmt.Sprintf("pg%d", n)), "")
 		rep.ratio(pg, bolt.ID, "÷ bbolt")
-		if n > 1 {
-			two := rep.add(fmt.Sprintf("shared.append.pg2x%d", n), fmt.Sprintf("PostgreSQL, two servers, %d writers split between them", n), "appends/s", appends(fmt.Sprintf("pg2x%d", n)),
-				"two engine handles, two directories, one database")
-			rep.ratio(two, pg.ID, "÷ one server")
-			rep.ratio(two, bolt.ID, "÷ bbolt")
+		if n > 1 && two.Blobs == nil {
+			rep.missing(fmt.Sprintf("shared.append.pg2x%d", n), fmt.Sprintf("PostgreSQL, two servers, %d writers", n), "appends/s", why2)
+		} else if n > 1 {
+			r2 := rep.add(fmt.Sprintf("shared.append.pg2x%d", n), fmt.Sprintf("PostgreSQL, two servers, %d writers split between them", n), "appends/s", appends(fmt.Sprintf("pg2x%d", n)),
+				"two engine handles, two directories, one database, one bucket (as \"Scaling out\" runs servers)")
+			rep.ratio(r2, pg.ID, "÷ one server")
+			rep.ratio(r2, bolt.ID, "÷ bbolt")
 		}
 	}
 	return nil

@@ -249,6 +249,7 @@ func Open(ctx context.Context, connString string, opts Options) (*DB, error) {
 			cfg.ConnConfig.RuntimeParams[k] = v
 		}
 	}
+	cfg.ConnConfig.Tracer = counter{} // ProcessCounts (trace.go)
 	schema := opts.Schema
 	if schema == "" {
 		schema = DefaultSchema
