@@ -31,8 +31,9 @@ type Error struct {
 	Status  int    // the HTTP status
 	Code    string // the wire code
 	Message string
-	// sentinel is wire.Sentinel(Code); for a contract code it is chain's,
-	// whose code chain.Code reads through Unwrap.
+	// sentinel is wire.Sentinel(Code), set when the error is decoded; for
+	// a contract code it is chain's, whose code chain.Code reads through
+	// Unwrap. An Error made as a literal has none: Unwrap looks it up.
 	sentinel error
 	// body is the response's body as read (up to 1 MiB): a poisoned
 	// health answer carries the health beside the code (Client.Health).
@@ -41,7 +42,13 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-func (e *Error) Unwrap() error { return e.sentinel }
+// Unwrap returns the sentinel of the error's code.
+func (e *Error) Unwrap() error {
+	if e.sentinel == nil {
+		return wire.Sentinel(e.Code)
+	}
+	return e.sentinel
+}
 
 // responseError decodes the error body of a failed response.
 func responseError(resp *http.Response) error {
