@@ -166,8 +166,8 @@ func (l *connLimiter) admit(c net.Conn, trusted bool) *trackedConn {
 		e := l.pending.Front()
 		if e == nil {
 			l.mu.Unlock()
+			l.closed(closedRefused) // counted before the close anyone may see
 			c.Close()
-			l.closed(closedRefused)
 			return nil
 		}
 		// The victim's place passes to c: l.open stays as it is.
@@ -184,8 +184,8 @@ func (l *connLimiter) admit(c net.Conn, trusted bool) *trackedConn {
 	l.mu.Unlock()
 	if victim != nil {
 		victim.timer.Stop()
-		victim.Conn.Close()
 		l.closed(closedEvicted)
+		victim.Conn.Close()
 	}
 	return tc
 }
@@ -228,8 +228,10 @@ func (tc *trackedConn) expire() {
 	}
 	tc.l.mu.Unlock()
 	if was {
-		tc.Conn.Close()
+		// Counted first: whoever sees the connection gone (its server
+		// goroutine, the peer) sees the count that says why.
 		tc.l.closed(closedAuthTimeout)
+		tc.Conn.Close()
 	}
 }
 
