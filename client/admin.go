@@ -14,7 +14,6 @@ import (
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/internal/wire"
-	"github.com/sbxdb/sbxdb/lease"
 )
 
 // Health is what GET /v1/health answers.
@@ -114,38 +113,16 @@ func (c *Client) Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxd
 }
 
 // CaptureRequest asks the server to capture a directory on its machine
-// (POST /v1/capture). The caller holds Writer's lease and renews it.
-type CaptureRequest struct {
-	Writer lease.Writer
-	// Dir is an absolute path on the server's machine.
-	Dir          string
-	ID, Label    string
-	Reason       chain.Reason
-	CreatedAt    int64
-	SourceRunID  string
-	Conversation []json.RawMessage
-	Artifacts    []chain.Artifact
-	// Excludes and Includes are globs (workspace.Policy.WithGlobs).
-	Excludes, Includes []string
-	// Secrets are the values to zero-fill (SPEC §6.3).
-	Secrets                             []string
-	AllowEscapingSymlinks, FailOnChange bool
-	Rehash                              bool
-	// NoDefaultExcludes drops the default exclusions
-	// (workspace.Policy.NoDefaultExclude); a restore of the checkpoint
-	// must say the same.
-	NoDefaultExcludes bool
-	// SkipUnsupported and RequireFiles are sbxdb.CaptureInput's.
-	SkipUnsupported, RequireFiles bool
-	// Progress, if set, receives the server's progress reports.
-	Progress func(sbxdb.Progress)
-}
+// (POST /v1/capture): the contract's sbxdb.CaptureRequest, whose Dir is an
+// absolute path on the server's machine. The caller holds Writer's lease
+// and renews it.
+type CaptureRequest = sbxdb.CaptureRequest
 
 // Capture records the directory in.Dir of the server's machine as a new
 // checkpoint on the head of the writer's thread (engine.DB.Capture). If
 // ctx ends before the server answers, the server cancels the capture,
 // which then appends nothing unless its commit had begun.
-func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*sbxdb.CaptureResult, error) {
+func (c *Client) Capture(ctx context.Context, in sbxdb.CaptureRequest) (*sbxdb.CaptureResult, error) {
 	body := map[string]any{
 		"writer": in.Writer, "dir": text(in.Dir), "id": chain.WireString(in.ID), "label": chain.WireString(in.Label),
 		"reason": chain.WireString(in.Reason), "createdAt": in.CreatedAt, "sourceRunId": chain.WireString(in.SourceRunID),
@@ -171,25 +148,13 @@ func (c *Client) Capture(ctx context.Context, in CaptureRequest) (*sbxdb.Capture
 }
 
 // RestoreRequest asks the server to restore a checkpoint into a directory
-// on its machine (POST /v1/restore).
-type RestoreRequest struct {
-	// Dir is an absolute path on the server's machine.
-	CheckpointID, Dir  string
-	Excludes, Includes []string
-	// Paths, if not empty, restores only these entries and the
-	// directories above them (sbxdb.RestoreOptions.Paths). A path that
-	// is malformed or names nothing in the checkpoint is
-	// chain.ErrInvalidPath.
-	Paths                 []string
-	AllowEscapingSymlinks bool
-	// NoDefaultExcludes must be what the capture said.
-	NoDefaultExcludes bool
-	Progress          func(sbxdb.Progress)
-}
+// on its machine (POST /v1/restore): the contract's sbxdb.RestoreRequest,
+// whose Dir is an absolute path on the server's machine.
+type RestoreRequest = sbxdb.RestoreRequest
 
 // Restore writes the tree of a checkpoint into in.Dir on the server's
 // machine (engine.DB.Restore).
-func (c *Client) Restore(ctx context.Context, in RestoreRequest) (sbxdb.RestoreStats, error) {
+func (c *Client) Restore(ctx context.Context, in sbxdb.RestoreRequest) (sbxdb.RestoreStats, error) {
 	body := map[string]any{
 		"checkpointId": chain.WireString(in.CheckpointID), "dir": text(in.Dir), "excludes": texts(in.Excludes), "includes": texts(in.Includes),
 		"allowEscapingSymlinks": in.AllowEscapingSymlinks, "noDefaultExcludes": in.NoDefaultExcludes,

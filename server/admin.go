@@ -18,7 +18,6 @@ import (
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/gc"
-	"github.com/sbxdb/sbxdb/workspace"
 )
 
 // ndjson is the media type of a progress stream (docs/API.md, Maintenance).
@@ -277,23 +276,24 @@ func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer dir.release()
-	pol, err := policy(in.Excludes, in.Includes, in.NoDefaultExcludes)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ci := sbxdb.CaptureInput{
+	req := sbxdb.CaptureRequest{
 		Writer: in.Writer, Dir: dir.path, ID: string(in.ID), Label: string(in.Label), Reason: chain.Reason(in.Reason),
 		CreatedAt: int64(in.CreatedAt), SourceRunID: string(in.SourceRunID), Conversation: in.Conversation,
-		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange, Rehash: in.Rehash,
+		Excludes: strs(in.Excludes), Includes: strs(in.Includes), NoDefaultExcludes: in.NoDefaultExcludes,
+		AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange, Rehash: in.Rehash,
 		SkipUnsupported: in.SkipUnsupported, RequireFiles: in.RequireFiles,
 	}
 	for _, a := range in.Artifacts {
-		ci.Artifacts = append(ci.Artifacts, chain.Artifact{ArtifactID: string(a.ArtifactID), Name: string(a.Name),
+		req.Artifacts = append(req.Artifacts, chain.Artifact{ArtifactID: string(a.ArtifactID), Name: string(a.Name),
 			MimeType: string(a.MimeType), BlobKey: string(a.BlobKey), Size: int64(a.Size), CreatedAt: int64(a.CreatedAt)})
 	}
 	for _, v := range in.Secrets {
-		ci.Secrets = append(ci.Secrets, string(v))
+		req.Secrets = append(req.Secrets, string(v))
+	}
+	ci, err := req.Input()
+	if err != nil {
+		writeError(w, badGlobs(err))
+		return
 	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
 		ci.Progress = func(p sbxdb.Progress) { progress(wireProgress(p)) }
@@ -334,20 +334,21 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer dir.release()
-	pol, err := policy(in.Excludes, in.Includes, in.NoDefaultExcludes)
+	req := sbxdb.RestoreRequest{
+		CheckpointID: string(in.CheckpointID), Dir: dir.path, Excludes: strs(in.Excludes), Includes: strs(in.Includes),
+		AllowEscapingSymlinks: in.AllowEscapingSymlinks, NoDefaultExcludes: in.NoDefaultExcludes,
+	}
+	for _, p := range in.Paths {
+		req.Paths = append(req.Paths, string(p))
+	}
+	opts, err := req.Options()
 	if err != nil {
-		writeError(w, err)
+		writeError(w, badGlobs(err))
 		return
 	}
-	var paths []string
-	for _, p := range in.Paths {
-		paths = append(paths, string(p))
-	}
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
-		st, err := s.db.Restore(ctx, string(in.CheckpointID), dir.path, &sbxdb.RestoreOptions{
-			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: paths,
-			Progress: func(p sbxdb.Progress) { progress(wireProgress(p)) },
-		})
+		opts.Progress = func(p sbxdb.Progress) { progress(wireProgress(p)) }
+		st, err := s.db.Restore(ctx, req.CheckpointID, req.Dir, &opts)
 		if err != nil {
 			dir.undo()
 		}
@@ -355,22 +356,19 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// policy is the request's workspace policy (workspace.GlobPolicy); an
-// invalid glob is a CodeBadRequest error.
-func policy(excludes, includes []text, noDefault bool) (workspace.Policy, error) {
-	strs := func(ts []text) []string {
-		out := make([]string, len(ts))
-		for i, t := range ts {
-			out[i] = string(t)
-		}
-		return out
+// strs is a request's paths or globs as strings.
+func strs(ts []text) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
 	}
-	pol, err := workspace.GlobPolicy(noDefault, strs(excludes), strs(includes))
-	if err != nil {
-		return pol, errorf(CodeBadRequest, "%v", err)
-	}
-	return pol, nil
+	return out
 }
+
+// badGlobs is the error of a request whose globs make no workspace
+// policy (sbxdb.CaptureRequest.Input, sbxdb.RestoreRequest.Options): a
+// CodeBadRequest error.
+func badGlobs(err error) error { return errorf(CodeBadRequest, "%v", err) }
 
 // resolveExisting resolves the symlinks of the longest part of the clean
 // absolute path p that exists, and joins the rest to it. The rest holds no

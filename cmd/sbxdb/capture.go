@@ -13,7 +13,6 @@ import (
 
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/chain"
-	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/lease"
 	"github.com/sbxdb/sbxdb/workspace"
@@ -133,7 +132,7 @@ func policyFlags(fset *pflag.FlagSet, inv *invocation, restore bool) {
 }
 
 // checkPolicy reports a malformed --exclude or --include glob. The globs
-// travel as they are (client.CaptureRequest, client.RestoreRequest), and
+// travel as they are (sbxdb.CaptureRequest, sbxdb.RestoreRequest), and
 // the store makes the workspace policy of them.
 func (inv *invocation) checkPolicy() error {
 	_, err := workspace.GlobPolicy(inv.noDefaultExcludes, inv.excludes, inv.includes)
@@ -186,7 +185,7 @@ func runCapture(inv *invocation, args []string) error {
 	start := time.Now()
 	var res *sbxdb.CaptureResult
 	err = withLease(inv.ctx, db, inv.thread, inv.errOut, func(ctx context.Context, w lease.Writer) (err error) {
-		res, err = db.Capture(ctx, client.CaptureRequest{
+		res, err = db.Capture(ctx, sbxdb.CaptureRequest{
 			Writer: w, Dir: dir, ID: inv.id, Reason: reason, Label: inv.label,
 			Excludes: inv.excludes, Includes: inv.includes, Secrets: secrets,
 			AllowEscapingSymlinks: inv.allowEscaping, Rehash: inv.rehash,

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sbxdb/sbxdb"
-	"github.com/sbxdb/sbxdb/client"
 	"github.com/spf13/pflag"
 )
 
@@ -98,7 +97,7 @@ func runRestore(inv *invocation, args []string) error {
 		return err
 	}
 	start := time.Now()
-	st, err := db.Restore(inv.ctx, client.RestoreRequest{
+	st, err := db.Restore(inv.ctx, sbxdb.RestoreRequest{
 		CheckpointID: id, Dir: abs, Excludes: inv.excludes, Includes: inv.includes, Paths: inv.paths,
 		NoDefaultExcludes: inv.noDefaultExcludes, AllowEscapingSymlinks: inv.allowEscaping,
 		Progress: inv.progressFunc("writing", start),

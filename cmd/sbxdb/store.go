@@ -15,7 +15,6 @@ import (
 	"github.com/sbxdb/sbxdb/client"
 	"github.com/sbxdb/sbxdb/engine"
 	"github.com/sbxdb/sbxdb/lease"
-	"github.com/sbxdb/sbxdb/workspace"
 )
 
 // store is what the commands do with a store: every method a command
@@ -26,8 +25,10 @@ import (
 // it got.
 //
 // Capture and restore of a directory take the command line's terms (globs,
-// secret values: client.CaptureRequest and client.RestoreRequest), which a
-// server takes as they are and localStore turns into a workspace.Policy.
+// secret values: the contract's sbxdb.CaptureRequest and
+// sbxdb.RestoreRequest), which localStore hands the engine as the input
+// they describe (CaptureRequest.Input, RestoreRequest.Options) and a
+// server takes as they are.
 // Their Dir is absolute, so that a server, whose working directory is not
 // the command's, finds the same directory.
 type store interface {
@@ -58,8 +59,8 @@ type store interface {
 	PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GCPlan, error)
 	Check(ctx context.Context, opts sbxdb.CheckStoreOptions) (*sbxdb.CheckReport, error)
 	leaser
-	Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error)
-	Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error)
+	Capture(ctx context.Context, in sbxdb.CaptureRequest) (*sbxdb.CaptureResult, error)
+	Restore(ctx context.Context, in sbxdb.RestoreRequest) (sbxdb.RestoreStats, error)
 	// OpenEntry returns a reader of the verified bytes of the file entry
 	// e, as engine.DB.OpenEntry does: the bytes are only known good once
 	// Read returns io.EOF, and every blob failure is
@@ -81,7 +82,7 @@ var (
 )
 
 // localStore is a store this process opened. Its Capture and Restore take
-// the command line's globs in place of engine.DB's workspace.Policy. A
+// the command line's requests in place of engine.DB's inputs. A
 // store opened for writing serves the other processes of this machine
 // while the command runs (server.ServeLocal): stopServing stops that, and
 // Close calls it before it closes the store.
@@ -98,19 +99,12 @@ func (s localStore) Close() error {
 	return s.DB.Close()
 }
 
-func (s localStore) Capture(ctx context.Context, in client.CaptureRequest) (*sbxdb.CaptureResult, error) {
-	pol, err := workspace.GlobPolicy(in.NoDefaultExcludes, in.Excludes, in.Includes)
+func (s localStore) Capture(ctx context.Context, in sbxdb.CaptureRequest) (*sbxdb.CaptureResult, error) {
+	ci, err := in.Input()
 	if err != nil {
 		return nil, err
 	}
-	return s.DB.Capture(ctx, sbxdb.CaptureInput{
-		Writer: in.Writer, Dir: in.Dir, ID: in.ID, Reason: in.Reason, Label: in.Label,
-		SourceRunID: in.SourceRunID, CreatedAt: in.CreatedAt, Conversation: in.Conversation,
-		Artifacts: in.Artifacts, Policy: pol, Secrets: in.Secrets,
-		AllowEscapingSymlinks: in.AllowEscapingSymlinks, FailOnChange: in.FailOnChange,
-		Rehash: in.Rehash, SkipUnsupported: in.SkipUnsupported, RequireFiles: in.RequireFiles,
-		Progress: in.Progress,
-	})
+	return s.DB.Capture(ctx, ci)
 }
 
 // PlanGC returns the printable part of engine.DB.PlanGC's plan.
@@ -122,14 +116,12 @@ func (s localStore) PlanGC(ctx context.Context, opts sbxdb.GCOptions) (*sbxdb.GC
 	return &p.GCPlan, nil
 }
 
-func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (sbxdb.RestoreStats, error) {
-	pol, err := workspace.GlobPolicy(in.NoDefaultExcludes, in.Excludes, in.Includes)
+func (s localStore) Restore(ctx context.Context, in sbxdb.RestoreRequest) (sbxdb.RestoreStats, error) {
+	opts, err := in.Options()
 	if err != nil {
 		return sbxdb.RestoreStats{}, err
 	}
-	return s.DB.Restore(ctx, in.CheckpointID, in.Dir, &sbxdb.RestoreOptions{
-		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: in.Paths, Progress: in.Progress,
-	})
+	return s.DB.Restore(ctx, in.CheckpointID, in.Dir, &opts)
 }
 
 // remoteStore is a store served by sbxdb serve. The server reads and

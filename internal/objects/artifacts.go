@@ -1,4 +1,4 @@
-package engine
+package objects
 
 import (
 	"context"
@@ -22,11 +22,11 @@ type ArtifactInput struct {
 // PutArtifact stores an artifact's bytes under a sandbox-artifacts/ key,
 // durably, and returns the record to put in a checkpoint's Artifacts. The
 // bytes are streamed: memory does not grow with their size.
-func (db *DB) PutArtifact(ctx context.Context, in ArtifactInput) (chain.Artifact, error) {
+func PutArtifact(ctx context.Context, s Store, in ArtifactInput) (chain.Artifact, error) {
 	a := chain.Artifact{ArtifactID: in.ArtifactID, Name: in.Name, MimeType: in.MimeType, CreatedAt: in.CreatedAt,
 		BlobKey: chain.ArtifactPrefix + "0000000000000000000000000000000000000000000000000000000000000000"}
 	if a.CreatedAt == 0 {
-		a.CreatedAt = db.opts.nowMs()
+		a.CreatedAt = s.NowMs()
 	}
 	// Check the fields before reading any bytes; the key is a placeholder.
 	if err := chain.ValidateArtifact(&a); err != nil {
@@ -35,7 +35,7 @@ func (db *DB) PutArtifact(ctx context.Context, in ArtifactInput) (chain.Artifact
 	if in.Data == nil {
 		return chain.Artifact{}, chain.Errorf(chain.ErrInvalidEntry, "artifact %q has no data", in.ArtifactID)
 	}
-	b := db.blobs.NewBatch()
+	b := s.Blobs().NewBatch()
 	defer b.Close()
 	res, err := b.AddReader(ctx, cas.Artifacts, workspace.NewRedactor(in.Secrets).Reader(in.Data))
 	if err != nil {
@@ -55,11 +55,11 @@ func (db *DB) PutArtifact(ctx context.Context, in ArtifactInput) (chain.Artifact
 // and a blob that is missing or does not match its key or size
 // SANDBOX_SNAPSHOT_INVALID_ARTIFACT_BYTES. Ids are not proof of access:
 // authorization is the caller's job.
-func (db *DB) ReadArtifact(ctx context.Context, threadID, checkpointID, artifactID string) (chain.Artifact, []byte, error) {
+func ReadArtifact(ctx context.Context, s Store, threadID, checkpointID, artifactID string) (chain.Artifact, []byte, error) {
 	if err := chain.CheckIDs("threadId", threadID, "checkpointId", checkpointID); err != nil {
 		return chain.Artifact{}, nil, err
 	}
-	cp, err := db.Get(ctx, checkpointID)
+	cp, err := s.Get(ctx, checkpointID)
 	if err != nil {
 		return chain.Artifact{}, nil, err
 	}
@@ -73,7 +73,7 @@ func (db *DB) ReadArtifact(ctx context.Context, threadID, checkpointID, artifact
 		if a.ArtifactID != artifactID {
 			continue
 		}
-		data, err := db.blobs.Get(ctx, a.BlobKey)
+		data, err := s.Blobs().Get(ctx, a.BlobKey)
 		if err != nil {
 			return chain.Artifact{}, nil, chain.Errorf(chain.ErrInvalidArtifactBytes, "artifact %q: %v", artifactID, err)
 		}

@@ -1,4 +1,4 @@
-package engine
+package objects
 
 import (
 	"context"
@@ -16,11 +16,10 @@ import (
 // and sourceUrl, in bytes.
 const MaxArtifactTextBytes = 64 << 10
 
-// ArtifactRecords returns the artifact records kept in the same file. A
-// record's thread counts as destination state for Fork (SPEC §3.2).
-func (db *DB) ArtifactRecords() sbxdb.ArtifactRecords { return artifactRecords{db} }
+// Records returns the artifact records kept in s's metadata.
+func Records(s Store) sbxdb.ArtifactRecords { return artifactRecords{s} }
 
-type artifactRecords struct{ db *DB }
+type artifactRecords struct{ s Store }
 
 // checkArtifactRecord runs Save's checks, in its order.
 func checkArtifactRecord(r *sbxdb.ArtifactRecord) error {
@@ -66,7 +65,7 @@ func (s artifactRecords) Save(ctx context.Context, rec sbxdb.ArtifactRecord) err
 		return err
 	}
 	stored := toStored(&rec)
-	return s.db.write(ctx, func(tx kv.Tx) error { return meta.PutArtifactRecord(tx, stored) })
+	return s.s.Write(ctx, func(tx kv.Tx) error { return meta.PutArtifactRecord(tx, stored) })
 }
 
 func (s artifactRecords) Get(ctx context.Context, artifactID string) (*sbxdb.ArtifactRecord, error) {
@@ -74,7 +73,7 @@ func (s artifactRecords) Get(ctx context.Context, artifactID string) (*sbxdb.Art
 		return nil, err
 	}
 	var out *sbxdb.ArtifactRecord
-	err := s.db.view(func(tx kv.Tx) error {
+	err := s.s.View(func(tx kv.Tx) error {
 		r, err := meta.GetArtifactRecord(tx, artifactID)
 		if r != nil {
 			rec := fromStored(r)
@@ -98,7 +97,7 @@ func (s artifactRecords) list(ctx context.Context, field, owner string, read fun
 		return nil, err
 	}
 	out := []sbxdb.ArtifactRecord{}
-	err := s.db.view(func(tx kv.Tx) error {
+	err := s.s.View(func(tx kv.Tx) error {
 		recs, err := read(tx, owner)
 		for _, r := range recs {
 			out = append(out, fromStored(r))
@@ -115,7 +114,7 @@ func (s artifactRecords) Delete(ctx context.Context, artifactID string) error {
 	if err := chain.CheckID("artifactId", artifactID); err != nil {
 		return err
 	}
-	return s.db.write(ctx, func(tx kv.Tx) error {
+	return s.s.Write(ctx, func(tx kv.Tx) error {
 		_, err := meta.DeleteArtifactRecord(tx, artifactID)
 		return err
 	})
@@ -126,7 +125,7 @@ func (s artifactRecords) DeleteForRun(ctx context.Context, runID string) (int, e
 		return 0, err
 	}
 	n := 0
-	err := s.db.write(ctx, func(tx kv.Tx) error {
+	err := s.s.Write(ctx, func(tx kv.Tx) error {
 		n = 0 // the body may run twice (a shared transaction retried alone)
 		recs, err := meta.ArtifactRecordsOfRun(tx, runID)
 		if err != nil {
@@ -144,4 +143,14 @@ func (s artifactRecords) DeleteForRun(ctx context.Context, runID string) (int, e
 		return 0, err
 	}
 	return n, nil
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
