@@ -62,8 +62,9 @@ type RestoreOptions struct {
 	KeepGoing bool
 }
 
-// SkippedFile names a file that RestoreOptions.KeepGoing left out, and why
-// (its blob is missing or damaged: the error's message).
+// SkippedFile names a file that RestoreOptions.KeepGoing left out, and why:
+// its blob is missing or damaged (Code, SANDBOX_SNAPSHOT_MISSING_BLOB or
+// SANDBOX_SNAPSHOT_INVALID_BLOB, and the error's message without it).
 type SkippedFile struct {
 	Path   string `json:"path"`
 	Code   string `json:"code"`

@@ -184,7 +184,10 @@ type RestoreRequest struct {
 	AllowEscapingSymlinks bool
 	// NoDefaultExcludes must be what the capture said.
 	NoDefaultExcludes bool
-	Progress          func(sbxdb.Progress)
+	// Overwrite, Delete and KeepGoing are sbxdb.RestoreOptions'; with
+	// KeepGoing the files left out are in the result's Skipped.
+	Overwrite, Delete, KeepGoing bool
+	Progress                     func(sbxdb.Progress)
 }
 
 // Restore writes the tree of a checkpoint into in.Dir on the server's
@@ -196,6 +199,14 @@ func (c *Client) Restore(ctx context.Context, in RestoreRequest) (sbxdb.RestoreS
 	}
 	if len(in.Paths) > 0 {
 		body["paths"] = texts(in.Paths)
+	}
+	// Sent only when set, so that an older server, which rejects unknown
+	// fields or ignores them, is never asked for what it cannot do
+	// without it showing.
+	for name, on := range map[string]bool{"overwrite": in.Overwrite, "delete": in.Delete, "keepGoing": in.KeepGoing} {
+		if on {
+			body[name] = true
+		}
 	}
 	var st sbxdb.RestoreStats
 	err := c.maintain(ctx, "/v1/restore", body, workProgress(in.Progress), &st)

@@ -316,6 +316,10 @@ type restoreRequest struct {
 	Paths                 []text           `json:"paths"`
 	AllowEscapingSymlinks bool             `json:"allowEscapingSymlinks"`
 	NoDefaultExcludes     bool             `json:"noDefaultExcludes"`
+	// sbxdb.RestoreOptions' Overwrite, Delete and KeepGoing.
+	Overwrite bool `json:"overwrite"`
+	Delete    bool `json:"delete"`
+	KeepGoing bool `json:"keepGoing"`
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
@@ -346,6 +350,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	s.stream(w, r, func(ctx context.Context, progress func(any)) (any, error) {
 		st, err := s.db.Restore(ctx, string(in.CheckpointID), dir.path, &sbxdb.RestoreOptions{
 			Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: paths,
+			Overwrite: in.Overwrite, Delete: in.Delete, KeepGoing: in.KeepGoing,
 			Progress: func(p sbxdb.Progress) { progress(wireProgress(p)) },
 		})
 		if err != nil {

@@ -129,6 +129,7 @@ func (s localStore) Restore(ctx context.Context, in client.RestoreRequest) (sbxd
 	}
 	return s.DB.Restore(ctx, in.CheckpointID, in.Dir, &sbxdb.RestoreOptions{
 		Policy: pol, AllowEscapingSymlinks: in.AllowEscapingSymlinks, Paths: in.Paths, Progress: in.Progress,
+		Overwrite: in.Overwrite, Delete: in.Delete, KeepGoing: in.KeepGoing,
 	})
 }
 

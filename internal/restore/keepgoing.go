@@ -60,7 +60,8 @@ func (rs *restorer) writeKeepGoing(ctx context.Context, root string, files []*ch
 			switch {
 			case e.BlobKey == ke.key:
 				os.Remove(filepath.Join(root, filepath.FromSlash(e.Path)))
-				skipped = append(skipped, sbxdb.SkippedFile{Path: e.Path, Code: chain.Code(err), Reason: err.Error()})
+				code := chain.Code(err)
+				skipped = append(skipped, sbxdb.SkippedFile{Path: e.Path, Code: code, Reason: strings.TrimPrefix(err.Error(), code+": ")})
 				prog.TotalFiles.Add(-1)
 				prog.TotalBytes.Add(-e.Size)
 			case !written[e.BlobKey]:
