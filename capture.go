@@ -108,8 +108,10 @@ type CaptureStats struct {
 	Skipped int `json:"skipped"`
 	// Entries the policy left out, and their counts by rule: the names of
 	// workspace.Policy.SkipRule (".git", "node_modules", ".env*",
-	// "CLAUDE.md", "GEMINI.md", "skills", "marker", "exclude", and
-	// "--exclude GLOB" for each exclude glob) and workspace.RuleNotIncluded
+	// "CLAUDE.md", "GEMINI.md", "skills", "marker", "exclude",
+	// "--exclude GLOB" for each exclude glob, and ".sbxdbignore" for the
+	// workspace root's ignore file, gitignore syntax, which every capture
+	// honours: workspace.WithIgnore) and workspace.RuleNotIncluded
 	// ("not included") for the entries, directories aside, no include matched.
 	// Excluded is the sum of the counts. An excluded directory counts
 	// once: what lies beneath it is not walked. The store's own directory,

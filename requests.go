@@ -76,7 +76,10 @@ type RestoreRequest struct {
 	AllowEscapingSymlinks bool
 	// NoDefaultExcludes must be what the capture said.
 	NoDefaultExcludes bool
-	Progress          func(Progress)
+	// Overwrite, Delete and KeepGoing are RestoreOptions'; with KeepGoing
+	// the files left out are in the result's Skipped.
+	Overwrite, Delete, KeepGoing bool
+	Progress                     func(Progress)
 }
 
 // Options is the RestoreOptions r describes: its globs made a policy
@@ -86,5 +89,6 @@ func (r *RestoreRequest) Options() (RestoreOptions, error) {
 	if err != nil {
 		return RestoreOptions{}, err
 	}
-	return RestoreOptions{Policy: pol, AllowEscapingSymlinks: r.AllowEscapingSymlinks, Paths: r.Paths, Progress: r.Progress}, nil
+	return RestoreOptions{Policy: pol, AllowEscapingSymlinks: r.AllowEscapingSymlinks, Paths: r.Paths, Progress: r.Progress,
+		Overwrite: r.Overwrite, Delete: r.Delete, KeepGoing: r.KeepGoing}, nil
 }

@@ -32,6 +32,43 @@ type RestoreOptions struct {
 	// Progress, if set, is called from one goroutine about every 100 ms
 	// while files are written, and once at the end.
 	Progress func(Progress)
+	// Overwrite lets the target be a non-empty directory, as rsync does:
+	// every entry is first written and verified into a staging directory
+	// inside the target, then each file or symlink that differs from the
+	// checkpoint's (a regular file with other bytes, another mode, a
+	// symlink with another target, anything else in its place) is renamed
+	// over it, atomically; an identical one is left alone
+	// (RestoreStats.Unchanged). A symlink or file in the target where the
+	// checkpoint has a directory is replaced by the directory: no write
+	// follows a symlink of the target. A directory in the target where the
+	// checkpoint has a file or symlink is refused (before anything is
+	// changed) unless Delete is set, which replaces it. A failure while
+	// the staged entries are moved puts back what was replaced, so the
+	// target is left as it was.
+	Overwrite bool
+	// Delete, only with Overwrite and without Paths, also removes the
+	// entries of the target the checkpoint does not hold
+	// (RestoreStats.Deleted), as rsync --delete does. Entries the policy
+	// excludes (.git, node_modules, … under the default policy) are left
+	// alone, as are the staging directories of other restores. A symlink
+	// is removed, never followed: nothing outside the target is touched.
+	Delete bool
+	// KeepGoing restores every file whose blob is intact when some are
+	// missing or damaged, instead of failing the whole restore: those
+	// files are not written (with Overwrite, the target's copy is left as
+	// it is) and are named in RestoreStats.Skipped; the restore then
+	// returns no error, so a caller must look at Skipped. Every byte
+	// written is still verified.
+	KeepGoing bool
+}
+
+// SkippedFile names a file that RestoreOptions.KeepGoing left out, and why:
+// its blob is missing or damaged (Code, SANDBOX_SNAPSHOT_MISSING_BLOB or
+// SANDBOX_SNAPSHOT_INVALID_BLOB, and the error's message without it).
+type SkippedFile struct {
+	Path   string `json:"path"`
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
 }
 
 // RestoreStats counts what a restore wrote. Dirs counts the empty
@@ -42,6 +79,15 @@ type RestoreStats struct {
 	Dirs     int   `json:"dirs"`
 	Symlinks int   `json:"symlinks"`
 	Bytes    int64 `json:"bytes"`
+	// With RestoreOptions.Overwrite: files and symlinks of the target
+	// found identical and left alone (not counted in Files, Symlinks or
+	// Bytes, which count what was written), and, with Delete, the
+	// entries removed (a directory counts once).
+	Unchanged int `json:"unchanged,omitempty"`
+	Deleted   int `json:"deleted,omitempty"`
+	// Skipped names, sorted by path, the files RestoreOptions.KeepGoing
+	// left out because their blob is missing or damaged.
+	Skipped []SkippedFile `json:"skipped,omitempty"`
 }
 
 // PathNotFoundError reports a path of RestoreOptions.Paths that names no

@@ -162,6 +162,14 @@ func (c *Client) Restore(ctx context.Context, in sbxdb.RestoreRequest) (sbxdb.Re
 	if len(in.Paths) > 0 {
 		body["paths"] = texts(in.Paths)
 	}
+	// Sent only when set, so that an older server, which rejects unknown
+	// fields or ignores them, is never asked for what it cannot do
+	// without it showing.
+	for name, on := range map[string]bool{"overwrite": in.Overwrite, "delete": in.Delete, "keepGoing": in.KeepGoing} {
+		if on {
+			body[name] = true
+		}
+	}
 	var st sbxdb.RestoreStats
 	err := c.maintain(ctx, "/v1/restore", body, workProgress(in.Progress), &st)
 	return st, err

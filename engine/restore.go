@@ -11,7 +11,8 @@ import (
 )
 
 // Restore writes the tree of checkpoint id into dir, which must not exist or
-// be an empty directory (SPEC §10 Q20); with opts.Paths, only the entries
+// be an empty directory (SPEC §10 Q20) unless opts.Overwrite; with
+// opts.Paths, only the entries
 // they name: see restore.Checkpoint, which does the writing. The
 // checkpoint is read first: an unknown id is
 // SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND, before anything is checked or

@@ -90,7 +90,7 @@ func TestRestorePaths(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st != tc.stats {
+				if !equalStats(st, tc.stats) {
 					t.Errorf("stats %+v, want %+v", st, tc.stats)
 				}
 				if diff := fstree.Diff(only(tree, tc.want...), snapshot(t, out)); diff != nil {

@@ -316,6 +316,10 @@ type restoreRequest struct {
 	Paths                 []text           `json:"paths"`
 	AllowEscapingSymlinks bool             `json:"allowEscapingSymlinks"`
 	NoDefaultExcludes     bool             `json:"noDefaultExcludes"`
+	// sbxdb.RestoreOptions' Overwrite, Delete and KeepGoing.
+	Overwrite bool `json:"overwrite"`
+	Delete    bool `json:"delete"`
+	KeepGoing bool `json:"keepGoing"`
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
@@ -337,6 +341,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	req := sbxdb.RestoreRequest{
 		CheckpointID: string(in.CheckpointID), Dir: dir.path, Excludes: strs(in.Excludes), Includes: strs(in.Includes),
 		AllowEscapingSymlinks: in.AllowEscapingSymlinks, NoDefaultExcludes: in.NoDefaultExcludes,
+		Overwrite: in.Overwrite, Delete: in.Delete, KeepGoing: in.KeepGoing,
 	}
 	for _, p := range in.Paths {
 		req.Paths = append(req.Paths, string(p))

@@ -53,6 +53,9 @@ type Policy struct {
 	// includes are WithGlobs' include sets, one per call with includes: a
 	// file must match a glob of every set.
 	includes [][]glob
+	// ignores are WithIgnore's ignore files, in order: a path any of them
+	// ignores is skipped.
+	ignores []ignoreSet
 }
 
 // Rule names, as SkipRule returns them and a capture counts the entries it
@@ -163,7 +166,8 @@ func (p *Policy) Skip(path string, kind chain.Kind) bool {
 // returns false for it; then Exclude decides (RuleExclude), or the default
 // exclusion when Exclude is nil and NoDefaultExclude is false; then the
 // exclude globs of WithGlobs, the first matching one naming the rule
-// (ExcludeGlobRule). The rule names are constants or made once by WithGlobs,
+// (ExcludeGlobRule); then the ignore files of WithIgnore, in order, each
+// naming its rule. The rule names are constants or made once by WithGlobs,
 // so asking costs no more than Skip did.
 func (p *Policy) SkipRule(path string, kind chain.Kind) string {
 	if p == nil {
@@ -181,11 +185,16 @@ func (p *Policy) SkipRule(path string, kind chain.Kind) string {
 			return r
 		}
 	}
-	if len(p.excludes) > 0 {
+	if len(p.excludes) > 0 || len(p.ignores) > 0 {
 		segs := strings.Split(path, "/")
 		for i := range p.excludes {
 			if p.excludes[i].match(segs, kind) {
 				return p.excludes[i].rule
+			}
+		}
+		for i := range p.ignores {
+			if p.ignores[i].ignored(segs, kind) {
+				return p.ignores[i].rule
 			}
 		}
 	}

@@ -148,6 +148,9 @@ type invocation struct {
 	secretEnvs        stringList // --secret-env
 	allowEscaping     bool       // --allow-escaping-symlinks
 	rehash            bool       // --rehash
+	overwrite         bool       // restore --overwrite
+	deleteExtra       bool       // restore --delete
+	keepGoing         bool       // restore --keep-going
 	noDefaultExcludes bool       // --no-default-excludes
 	skipUnsupported   bool       // --skip-unsupported
 	allowEmpty        bool       // --allow-empty

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -68,7 +69,8 @@ type walkInput struct {
 // recorded beneath them, and symlinks, sorted by path bytes. Directories are
 // read in parallel; an excluded directory is not read at all. excluded
 // counts the entries the policy left out by rule (workspace.Policy.SkipRule,
-// workspace.RuleNotIncluded); an excluded directory counts once.
+// workspace.RuleNotIncluded); an excluded directory counts once. The
+// workspace's .sbxdbignore, if any, extends in.pol (withIgnoreFile).
 //
 // Every directory is opened beneath in.dir following no symlink on the
 // way (vfs.OpenDirBeneath), and each name in it is stat'ed and read
@@ -77,6 +79,15 @@ type walkInput struct {
 // that vanishes (or becomes a symlink) between being listed and being
 // opened is left out and reported to in.changes.
 func walkTree(ctx context.Context, in *walkInput) (tree []*walked, excluded map[string]int, err error) {
+	var pol workspace.Policy // a nil in.pol is the default policy, as the zero value is
+	if in.pol != nil {
+		pol = *in.pol
+	}
+	pol, err = withIgnoreFile(in.dir, pol)
+	if err != nil {
+		return nil, nil, err
+	}
+	in.pol = &pol
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	point := in.point
@@ -595,4 +606,42 @@ func checkName(p, name string) (why string, err error) {
 		}
 	}
 	return "", nil
+}
+
+// maxIgnoreFile bounds the .sbxdbignore a capture reads.
+const maxIgnoreFile = 1 << 20
+
+// withIgnoreFile returns pol extended by the workspace's .sbxdbignore
+// (workspace.IgnoreFileName, in the root opened as dir), or pol itself
+// when there is none. The file is opened beneath dir without following a
+// symlink (a symlink in its place is as if there were none: it could
+// only lead out of the workspace) and must be a regular file of at most
+// maxIgnoreFile bytes; an invalid pattern is
+// SANDBOX_SNAPSHOT_INVALID_WORKSPACE naming its line. Its patterns only
+// add exclusions: nothing it says makes a capture read more.
+func withIgnoreFile(dir *os.File, pol workspace.Policy) (workspace.Policy, error) {
+	r, err := vfs.OpenBeneath(dir, workspace.IgnoreFileName)
+	if err != nil {
+		return pol, nil // none, or a symlink
+	}
+	defer r.Close()
+	st, _, err := fstatOpen(r, "", workspace.IgnoreFileName)
+	if err != nil || !isRegular(st) {
+		return pol, nil
+	}
+	if st.size > maxIgnoreFile {
+		return pol, chain.Errorf(chain.ErrInvalidWorkspace, "%s is larger than %d bytes", workspace.IgnoreFileName, maxIgnoreFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxIgnoreFile+1))
+	if err != nil {
+		return pol, chain.Errorf(chain.ErrInvalidWorkspace, "reading %s: %v", workspace.IgnoreFileName, err)
+	}
+	pats, err := workspace.ParseIgnore(string(b))
+	if err == nil {
+		pol, err = pol.WithIgnore(workspace.RuleIgnoreFile, pats)
+	}
+	if err != nil {
+		return pol, chain.Errorf(chain.ErrInvalidWorkspace, "%s: %v", workspace.IgnoreFileName, err)
+	}
+	return pol, nil
 }

@@ -61,8 +61,10 @@ type restorer struct {
 }
 
 // Checkpoint writes the tree of checkpoint cp into dir, which must not
-// exist or be an empty directory (SPEC §10 Q20); with o.Paths, only the
-// entries they name. Everything is written into a staging directory, each
+// exist or be an empty directory (SPEC §10 Q20), or with o.Overwrite any
+// directory (see restoreOverwrite); with o.Paths, only the entries they
+// name. With o.KeepGoing a file whose blob is missing or damaged is left
+// out and named in the stats (writeKeepGoing) instead of failing all. Everything is written into a staging directory, each
 // blob verified (present, sha256, size) as it is written, and nothing
 // becomes visible in dir before all is well: on any error, and when ctx
 // ends, nothing is left behind. A missing blob is
@@ -101,16 +103,25 @@ func Checkpoint(ctx context.Context, st Store, cp *chain.Checkpoint, dir string,
 	if err != nil {
 		return stats, err
 	}
+	switch {
+	case o.Delete && !o.Overwrite:
+		return stats, errors.New("restore: Delete needs Overwrite")
+	case o.Delete && len(o.Paths) > 0:
+		return stats, errors.New("restore: Delete restores the whole tree: give no Paths")
+	}
 	target, err := filepath.Abs(dir)
 	if err != nil {
 		return stats, err
 	}
-	dirFile, err := checkTarget(target)
+	dirFile, err := checkTarget(target, o.Overwrite)
 	if err != nil {
 		return stats, err
 	}
 	if dirFile != nil {
 		defer dirFile.Close()
+		if o.Overwrite {
+			return rs.restoreOverwrite(ctx, files, target, dirFile, o)
+		}
 		return rs.restoreIntoDir(ctx, files, target, dirFile, o)
 	}
 	parent := filepath.Dir(target)
@@ -412,12 +423,12 @@ func checkRestoreManifest(files []chain.Entry, o *sbxdb.RestoreOptions) error {
 }
 
 // checkTarget accepts a target that does not exist (it returns nil) or is
-// an empty directory, which it returns open: a symlink in its place is
+// an empty directory (any directory if nonEmpty), which it returns open: a symlink in its place is
 // refused, and the directory opened is the one the restore writes into,
 // whatever is renamed meanwhile. The staging directories of killed
 // restores into it are removed first (removeStaleStaging), so a killed
 // restore does not leave the target unusable.
-func checkTarget(target string) (*os.File, error) {
+func checkTarget(target string, nonEmpty bool) (*os.File, error) {
 	f, err := openDirNoFollow(target)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -429,6 +440,9 @@ func checkTarget(target string) (*os.File, error) {
 		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s: %v", target, err)
 	}
 	removeStaleStaging(pinnedPath(f, target))
+	if nonEmpty {
+		return f, nil
+	}
 	if names, _ := f.Readdirnames(1); len(names) > 0 {
 		f.Close()
 		return nil, chain.Errorf(chain.ErrInvalidWorkspace, "restore target %s is not empty", target)
@@ -495,7 +509,7 @@ func (rs *restorer) restoreInto(ctx context.Context, files []chain.Entry, root s
 	}()
 	dirsMade := func() error { <-made; return dirsErr }
 	stop := progress.Report(o.Progress, &prog)
-	err := rs.writeFiles(ctx, root, regular, &prog, dirsMade)
+	skipped, err := rs.writeKeepGoing(ctx, root, regular, &prog, dirsMade, o.KeepGoing)
 	stop()
 	if derr := dirsMade(); err == nil {
 		err = derr
@@ -503,7 +517,8 @@ func (rs *restorer) restoreInto(ctx context.Context, files []chain.Entry, root s
 	if err != nil {
 		return err
 	}
-	stats.Files = len(regular)
+	stats.Files = len(regular) - len(skipped)
+	stats.Skipped = append(stats.Skipped, skipped...)
 	stats.Bytes = prog.Bytes.Load()
 	// Links last, so no write above can pass through one.
 	for _, e := range links {
@@ -523,7 +538,7 @@ func (rs *restorer) restoreInto(ctx context.Context, files []chain.Entry, root s
 // created before dirsMade returns; its error, like any other, stops all.
 // The end of ctx stops a large file between two chunks of its bytes, and
 // a copy between two copyChunk-sized pieces.
-func (rs *restorer) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progress.Counters, dirsMade func() error) error {
+func (rs *restorer) writeFiles(ctx context.Context, root string, files []*chain.Entry, prog *progress.Counters, dirsMade func() error, done func(key string)) error {
 	byKey := make(map[string][]*chain.Entry, len(files))
 	keys := make([]string, 0, len(files))
 	for _, e := range files {
@@ -561,14 +576,18 @@ func (rs *restorer) writeFiles(ctx context.Context, root string, files []*chain.
 				err = rs.copyFile(ctx, root, es[0], e, fb)
 			}
 			if err != nil {
-				return err
+				return &keyError{key: key, err: err}
 			}
 			fb.Done()
 		}
+		done(key)
 		return nil
 	})
+	if _, ok := errors.AsType[*keyError](err); ok {
+		return err
+	}
 	if ce, ok := errors.AsType[*sbxdb.BlobError](err); ok && byKey[ce.Key] != nil {
-		err = blobError(byKey[ce.Key][0], err) // a lookup or a read failed: name the path
+		err = &keyError{key: ce.Key, err: blobError(byKey[ce.Key][0], err)} // a lookup or a read failed: name the path
 	}
 	return err
 }
