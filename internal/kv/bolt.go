@@ -50,7 +50,7 @@ func (t boltTx) Writable() bool                 { return t.tx.Writable() }
 
 type boltBucket struct{ b *bolt.Bucket }
 
-func (b boltBucket) Get(key []byte) []byte       { return b.b.Get(key) }
+func (b boltBucket) Get(key []byte) []byte { return b.b.Get(key) }
 
 // GetMany is a loop of Gets: bbolt's reads cost no request.
 func (b boltBucket) GetMany(keys [][]byte) [][]byte {
