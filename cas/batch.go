@@ -11,8 +11,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/sbxdb/sbxdb"
@@ -57,6 +59,23 @@ type Batch struct {
 	err     error // first write error; the batch can only be aborted
 
 	uploaded []string // objects sync put (or tried to) in Options.Remote
+
+	// AddDeferred's keys not yet looked up in the store, with the queue
+	// of those not yet being looked up and its bytes; resolving counts
+	// the resolves running outside mu (waitIdle waits for them too).
+	deferred   map[string]struct{}
+	queue      []queued
+	queueBytes int
+	resolving  int
+	resolveMu  sync.Mutex // one resolve at a time
+}
+
+// queued is a blob of AddDeferred waiting for the lookup of its key.
+type queued struct {
+	ns   Namespace
+	key  string
+	sum  [32]byte
+	data []byte // the batch's copy
 }
 
 // AddResult says what Add did with one blob.
@@ -70,7 +89,7 @@ type AddResult struct {
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
 	b := &Batch{s: s, added: map[string]entry{}, refresh: map[string]struct{}{}, larges: map[string]string{},
-		enc: s.enc, level: CaptureLevel}
+		deferred: map[string]struct{}{}, enc: s.enc, level: CaptureLevel}
 	b.idle.L = &b.mu
 	return b
 }
@@ -108,6 +127,170 @@ func (b *Batch) add(ctx context.Context, ns Namespace, sum [32]byte, data []byte
 	}
 	res.New = added
 	return res, nil
+}
+
+// The bounds of AddDeferred's queue: the keys of one lookup request, and
+// the bytes held waiting for it.
+const (
+	deferMaxKeys  = kv.MaxGetMany
+	deferMaxBytes = 32 << 20
+)
+
+// AddDeferred is Add for a caller that need not know at once whether the
+// blob is new (a capture, which counts the new blobs of its batch at the
+// end, NewBlobs): the key is looked up in the store with those of other
+// deferred adds, in one read transaction and one request (GetMany) per
+// deferMaxKeys keys or deferMaxBytes bytes queued, rather than one per
+// blob, and the blob is then stored if missing, at the latest by Commit.
+// data (at most MaxPacked bytes) is copied. The result's New is false. A
+// failure of the lookup or of storing a blob queued is returned by the
+// call that ran them (this one, a later one, or Commit) and fails the
+// batch. The key is pinned before it is looked up, as Add's is.
+func (b *Batch) AddDeferred(ctx context.Context, ns Namespace, data []byte) (AddResult, error) {
+	if len(data) > MaxPacked {
+		return AddResult{}, fmt.Errorf("cas: AddDeferred of %d bytes: more than MaxPacked; use AddReader", len(data))
+	}
+	if err := ctx.Err(); err != nil {
+		return AddResult{}, err
+	}
+	sum := sha256.Sum256(data)
+	key := ns.Key(sum)
+	res := AddResult{Key: key, Sum: sum, Size: int64(len(data))}
+	b.mu.Lock()
+	if err := b.writable(); err != nil {
+		b.mu.Unlock()
+		return res, err
+	}
+	_, inBatch := b.added[key]
+	_, fresh := b.refresh[key]
+	_, waiting := b.deferred[key]
+	if !inBatch && !fresh && !waiting {
+		b.deferred[key] = struct{}{}
+		b.queue = append(b.queue, queued{ns: ns, key: key, sum: sum, data: slices.Clone(data)})
+		b.queueBytes += len(data)
+	}
+	full := len(b.queue) >= deferMaxKeys || b.queueBytes >= deferMaxBytes
+	b.mu.Unlock()
+	if full {
+		return res, b.resolve(ctx)
+	}
+	return res, nil
+}
+
+// Settle looks up what AddDeferred queued and stores the blobs missing:
+// from then on every key the batch was given is pinned, and either
+// stored or in the batch, as after Add. Commit settles first; a caller
+// relying on the pins before committing (a capture, before its checkpoint
+// is appended) settles itself.
+func (b *Batch) Settle(ctx context.Context) error { return b.resolve(ctx) }
+
+// resolve pins and looks up the queued keys of AddDeferred in one read
+// transaction, marks those stored for refreshing and stores the others'
+// blobs, on up to GOMAXPROCS goroutines (full blocks are compressed by
+// the goroutine that fills them). A failure fails the batch.
+func (b *Batch) resolve(ctx context.Context) error {
+	b.resolveMu.Lock()
+	defer b.resolveMu.Unlock()
+	b.mu.Lock()
+	q := b.queue
+	b.queue, b.queueBytes = nil, 0
+	if len(q) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	keys := make([]string, len(q))
+	for i := range q {
+		keys[i] = q[i].key
+	}
+	b.held = append(b.held, keys...)
+	b.resolving++
+	b.mu.Unlock()
+
+	err := b.resolveQueued(ctx, q, keys)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer b.idle.Broadcast()
+	b.resolving--
+	for _, k := range keys {
+		delete(b.deferred, k) // now in added or refresh, unless err
+	}
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return err
+}
+
+func (b *Batch) resolveQueued(ctx context.Context, q []queued, keys []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Pin before looking: once pinned, a key cannot be deleted without the
+	// lookup seeing it gone (pins.go).
+	b.s.pins.pin(keys)
+	var found []bool
+	err := b.s.db.View(func(tx kv.Tx) error {
+		_, found, _ = lookupMany(tx, keys) // a damaged entry is overwritten with the new bytes, not trusted
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var missing []*queued
+	b.mu.Lock()
+	for i := range q {
+		if found[i] {
+			b.refresh[q[i].key] = struct{}{}
+		} else {
+			missing = append(missing, &q[i])
+		}
+	}
+	b.mu.Unlock()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for range min(runtime.GOMAXPROCS(0), len(missing)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(missing) {
+					return
+				}
+				m := missing[i]
+				err := ctx.Err()
+				if err == nil {
+					if _, err = b.store(m.ns, m.key, m.sum, m.data); err != nil {
+						err = &sbxdb.BlobError{Key: m.key, Err: err}
+					}
+				}
+				m.data = nil
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					next.Store(int64(len(missing)))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err = <-errs:
+	default:
+	}
+	return err
+}
+
+// NewBlobs returns how many blobs the batch has stored that the store did
+// not hold when it looked (each key once): after Commit, the blobs the
+// batch added, as many as the adds whose result was New plus the
+// AddDeferred calls that stored their blob.
+func (b *Batch) NewBlobs() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.added)
 }
 
 // store writes a blob the batch does not know to hold: a large one to a
@@ -222,9 +405,10 @@ func (b *Batch) placeBlock(blk *block, h *header, stored []byte) error {
 	return nil
 }
 
-// waitIdle waits until no full block is being sealed. b.mu is held.
+// waitIdle waits until no full block is being sealed and no resolve is
+// running. b.mu is held.
 func (b *Batch) waitIdle() {
-	for b.sealing > 0 {
+	for b.sealing > 0 || b.resolving > 0 {
 		b.idle.Wait()
 	}
 }
@@ -242,8 +426,9 @@ func (b *Batch) known(ctx context.Context, key string) (bool, error) {
 	}
 	_, inBatch := b.added[key]
 	_, fresh := b.refresh[key]
+	_, waiting := b.deferred[key]
 	b.mu.Unlock()
-	if inBatch || fresh {
+	if inBatch || fresh || waiting {
 		return true, nil
 	}
 	// Pin before looking: once pinned, the key cannot be deleted without
@@ -478,6 +663,9 @@ func (b *Batch) Commit(ctx context.Context) error { return b.CommitWith(ctx, nil
 // own checks before it writes. A batch that wrote and met nothing, with a
 // nil fn, costs no transaction.
 func (b *Batch) CommitWith(ctx context.Context, fn func(tx kv.Tx) error) error {
+	if err := b.resolve(ctx); err != nil { // AddDeferred's queue
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.waitIdle()
@@ -571,25 +759,29 @@ func (b *Batch) index(tx kv.Tx) error {
 			return err
 		}
 	}
-	for _, key := range keysSorted(b.refresh) {
-		e, ok, err := lookup(tx, key)
-		if err != nil {
+	refresh := keysSorted(b.refresh)
+	es, ok, bad := lookupMany(tx, refresh)
+	for i, key := range refresh {
+		if err := bad[i]; err != nil {
 			return err
 		}
-		if !ok {
+		if !ok[i] {
 			return &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobNotFound, Detail: "deleted while the batch was written; retry"}
 		}
+		e := es[i]
 		e.uploaded = now
 		if err := idx.Put([]byte(key), e.encode(key)); err != nil {
 			return err
 		}
 	}
-	for _, key := range keysSorted(b.added) {
+	added := keysSorted(b.added)
+	olds, stored, _ := lookupMany(tx, added) // a damaged entry is replaced by ours
+	for i, key := range added {
 		e := b.added[key]
 		// Another batch may have stored the key meanwhile. A packed copy
 		// of ours is then dead; a large one was renamed over the same
 		// path, so our entry describes the file now there.
-		if old, ok, err := lookup(tx, key); err == nil && ok && e.packed() {
+		if old := olds[i]; stored[i] && e.packed() {
 			if err := addDead(tx, e.pack, e.footprint()); err != nil {
 				return err
 			}

@@ -685,3 +685,60 @@ func TestLookupLeavesRefreshingToTheCaller(t *testing.T) {
 		t.Fatalf("upload times %v; want the refreshed key at %d and the other left at %d", up, f.clock.UnixMilli(), start.UnixMilli())
 	}
 }
+
+func TestAddDeferredLooksUpInBatches(t *testing.T) { bothModes(t, testAddDeferredLooksUpInBatches) }
+
+// testAddDeferredLooksUpInBatches: blobs added deferred, some stored
+// before, some repeated, more than one lookup's worth of keys, are stored
+// once each by Commit; NewBlobs counts those the store lacked, and the
+// stored ones have their upload time refreshed.
+func testAddDeferredLooksUpInBatches(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	blob := func(i int) []byte { return []byte(fmt.Sprintf("deferred blob %d", i)) }
+	for i := 0; i < 20; i++ { // stored before
+		if err := f.s.Put(ctx, keyOf(Files, blob(i)), blob(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock = f.clock.Add(2 * RefreshAfter)
+	n := deferMaxKeys + 100
+	b := f.s.NewBatch()
+	defer b.Close()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < n; i += 4 {
+				for range 1 + i%2 { // odd ones twice
+					res, err := b.AddDeferred(ctx, Files, blob(i))
+					if err != nil || res.Key != keyOf(Files, blob(i)) || res.Size != int64(len(blob(i))) {
+						t.Errorf("AddDeferred %d: %+v, %v", i, res, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.NewBlobs(); got != n-20 {
+		t.Fatalf("NewBlobs = %d, want %d", got, n-20)
+	}
+	list, err := f.s.List(ctx, "")
+	if err != nil || len(list) != n {
+		t.Fatalf("%d blobs after commit (%v), want %d", len(list), err, n)
+	}
+	for _, i := range []int{0, 19, 20, n - 1} {
+		got, err := f.s.Get(ctx, keyOf(Files, blob(i)))
+		if err != nil || !bytes.Equal(got, blob(i)) {
+			t.Fatalf("blob %d: %q, %v", i, got, err)
+		}
+		info, err := f.s.Head(ctx, keyOf(Files, blob(i)))
+		if err != nil || !info.Uploaded.Equal(f.clock) {
+			t.Fatalf("blob %d uploaded %v (%v), want %v", i, info.Uploaded, err, f.clock)
+		}
+	}
+	if _, err := b.AddDeferred(ctx, Files, []byte("late")); err == nil {
+		t.Fatal("AddDeferred after Commit succeeded")
+	}
+}

@@ -355,6 +355,37 @@ func lookup(tx kv.Tx, key string) (e entry, ok bool, err error) {
 	return e, true, nil
 }
 
+// lookupMany is lookup of each of keys, read in a bounded number of
+// requests (kv.Bucket.GetMany): es[i] and ok[i] are keys[i]'s entry and
+// whether it has one; errs, nil when every entry decoded, holds lookup's
+// error of each damaged one by index.
+func lookupMany(tx kv.Tx, keys []string) (es []entry, ok []bool, errs map[int]error) {
+	es, ok = make([]entry, len(keys)), make([]bool, len(keys))
+	b := tx.Bucket(bucketIndex)
+	if b == nil || len(keys) == 0 {
+		return es, ok, nil
+	}
+	bk := make([][]byte, len(keys))
+	for i, k := range keys {
+		bk[i] = []byte(k)
+	}
+	for i, v := range b.GetMany(bk) {
+		if v == nil {
+			continue
+		}
+		e, err := decodeEntry(keys[i], v)
+		if err != nil {
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[i] = corrupt(keys[i], "index entry: "+err.Error())
+			continue
+		}
+		es[i], ok[i] = e, true
+	}
+	return es, ok, errs
+}
+
 func (s *Store) entry(key string) (e entry, err error) {
 	err = s.db.View(func(tx kv.Tx) error {
 		var ok bool

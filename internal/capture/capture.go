@@ -192,6 +192,11 @@ func capture1(ctx context.Context, st Store, in sbxdb.CaptureInput) (*sbxdb.Capt
 	}
 	stop := progress.Report(in.Progress, &c.progress)
 	err = parallel(ctx, files, c.newHasher)
+	if err == nil {
+		// The last files' blobs are looked up (the others' were, a few
+		// thousand at a time) and pinned before the checkpoint is built.
+		err = c.batch.Settle(ctx)
+	}
 	stop()
 	if err != nil {
 		return nil, err
@@ -228,6 +233,11 @@ func capture1(ctx context.Context, st Store, in sbxdb.CaptureInput) (*sbxdb.Capt
 		return nil, err
 	}
 	c.stats.BytesNew = c.batch.Written()
+	// Every blob the batch stored is a file's, the first read of its
+	// bytes; every other file read found its blob stored, or stored by
+	// another file of the capture.
+	c.stats.BlobsNew = c.batch.NewBlobs()
+	c.stats.Deduplicated = c.stats.FilesRead - c.stats.BlobsNew
 	warnings := c.changes.warnings
 	slices.SortStableFunc(warnings, func(a, b sbxdb.CaptureWarning) int { return strings.Compare(a.Path, b.Path) })
 	return &sbxdb.CaptureResult{Checkpoint: cp, Stats: c.stats, Warnings: warnings}, nil
@@ -403,17 +413,13 @@ func (c *capture) hashFile(ctx context.Context, w *walked, buf []byte) ([]byte, 
 	}
 }
 
-// countRead counts a file read and stored.
+// countRead counts a file read and stored. Which blobs were new is known
+// once the batch has committed (capture1 counts them then).
 func (c *capture) countRead(res cas.AddResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.FilesRead++
 	c.stats.BytesRead += res.Size
-	if res.New {
-		c.stats.BlobsNew++
-	} else {
-		c.stats.Deduplicated++
-	}
 }
 
 // fileRead is the outcome of one read of a file.
@@ -492,7 +498,9 @@ func (c *capture) readFile(ctx context.Context, w *walked, fb *progress.File, bu
 				return out, buf, nil
 			}
 			c.redactor.Redact(buf)
-			out.res, err = c.batch.Add(ctx, cas.Files, buf)
+			// Looked up with the keys of other files, a request per
+			// thousands of files (NewBlobs counts the new ones).
+			out.res, err = c.batch.AddDeferred(ctx, cas.Files, buf)
 			if err != nil {
 				err = fmt.Errorf("capture %q: %w", w.path, err)
 			}

@@ -50,7 +50,16 @@ func (t boltTx) Writable() bool                 { return t.tx.Writable() }
 
 type boltBucket struct{ b *bolt.Bucket }
 
-func (b boltBucket) Get(key []byte) []byte       { return b.b.Get(key) }
+func (b boltBucket) Get(key []byte) []byte { return b.b.Get(key) }
+
+// GetMany is a loop of Gets: bbolt's reads cost no request.
+func (b boltBucket) GetMany(keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = b.b.Get(k)
+	}
+	return out
+}
 func (b boltBucket) Put(key, value []byte) error { return boltErr(b.b.Put(key, value)) }
 func (b boltBucket) Delete(key []byte) error     { return boltErr(b.b.Delete(key)) }
 func (b boltBucket) Cursor() Cursor              { return boltCursor{b.b.Cursor()} }

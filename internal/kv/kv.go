@@ -59,6 +59,12 @@ type Bucket interface {
 	// Get returns the key's value, or nil when it is absent. A present key
 	// has a non-nil value, empty or not.
 	Get(key []byte) []byte
+	// GetMany returns the values of keys, in order, each as Get would
+	// return it (nil for an absent, empty or too long key); keys may
+	// repeat. A backend with a cost per request reads them in a bounded
+	// number of requests (pgkv: one query per MaxGetMany keys), not one
+	// per key.
+	GetMany(keys [][]byte) [][]byte
 	// Put sets the key's value. The key is 1 to MaxKeySize bytes.
 	Put(key, value []byte) error
 	// Delete removes the key; removing an absent key is no error.
@@ -86,6 +92,10 @@ type Cursor interface {
 	// after it.
 	Delete() error
 }
+
+// MaxGetMany is the most keys one request of a backend's GetMany reads:
+// larger calls are split.
+const MaxGetMany = 4096
 
 // MaxKeySize is the longest key every backend stores: bbolt's limit.
 const MaxKeySize = 32768

@@ -88,6 +88,11 @@ func PutRecord(tx kv.Tx, cp *chain.Checkpoint) error { return putRecord(tx, Prep
 
 func putRecord(tx kv.Tx, p *Prepared) error {
 	chunks := newChunkCursor(tx)
+	hashes := make([]uint64, len(p.chunks))
+	for i := range p.chunks {
+		hashes[i] = p.chunks[i].hash
+	}
+	chunks.prefetch(hashes) // where each chunk would go, in one request
 	ids := make([]uint64, len(p.chunks))
 	var moved map[int32][]byte // index chunks whose data name a moved id
 	var created map[int32]bool // of those, the ones this put stored
@@ -141,7 +146,7 @@ func putRecord(tx kv.Tx, p *Prepared) error {
 	}
 	for _, old := range stale {
 		if !slices.Contains(ids, old) {
-			if err := chunks.b.Delete(chunkKey(old)); err != nil {
+			if err := chunks.del(old); err != nil {
 				return err
 			}
 		}

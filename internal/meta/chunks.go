@@ -29,20 +29,54 @@ func chunkKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) 
 // chunkCursor looks chunks up with one bbolt cursor: bbolt's Get makes a
 // cursor, and its search stack, for every call, which for the thousands
 // of chunks of one manifest was the largest allocation of an append.
+//
+// On a backend with a cost per request (not bbolt), prefetch reads many
+// chunks in one GetMany; get answers from what it read, kept up to date by
+// the chunk cursor's own writes.
 type chunkCursor struct {
-	b kv.Bucket
-	c kv.Cursor
-	k [8]byte
+	b       kv.Bucket
+	c       kv.Cursor
+	k       [8]byte
+	bolt    bool
+	fetched map[uint64][]byte // by prefetch: the value, nil for absent
 }
 
 func newChunkCursor(tx kv.Tx) *chunkCursor {
 	b := bucket(tx, BucketChunks)
-	return &chunkCursor{b: b, c: b.Cursor()}
+	return &chunkCursor{b: b, c: b.Cursor(), bolt: kv.BoltTx(tx) != nil}
+}
+
+// prefetch reads the chunks ids (not yet read) in one GetMany, unless the
+// backend is bbolt, whose reads cost no request.
+func (cc *chunkCursor) prefetch(ids []uint64) {
+	if cc.bolt {
+		return
+	}
+	var keys [][]byte
+	var want []uint64
+	for _, id := range ids {
+		if _, ok := cc.fetched[id]; !ok {
+			keys = append(keys, chunkKey(id))
+			want = append(want, id)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if cc.fetched == nil {
+		cc.fetched = make(map[uint64][]byte, len(keys))
+	}
+	for i, v := range cc.b.GetMany(keys) {
+		cc.fetched[want[i]] = v
+	}
 }
 
 // get returns the stored value of chunk id, nil when it is absent.
 func (cc *chunkCursor) get(id uint64) []byte {
 	binary.BigEndian.PutUint64(cc.k[:], id)
+	if v, ok := cc.fetched[id]; ok {
+		return v
+	}
 	k, v := cc.c.Seek(cc.k[:])
 	if !bytes.Equal(k, cc.k[:]) {
 		return nil
@@ -64,7 +98,11 @@ func (cc *chunkCursor) store(c *preparedChunk) (id uint64, created bool, err err
 			key := chunkKey(id) // bbolt keeps the key until the commit
 			// The next get seeks from the root again, which is all a
 			// cursor needs after a put.
-			return id, true, cc.b.Put(key, Seal(BucketChunks, key, c.data))
+			v := Seal(BucketChunks, key, c.data)
+			if cc.fetched != nil {
+				cc.fetched[id] = v
+			}
+			return id, true, cc.b.Put(key, v)
 		}
 		if len(v) == len(c.data)+sealSize && v[0] == recordVersion &&
 			binary.LittleEndian.Uint64(v[len(v)-8:]) == s && bytes.Equal(v[1:len(v)-8], c.data) {
@@ -89,6 +127,14 @@ func (cc *chunkCursor) read(id uint64, owner string) ([]byte, error) {
 		return nil, corrupt(BucketCheckpoints, []byte(owner), "chunk "+chunkName(id)+" is damaged")
 	}
 	return p, nil
+}
+
+// del deletes chunk id.
+func (cc *chunkCursor) del(id uint64) error {
+	if cc.fetched != nil {
+		cc.fetched[id] = nil
+	}
+	return cc.b.Delete(chunkKey(id))
 }
 
 func chunkName(id uint64) string { return strconv.FormatUint(id, 16) }

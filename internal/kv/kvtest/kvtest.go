@@ -44,6 +44,7 @@ func Run(t *testing.T, open Open) {
 		{"OwnWrites", testOwnWrites},
 		{"KeyBufferReuse", testKeyBufferReuse},
 		{"LargeValue", testLargeValue},
+		{"GetMany", testGetMany},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -824,4 +825,60 @@ func testLargeValue(t *testing.T, view, update Func) {
 		}
 		return nil
 	}))
+}
+
+// testGetMany: GetMany answers each key as Get does, in order, repeated
+// keys included, across the split into requests (kv.MaxGetMany), for keys
+// sharing long prefixes, and sees the transaction's own writes.
+func testGetMany(t *testing.T, view, update Func) {
+	var kvs [][]byte
+	order := orderKeys()
+	for i, k := range order {
+		kvs = append(kvs, k, []byte(fmt.Sprint("v", i)))
+	}
+	kvs = append(kvs, []byte("empty"), []byte{})
+	for i := range kv.MaxGetMany + 10 {
+		kvs = append(kvs, []byte(fmt.Sprintf("n%06d", i)), []byte(fmt.Sprint(i)))
+	}
+	put(t, update, "b", kvs...)
+	var ask [][]byte
+	ask = append(ask, order...)
+	for i := range kv.MaxGetMany + 20 { // 10 absent at the end
+		ask = append(ask, []byte(fmt.Sprintf("n%06d", i)))
+	}
+	long := append(bytes.Clone(order[len(order)-1]), 'x') // absent, a present key's prefix
+	ask = append(ask, []byte("empty"), []byte("absent"), nil, make([]byte, kv.MaxKeySize+1), long, order[0], []byte("n000003"))
+	check := func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("b"))
+		got := b.GetMany(ask)
+		if len(got) != len(ask) {
+			t.Fatalf("GetMany returned %d values for %d keys", len(got), len(ask))
+		}
+		for i, k := range ask {
+			want := b.Get(k)
+			if !bytes.Equal(got[i], want) || (got[i] == nil) != (want == nil) {
+				t.Errorf("GetMany's value %d of key %q = %#v, Get's %#v", i, short(k), got[i], want)
+			}
+		}
+		return nil
+	}
+	must(t, view(check))
+	must(t, update(check))
+	err := update(func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("b"))
+		if err := b.Put([]byte("new"), []byte("w")); err != nil {
+			return err
+		}
+		if err := b.Delete([]byte("n000001")); err != nil {
+			return err
+		}
+		got := b.GetMany([][]byte{[]byte("new"), []byte("n000001"), []byte("n000002")})
+		if string(got[0]) != "w" || got[1] != nil || string(got[2]) != "2" {
+			t.Errorf("GetMany after a Put and a Delete in the transaction = %q", got)
+		}
+		return errStop // rolled back
+	})
+	if !errors.Is(err, errStop) {
+		t.Fatal(err)
+	}
 }

@@ -151,7 +151,7 @@ type DB struct {
 
 type queries struct {
 	loadBuckets, createBucket, deleteBucket, setSeq, addSeq, readSeq string
-	get, put, del, first, seek, after                                string
+	get, getMany, put, del, first, seek, after                       string
 }
 
 func newQueries(s string) queries {
@@ -167,6 +167,9 @@ func newQueries(s string) queries {
 		// The sum, modulo 2^64, as text: sum(bigint) is a numeric.
 		readSeq: "SELECT coalesce(sum(delta), 0)::text FROM " + s + ".seqs WHERE bucket = $1",
 		get:     "SELECT value FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
+		// The keys' prefixes as one array: the rows of other keys sharing
+		// a prefix (keys longer than prefixLen) are told apart by kh.
+		getMany: "SELECT kp, kh, value FROM " + s + ".kv WHERE bucket = $1 AND kp = ANY($2)",
 		put: "INSERT INTO " + s + ".kv (bucket, kp, kh, krest, value) VALUES ($1, $2, $3, $4, $5)" +
 			" ON CONFLICT (bucket, kp, kh) DO UPDATE SET value = excluded.value",
 		del:   "DELETE FROM " + s + ".kv WHERE bucket = $1 AND kp = $2 AND kh = $3",
@@ -832,6 +835,57 @@ func (b *bucket) Get(key []byte) []byte {
 		return empty
 	}
 	return v
+}
+
+// GetMany reads the keys in one query per kv.MaxGetMany of them (after
+// the queued writes, as Get does).
+func (b *bucket) GetMany(keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	for lo := 0; lo < len(keys); lo += kv.MaxGetMany {
+		b.getMany(keys[lo:min(lo+kv.MaxGetMany, len(keys))], out[lo:])
+	}
+	return out
+}
+
+// getMany reads keys with one query into out.
+func (b *bucket) getMany(keys [][]byte, out [][]byte) {
+	t := b.tx
+	if t.err != nil || b.deleted {
+		return
+	}
+	type col struct{ kp, kh string }
+	at := make(map[col][]int, len(keys)) // the indexes of each key in keys
+	kps := make([][]byte, 0, len(keys))
+	for i, key := range keys {
+		if len(key) == 0 || len(key) > kv.MaxKeySize {
+			continue
+		}
+		kp, kh, _ := split(key)
+		c := col{string(kp), string(kh)}
+		if at[c] == nil {
+			kps = append(kps, kp)
+		}
+		at[c] = append(at[c], i)
+	}
+	if len(kps) == 0 {
+		return
+	}
+	t.query("get", t.db.q.getMany, []any{b.id, kps}, func(r pgx.Rows) error {
+		var kp, kh, v []byte // each row's own: a value must outlive the next row
+		if err := r.Scan(&kp, &kh, &v); err != nil {
+			return err
+		}
+		if v == nil {
+			v = empty
+		}
+		for _, i := range at[col{string(kp), string(kh)}] {
+			out[i] = v
+		}
+		return nil
+	})
+	if t.err != nil {
+		clear(out[:len(keys)])
+	}
 }
 
 // Put queues the write; the key and value are copied, so the caller may
