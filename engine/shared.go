@@ -60,6 +60,9 @@ import (
 //     blob directory, so that servers on different machines share them:
 //     the bucket then holds every server's blobs and this database their
 //     index (cas/remote.go);
+//   - unless Options.Now is set, the store's clock is the database's
+//     (clock.go), so that leases, upload times and the sweep's window are
+//     decided by one clock across servers, whatever each server's says;
 //   - a sweep holds a lock in the database for its whole run (gc.go), as
 //     it holds gcMu within one process: its check that no checkpoint names
 //     a missing blob relies on no other sweep deleting meanwhile;
@@ -233,6 +236,15 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	pg, err := pgkv.Open(ctx, o.Metadata, pgkv.Options{})
 	if err != nil {
 		return nil, sharedError(o.Metadata, err)
+	}
+	if o.dbClock {
+		// The database's clock, not this server's (clock.go).
+		clock, err := newDBClock(ctx, pg.Now)
+		if err != nil {
+			pg.Close()
+			return nil, sharedError(o.Metadata, err)
+		}
+		o.Now = clock.now
 	}
 	var shared sharedMeta = pg
 	var remote objstore.Store
