@@ -146,6 +146,9 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	if o.Metadata != "" {
 		return openShared(dir, o)
 	}
+	if e := SharedMetadataOf(dir); e != nil {
+		return nil, e // its sbx.db is not missing: there is none
+	}
 	path := filepath.Join(dir, DBFile)
 	if o.ReadOnly {
 		// bbolt would try to initialise an empty file, and fail. An
