@@ -74,7 +74,7 @@ func (s artifactRecords) Get(ctx context.Context, artifactID string) (*sbxdb.Art
 		return nil, err
 	}
 	var out *sbxdb.ArtifactRecord
-	err := s.db.view(func(tx kv.Tx) error {
+	err := s.db.viewCtx(ctx, func(tx kv.Tx) error {
 		r, err := meta.GetArtifactRecord(tx, artifactID)
 		if r != nil {
 			rec := fromStored(r)
@@ -98,7 +98,7 @@ func (s artifactRecords) list(ctx context.Context, field, owner string, read fun
 		return nil, err
 	}
 	out := []sbxdb.ArtifactRecord{}
-	err := s.db.view(func(tx kv.Tx) error {
+	err := s.db.viewCtx(ctx, func(tx kv.Tx) error {
 		recs, err := read(tx, owner)
 		for _, r := range recs {
 			out = append(out, fromStored(r))

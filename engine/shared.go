@@ -74,8 +74,9 @@ import (
 // transaction, then, when due, the fold in another. A fold that fails is
 // dropped, as on bbolt: folding is housekeeping, fn's writes are committed,
 // and the readers of counts and check report a damaged pending set.
-func (c *committer) sharedCommit(fn func(tx kv.Tx) error) error {
-	if err := c.update(fn); err != nil {
+// fn runs under ctx; the fold, housekeeping of every caller's, does not.
+func (c *committer) sharedCommit(ctx context.Context, fn func(tx kv.Tx) error) error {
+	if err := c.update(ctx, fn); err != nil {
 		return err
 	}
 	due := false
@@ -83,7 +84,7 @@ func (c *committer) sharedCommit(fn func(tx kv.Tx) error) error {
 		due = meta.PendingWeight(tx) >= uint64(min(c.db.opts.RefFoldAfter, foldPerThread))
 		return nil
 	}) == nil && due {
-		c.update(c.foldIfDue) // it checks again, in its transaction
+		c.update(context.Background(), c.foldIfDue) // it checks again, in its transaction
 	}
 	return nil
 }
