@@ -15,8 +15,10 @@ import (
 type backend interface {
 	// tx runs fn in a read or write transaction, once DB.tx has recovered
 	// a panic as damage. A write is refused first when the handle is
-	// damaged or poisoned.
-	tx(writable bool, fn func(tx kv.Tx) error) error
+	// damaged or poisoned. ctx ends the database's work on shared
+	// metadata (the file's transactions are local and short: it is not
+	// read there).
+	tx(ctx context.Context, writable bool, fn func(tx kv.Tx) error) error
 	// beforeCommit runs after a write transaction's body succeeded and
 	// before its commit; its error fails the commit.
 	beforeCommit() error
@@ -43,19 +45,19 @@ type backend interface {
 // another's pages in memory.
 type sharedBackend struct{ db *DB }
 
-func (b sharedBackend) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
+func (b sharedBackend) tx(ctx context.Context, writable bool, fn func(tx kv.Tx) error) (err error) {
 	db := b.db
 	// internal/meta panics on a missing bucket: damage, as on the file;
 	// the next transaction reads the database afresh, so the handle is
 	// not marked damaged.
 	defer recoverCorrupt(&err, db.path)
 	if !writable {
-		return db.shared.View(context.Background(), fn)
+		return db.shared.View(ctx, fn)
 	}
 	if err := db.writeRefused(); err != nil {
 		return err
 	}
-	return db.shared.Update(context.Background(), fn)
+	return db.shared.Update(ctx, fn)
 }
 
 func (sharedBackend) beforeCommit() error        { return nil }

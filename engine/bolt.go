@@ -26,7 +26,7 @@ import (
 // can be walked live (check) and compacted.
 type boltBackend struct{ db *DB }
 
-func (b boltBackend) tx(writable bool, fn func(tx kv.Tx) error) error {
+func (b boltBackend) tx(_ context.Context, writable bool, fn func(tx kv.Tx) error) error {
 	db := b.db
 	db.txg.enter()
 	defer db.txg.exit()

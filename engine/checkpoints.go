@@ -21,7 +21,7 @@ func (db *DB) Get(ctx context.Context, id string) (*chain.Checkpoint, error) {
 		return nil, err
 	}
 	var cp *chain.Checkpoint
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		cp, err = meta.GetCheckpoint(tx, id)
 		return err
 	})
@@ -34,7 +34,7 @@ func (db *DB) List(ctx context.Context, threadID string) ([]*chain.Checkpoint, e
 		return nil, err
 	}
 	var out []*chain.Checkpoint
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		out, err = meta.ListThread(tx, threadID)
 		return err
 	})
@@ -55,7 +55,7 @@ func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Ch
 			return
 		}
 		var ids []string
-		err := db.view(func(tx kv.Tx) error {
+		err := db.viewCtx(ctx, func(tx kv.Tx) error {
 			return meta.ForEachInThread(tx, threadID, func(id string) error {
 				ids = append(ids, id)
 				return nil
@@ -71,7 +71,7 @@ func (db *DB) ListIter(ctx context.Context, threadID string) iter.Seq2[*chain.Ch
 				return
 			}
 			var cp *chain.Checkpoint
-			err := db.view(func(tx kv.Tx) (err error) {
+			err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 				cp, err = meta.GetCheckpoint(tx, id)
 				return err
 			})
@@ -95,7 +95,7 @@ func (db *DB) Head(ctx context.Context, threadID string) (string, error) {
 		return "", err
 	}
 	var head string
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		head, err = meta.Head(tx, threadID)
 		return err
 	})
@@ -109,7 +109,7 @@ func (db *DB) BlobReferences(ctx context.Context) ([]chain.BlobRef, error) {
 		return nil, err
 	}
 	var refs []chain.BlobRef
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		refs, err = meta.References(tx)
 		return err
 	})
@@ -123,7 +123,7 @@ func (db *DB) Threads(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		out, err = meta.Threads(tx)
 		return err
 	})

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -36,6 +37,25 @@ type writeReq struct {
 	ctx  context.Context
 	fn   func(tx kv.Tx) error
 	done chan error
+	// state is reqQueued until the committer starts the write
+	// (reqStarted) or its caller stops waiting first (reqWithdrawn):
+	// whichever comes first decides, so a withdrawn write never runs and
+	// a started one's caller learns its outcome.
+	state atomic.Int32
+}
+
+// writeReq states.
+const (
+	reqQueued = iota
+	reqStarted
+	reqWithdrawn
+)
+
+// start says whether req may run: it has started (a transaction run
+// again, a batch's write run alone), or starts now; false once its caller
+// withdrew it.
+func (req *writeReq) start() bool {
+	return req.state.CompareAndSwap(reqQueued, reqStarted) || req.state.Load() == reqStarted
 }
 
 type committer struct {
@@ -84,9 +104,21 @@ func (c *committer) submit(ctx context.Context, fn func(tx kv.Tx) error) error {
 	}
 	c.queue <- req
 	c.mu.RUnlock()
-	// Wait for the outcome even if ctx ends meanwhile: once queued, the
-	// write may commit, and the caller must learn whether it did.
-	return <-req.done
+	// ctx's end withdraws a write the committer has not started, which
+	// then never runs: the caller stops waiting, with nothing written.
+	// Once started, the write may commit, and the caller must learn
+	// whether it did: the wait goes on (a batch's transaction is other
+	// callers' too, and is not cancelled; a write alone runs under ctx,
+	// and its transaction ends with it on shared metadata).
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		if req.state.CompareAndSwap(reqQueued, reqWithdrawn) {
+			return ctx.Err()
+		}
+		return <-req.done
+	}
 }
 
 func (c *committer) loop() {
@@ -113,10 +145,16 @@ func (c *committer) loop() {
 // shared transaction fails.
 func (c *committer) run(batch []*writeReq) {
 	results := make([]error, len(batch))
-	err := c.commit(func(tx kv.Tx) error {
+	// A batch's transaction serves several callers: no one's ctx ends it.
+	// A lone write's runs under its caller's.
+	ctx := context.Background()
+	if len(batch) == 1 {
+		ctx = batch[0].ctx
+	}
+	err := c.commit(ctx, func(tx kv.Tx) error {
 		for i, req := range batch {
-			if err := req.ctx.Err(); err != nil {
-				results[i] = err // not started: nothing written
+			if err := req.ctx.Err(); err != nil || !req.start() {
+				results[i] = cmp.Or(err, context.Canceled) // not started: nothing written
 				continue
 			}
 			err := req.fn(tx)
@@ -148,7 +186,11 @@ func (c *committer) run(batch []*writeReq) {
 		return
 	}
 	for _, req := range batch {
-		req.done <- c.commit(req.fn)
+		if err := req.ctx.Err(); err != nil || !req.start() {
+			req.done <- cmp.Or(err, context.Canceled) // not started: nothing written
+			continue
+		}
+		req.done <- c.commit(req.ctx, req.fn)
 	}
 }
 
@@ -163,11 +205,11 @@ func (e *foldError) Unwrap() error { return e.err }
 // housekeeping, and failing every write with it would also fail the
 // writable Open that check --repair needs; the readers
 // of counts and check report the damage.
-func (c *committer) commit(fn func(tx kv.Tx) error) error {
+func (c *committer) commit(ctx context.Context, fn func(tx kv.Tx) error) error {
 	if c.db.shared != nil {
-		return c.sharedCommit(fn) // the fold in a transaction of its own
+		return c.sharedCommit(ctx, fn) // the fold in a transaction of its own
 	}
-	err := c.update(func(tx kv.Tx) error {
+	err := c.update(ctx, func(tx kv.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -177,7 +219,7 @@ func (c *committer) commit(fn func(tx kv.Tx) error) error {
 		return nil
 	})
 	if _, ok := errors.AsType[*foldError](err); ok {
-		return c.update(fn)
+		return c.update(ctx, fn)
 	}
 	return err
 }
@@ -218,7 +260,8 @@ func (c *committer) foldIfDue(tx kv.Tx) error {
 // kernel may have dropped them while the mapping still shows them), so no
 // later transaction may build on it. vfs.FS.BeforeCommit failing stands for
 // such a failure, and counts as one. A poisoned store runs no transaction.
-func (c *committer) update(fn func(tx kv.Tx) error) (err error) {
+// ctx ends the transaction on shared metadata (backend.tx).
+func (c *committer) update(ctx context.Context, fn func(tx kv.Tx) error) (err error) {
 	if err := c.db.writeRefused(); err != nil {
 		return err
 	}
@@ -228,7 +271,7 @@ func (c *committer) update(fn func(tx kv.Tx) error) (err error) {
 		c.held.Add(int64(time.Since(start)))
 	}()
 	committing := false // fn succeeded: an error from here on is the commit's
-	err = c.db.tx(true, func(tx kv.Tx) error {
+	err = c.db.meta.tx(ctx, true, func(tx kv.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}

@@ -146,6 +146,9 @@ func open(dir string, opts *Options, verify bool) (db *DB, err error) {
 	if o.Metadata != "" {
 		return openShared(dir, o)
 	}
+	if e := SharedMetadataOf(dir); e != nil {
+		return nil, e // its sbx.db is not missing: there is none
+	}
 	path := filepath.Join(dir, DBFile)
 	if o.ReadOnly {
 		// bbolt would try to initialise an empty file, and fail. An
@@ -328,6 +331,12 @@ func (db *DB) Close() error {
 // view runs fn in a read transaction (db.tx).
 func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 
+// viewCtx is view for a call with a context: on shared metadata, ctx's
+// end ends the database's work, and the read fails with ctx's error.
+func (db *DB) viewCtx(ctx context.Context, fn func(tx kv.Tx) error) error {
+	return db.meta.tx(ctx, false, fn)
+}
+
 // tx runs fn in a bbolt transaction, read or write. It is the one place the
 // engine enters bbolt's tree: bbolt trusts the pages it reads, and a page
 // damaged after the last verified Open (internal/boltcheck/cleanclose.go) can make it panic,
@@ -339,7 +348,7 @@ func (db *DB) view(fn func(tx kv.Tx) error) error { return db.tx(false, fn) }
 // records no clean close, so the next Open walks every page and refuses
 // the file.
 func (db *DB) tx(writable bool, fn func(tx kv.Tx) error) (err error) {
-	return db.meta.tx(writable, fn)
+	return db.meta.tx(context.Background(), writable, fn)
 }
 
 // recoverDamage is db.tx's recovery: see there.

@@ -125,7 +125,7 @@ func (db *DB) LoadThread(ctx context.Context, threadID string) ([]json.RawMessag
 		return nil, err
 	}
 	var msgs []json.RawMessage
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		msgs, _, err = meta.LoadTranscript(tx, threadID)
 		return err
 	})

@@ -18,7 +18,7 @@ func (db *DB) Writers(ctx context.Context) (map[string]lease.State, error) {
 		return nil, err
 	}
 	out := map[string]lease.State{}
-	err := db.view(func(tx kv.Tx) error {
+	err := db.viewCtx(ctx, func(tx kv.Tx) error {
 		return meta.ForEachLease(tx, func(threadID string, s lease.State) error {
 			s.OwnerToken = ""
 			out[threadID] = s

@@ -50,7 +50,7 @@ func (s instanceStore) Get(ctx context.Context, key string) (*sbxdb.InstanceReco
 		return nil, err
 	}
 	var rec *sbxdb.InstanceRecord
-	err := s.db.view(func(tx kv.Tx) error {
+	err := s.db.viewCtx(ctx, func(tx kv.Tx) error {
 		k := instanceKey(key)
 		v := tx.Bucket(meta.BucketInstances).Get(k)
 		if v == nil {

@@ -11,14 +11,27 @@ import (
 // Options configures a store. The zero value gives the contract's defaults.
 // Now, LeaseDuration and RenewAfter are the contract's (sbxdb.Options).
 type Options struct {
-	// Now is the one clock of the store, read at each call. It decides
-	// which leases are live (acquire, renew, every write's writer check,
-	// the threads a GC leaves alone); dates a captured checkpoint or a
-	// stored artifact given no createdAt; stamps blob upload times and
-	// ages them (a reused blob's refresh, the sweep's OlderThan window);
-	// and dates the note Open leaves when it rewrites a damaged meta page.
-	// Default: time.Now.
+	// Now, when set, is the one clock of the store, read at each call,
+	// on the bbolt file and on shared metadata alike: the caller's clock
+	// rules (tests set it to a clock of their own). It decides which
+	// leases are live (acquire, renew, every write's writer check, the
+	// threads a GC leaves alone); dates a captured checkpoint or a stored
+	// artifact given no createdAt; stamps blob upload times and ages them
+	// (a reused blob's refresh, the sweep's OlderThan window, a retired
+	// pack's deletion window); and dates the note Open leaves when it
+	// rewrites a damaged meta page.
+	//
+	// Unset, the store's clock is ServerClock on the bbolt file, and the
+	// database's clock on shared metadata (clock.go): every server
+	// sharing the database then decides those times by one clock, and a
+	// server whose own clock is minutes off changes nothing.
 	Now func() time.Time
+	// ServerClock is this server's own clock. Default time.Now. With Now
+	// unset it is the store's clock on the bbolt file; on shared metadata
+	// the database's clock replaces it, and it is not read. Tests set it
+	// to a clock minutes off to be a server whose clock is wrong, which
+	// Now, the store's clock, could not be.
+	ServerClock func() time.Time
 	// LeaseDuration and RenewAfter are the lease timings: see
 	// sbxdb.Options.
 	LeaseDuration time.Duration
@@ -65,6 +78,10 @@ type Options struct {
 	// targets, and is asked before each database commit (see package vfs).
 	// Default vfs.OS; tests pass a vfs/faultfs.FS to fail chosen steps.
 	FS vfs.FS
+
+	// dbClock says Now was unset: on shared metadata, Open makes it the
+	// database's clock. CheckOptions fills Now in, so it keeps this.
+	dbClock bool
 }
 
 // Defaults of the engine's own options.
@@ -81,6 +98,12 @@ func CheckOptions(opts *Options) (Options, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if o.ServerClock == nil {
+		o.ServerClock = time.Now
+	}
+	if o.Now == nil {
+		o.Now, o.dbClock = o.ServerClock, true
 	}
 	c, err := sbxdb.Options{Now: o.Now, LeaseDuration: o.LeaseDuration, RenewAfter: o.RenewAfter}.Check()
 	if err != nil {

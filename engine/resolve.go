@@ -51,7 +51,7 @@ func (db *DB) ResolveCheckpoint(ctx context.Context, ref string) (string, error)
 		return "", err
 	}
 	var id string
-	err := db.view(func(tx kv.Tx) (err error) {
+	err := db.viewCtx(ctx, func(tx kv.Tx) (err error) {
 		id, err = resolve(tx, ref)
 		return err
 	})

@@ -60,6 +60,9 @@ import (
 //     blob directory, so that servers on different machines share them:
 //     the bucket then holds every server's blobs and this database their
 //     index (cas/remote.go);
+//   - unless Options.Now is set, the store's clock is the database's
+//     (clock.go), so that leases, upload times and the sweep's window are
+//     decided by one clock across servers, whatever each server's says;
 //   - a sweep holds a lock in the database for its whole run (gc.go), as
 //     it holds gcMu within one process: its check that no checkpoint names
 //     a missing blob relies on no other sweep deleting meanwhile;
@@ -71,8 +74,9 @@ import (
 // transaction, then, when due, the fold in another. A fold that fails is
 // dropped, as on bbolt: folding is housekeeping, fn's writes are committed,
 // and the readers of counts and check report a damaged pending set.
-func (c *committer) sharedCommit(fn func(tx kv.Tx) error) error {
-	if err := c.update(fn); err != nil {
+// fn runs under ctx; the fold, housekeeping of every caller's, does not.
+func (c *committer) sharedCommit(ctx context.Context, fn func(tx kv.Tx) error) error {
+	if err := c.update(ctx, fn); err != nil {
 		return err
 	}
 	due := false
@@ -80,7 +84,7 @@ func (c *committer) sharedCommit(fn func(tx kv.Tx) error) error {
 		due = meta.PendingWeight(tx) >= uint64(min(c.db.opts.RefFoldAfter, foldPerThread))
 		return nil
 	}) == nil && due {
-		c.update(c.foldIfDue) // it checks again, in its transaction
+		c.update(context.Background(), c.foldIfDue) // it checks again, in its transaction
 	}
 	return nil
 }
@@ -234,6 +238,15 @@ func openShared(dir string, o Options) (db *DB, err error) {
 	if err != nil {
 		return nil, sharedError(o.Metadata, err)
 	}
+	if o.dbClock {
+		// The database's clock, not this server's (clock.go).
+		clock, err := newDBClock(ctx, pg.Now)
+		if err != nil {
+			pg.Close()
+			return nil, sharedError(o.Metadata, err)
+		}
+		o.Now = clock.now
+	}
 	var shared sharedMeta = pg
 	var remote objstore.Store
 	if o.Blobs != "" {
@@ -268,6 +281,7 @@ func openShared(dir string, o Options) (db *DB, err error) {
 		return nil, sharedError(o.Metadata, err)
 	}
 	if !o.ReadOnly {
+		writeSharedMarker(dir, o)
 		db.c = newCommitter(db)
 	}
 	// A database restored from a backup may be older than a local blob
@@ -415,4 +429,100 @@ func (db *DB) BlobRequests() (counts BlobRequestCounts, ok bool) {
 		return BlobRequestCounts{}, false
 	}
 	return st.Requests(), true
+}
+
+// sharedMarkerFile, in the directory of a store whose metadata is in a
+// database, names the database (without its password) and the bucket, so
+// that an Open of the directory without Options.Metadata says where the
+// metadata is instead of finding no sbx.db. A writable Open with shared
+// metadata writes it.
+const sharedMarkerFile = "shared-metadata"
+
+// ErrSharedMetadataDir is the error of an Open without Options.Metadata
+// of a directory that a store with shared metadata uses: its metadata is
+// in the database the error names (a *SharedDirError), not in sbx.db.
+var ErrSharedMetadataDir = errors.New("sbxdb: the store's metadata is in a database")
+
+// SharedDirError is ErrSharedMetadataDir with what the directory records.
+type SharedDirError struct {
+	Dir      string
+	Metadata string // the database's URL, without its password
+	Blobs    string // the bucket's URL; "" when the directory holds the blobs
+}
+
+func (e *SharedDirError) Error() string {
+	s := fmt.Sprintf("%v: %s belongs to the metadata at %s", ErrSharedMetadataDir, e.Dir, e.Metadata)
+	if e.Blobs != "" {
+		s += " with the blobs at " + e.Blobs
+	}
+	return s + "; open it with that Metadata (the password is not recorded)"
+}
+
+func (e *SharedDirError) Unwrap() error { return ErrSharedMetadataDir }
+
+// SharedMetadataOf returns what dir's marker records (sharedMarkerFile) as
+// a *SharedDirError, or nil when dir has none.
+func SharedMetadataOf(dir string) *SharedDirError {
+	b, err := os.ReadFile(filepath.Join(dir, sharedMarkerFile))
+	if err != nil {
+		return nil
+	}
+	e := &SharedDirError{Dir: dir}
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		switch k {
+		case "metadata":
+			e.Metadata = v
+		case "blobs":
+			e.Blobs = v
+		}
+	}
+	if e.Metadata == "" {
+		return nil
+	}
+	return e
+}
+
+// withoutPassword is a connection URL with no password in it, in the user
+// part or a query parameter, for the marker.
+func withoutPassword(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return redactURL(s)
+	}
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// writeSharedMarker records, in dir, the metadata and blobs URLs of o,
+// unless the marker already says so. The marker is a hint for a later
+// Open: a failure to write it fails nothing.
+func writeSharedMarker(dir string, o Options) {
+	text := "# sbxdb: this store's metadata is in a database: open it with --metadata (Options.Metadata)\n" +
+		"metadata " + withoutPassword(o.Metadata) + "\n"
+	if o.Blobs != "" {
+		text += "blobs " + o.Blobs + "\n"
+	}
+	path := filepath.Join(dir, sharedMarkerFile)
+	if b, err := os.ReadFile(path); err == nil && string(b) == text {
+		return
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return
+	}
+	if f, err := os.Open(tmp); err == nil {
+		f.Sync()
+		f.Close()
+	}
+	os.Rename(tmp, path)
 }

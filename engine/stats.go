@@ -14,7 +14,7 @@ import (
 // the chunks themselves.
 func (db *DB) Stats(ctx context.Context) (*sbxdb.StoreStats, error) {
 	s := &sbxdb.StoreStats{}
-	err := db.view(func(tx kv.Tx) error {
+	err := db.viewCtx(ctx, func(tx kv.Tx) error {
 		threads, err := meta.Threads(tx)
 		if err != nil {
 			return err

@@ -21,7 +21,7 @@ func (db *DB) ThreadSummary(ctx context.Context, threadID string) (sbxdb.ThreadS
 		return sbxdb.ThreadSummary{}, err
 	}
 	var s sbxdb.ThreadSummary
-	err := db.view(func(tx kv.Tx) error {
+	err := db.viewCtx(ctx, func(tx kv.Tx) error {
 		n, latest, ok, err := meta.ThreadSummary(tx, threadID)
 		if err != nil {
 			return err

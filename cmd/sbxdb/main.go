@@ -236,6 +236,8 @@ func openError(inv *invocation, err error) error {
 		return nd
 	}
 	switch {
+	case isSharedDir(err):
+		return sharedDirError(err)
 	case errors.Is(err, sbxdb.ErrNoStore):
 		return reword(err, "no sbxdb store at %s", inv.dir)
 	case errors.Is(err, sbxdb.ErrLocked):

@@ -100,6 +100,9 @@ func needStore(inv *invocation) error {
 	if inv.metadata != "" {
 		return nil // the database says, at Open
 	}
+	if shared := engine.SharedMetadataOf(inv.dir); shared != nil {
+		return sharedDirError(shared)
+	}
 	_, err := os.Stat(filepath.Join(inv.dir, engine.DBFile))
 	switch {
 	case err == nil:
@@ -108,4 +111,23 @@ func needStore(inv *invocation) error {
 		return openError(inv, sbxdb.ErrNoStore)
 	}
 	return openError(inv, err)
+}
+
+// sharedDirError is the usage error of a command given, without
+// --metadata, the directory of a store whose metadata is in a database
+// (engine.SharedDirError): it names the flags to add and their values as
+// the directory records them (the password is never recorded).
+func sharedDirError(err error) error {
+	e, _ := errors.AsType[*engine.SharedDirError](err)
+	flags := "--metadata " + e.Metadata
+	if e.Blobs != "" {
+		flags += " --blobs " + e.Blobs
+	}
+	return &usageError{err: reword(e, "%s is the directory of a store whose metadata is in a database: add %s (with the password, if the database needs one)", e.Dir, flags)}
+}
+
+// isSharedDir says whether err is an engine.SharedDirError.
+func isSharedDir(err error) bool {
+	_, ok := errors.AsType[*engine.SharedDirError](err)
+	return ok
 }

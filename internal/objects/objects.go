@@ -125,7 +125,7 @@ func Put(ctx context.Context, s Store, key string, r io.Reader, opts sbxdb.PutOb
 			return sbxdb.ObjectInfo{}, err
 		}
 		var info sbxdb.ObjectInfo
-		err := s.View(func(tx kv.Tx) error { // pinned still: a sweep cannot have taken it
+		err := s.View(ctx, func(tx kv.Tx) error { // pinned still: a sweep cannot have taken it
 			i, ok, err := cas.InfoIn(tx, key)
 			if err == nil && !ok {
 				err = &sbxdb.BlobError{Key: key, Err: sbxdb.ErrBlobNotFound, Detail: "gone after its put committed"}
@@ -239,7 +239,7 @@ func lookup(ctx context.Context, s Store, k objectKey) (info sbxdb.ObjectInfo, b
 	if err := ctx.Err(); err != nil {
 		return sbxdb.ObjectInfo{}, "", err
 	}
-	err = s.View(func(tx kv.Tx) error {
+	err = s.View(ctx, func(tx kv.Tx) error {
 		if k.ca {
 			i, ok, err := cas.InfoIn(tx, k.key)
 			if err == nil && !ok {
@@ -359,7 +359,7 @@ func Delete(ctx context.Context, s Store, key string) error {
 		return err
 	}
 	stored := false
-	err = s.View(func(tx kv.Tx) error {
+	err = s.View(ctx, func(tx kv.Tx) error {
 		_, ok, err := cas.InfoIn(tx, key)
 		stored = ok
 		if errors.Is(err, sbxdb.ErrBlobCorrupt) {
@@ -393,7 +393,7 @@ func List(ctx context.Context, s Store, prefix, cursor string, limit int) ([]sbx
 		return []sbxdb.ObjectInfo{}, "", nil
 	}
 	out := make([]sbxdb.ObjectInfo, 0, min(limit+1, 64))
-	err := s.View(func(tx kv.Tx) error {
+	err := s.View(ctx, func(tx kv.Tx) error {
 		blobs, err := cas.ListIn(tx, prefix, cursor, limit+1)
 		if err != nil {
 			return err

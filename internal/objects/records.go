@@ -73,7 +73,7 @@ func (s artifactRecords) Get(ctx context.Context, artifactID string) (*sbxdb.Art
 		return nil, err
 	}
 	var out *sbxdb.ArtifactRecord
-	err := s.s.View(func(tx kv.Tx) error {
+	err := s.s.View(ctx, func(tx kv.Tx) error {
 		r, err := meta.GetArtifactRecord(tx, artifactID)
 		if r != nil {
 			rec := fromStored(r)
@@ -97,7 +97,7 @@ func (s artifactRecords) list(ctx context.Context, field, owner string, read fun
 		return nil, err
 	}
 	out := []sbxdb.ArtifactRecord{}
-	err := s.s.View(func(tx kv.Tx) error {
+	err := s.s.View(ctx, func(tx kv.Tx) error {
 		recs, err := read(tx, owner)
 		for _, r := range recs {
 			out = append(out, fromStored(r))

@@ -28,8 +28,8 @@ type Store interface {
 	// WriteRefused is the error that refuses writes to a damaged or
 	// poisoned store; nil when writes may go ahead.
 	WriteRefused() error
-	// View runs fn in a read transaction of the metadata.
-	View(fn func(tx kv.Tx) error) error
+	// View runs fn in a read transaction of the metadata, under ctx.
+	View(ctx context.Context, fn func(tx kv.Tx) error) error
 	// Write runs fn in a write transaction of the metadata; fn may run
 	// more than once.
 	Write(ctx context.Context, fn func(tx kv.Tx) error) error
