@@ -112,8 +112,10 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 			// The plan itself: GCResult's fields, and freed.
 			p, err := s.db.PlanGC(ctx, opts)
 			if err != nil {
+				s.metrics.gcRan(true, 0, sbxdb.RetentionResult{}, err)
 				return nil, badOptions(err)
 			}
+			s.metrics.gcRan(true, p.Freed, p.Retention, nil)
 			return &p.GCPlan, nil
 		}
 		res, err := s.db.GC(ctx, opts)
@@ -121,9 +123,11 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 			s.metrics.gcLast.done("gc", err)
 		}
 		if err != nil {
+			s.metrics.gcRan(false, 0, sbxdb.RetentionResult{}, err)
 			return nil, badOptions(err)
 		}
 		freed := res.Sweep.Bytes + max(0, res.Repack.Before-res.Repack.After)
+		s.metrics.gcRan(false, freed, res.Retention, nil)
 		s.metrics.gcRuns.WithLabelValues("gc").Inc()
 		s.metrics.gcFreed.WithLabelValues("gc").Add(float64(freed))
 		return res, nil
@@ -151,6 +155,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 	opts := sbxdb.SweepOptions{OlderThan: olderThan, Immediate: in.Immediate, DryRun: in.DryRun}
 	s.stream(w, r, func(ctx context.Context, _ func(any)) (any, error) {
 		res, err := s.db.Sweep(ctx, opts)
+		s.metrics.sweepRan(in.DryRun, res, err)
 		if !in.DryRun {
 			s.metrics.gcLast.done("sweep", err)
 		}

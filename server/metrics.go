@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/server/ui"
 )
 
 // appendRoute is the endpoint whose successes count as appends, beside
@@ -32,6 +33,7 @@ type metrics struct {
 	gcRuns   *prometheus.CounterVec // by kind: gc or sweep
 	gcFreed  *prometheus.CounterVec // blob bytes freed, by kind
 	gcLast   gcLast                 // the last run's end and outcome, by kind
+	gcLog    *ui.GCRuns             // the last runs, dry ones included, for the UI's storage page
 
 	authFailures  prometheus.Counter     // tokens checked and refused
 	authThrottled prometheus.Counter     // requests refused unchecked, their peer backing off
@@ -91,6 +93,7 @@ func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
 	})
 	reg.MustRegister(m.authFailures, m.authThrottled, m.connsClosed, connsOpen)
 	m.gcLast = newGCLast()
+	m.gcLog = new(ui.GCRuns)
 	reg.MustRegister(m.gcLast.at, m.gcLast.ok, newSizeCollector(s.db, storeSizeEvery), buildInfo(s.opts.Version))
 	return m
 }

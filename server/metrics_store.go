@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/engine"
+	"github.com/sbxdb/sbxdb/server/ui"
 )
 
 // storeSizeEvery is how old the store-size gauges may be: reading them
@@ -118,4 +119,25 @@ func (g gcLast) done(kind string, err error) {
 		ok = 0
 	}
 	g.ok.WithLabelValues(kind).Set(ok)
+}
+
+// gcRan records a gc (dry or not) for the UI's list of the last runs.
+func (m *metrics) gcRan(dry bool, freed int64, retention sbxdb.RetentionResult, err error) {
+	n := 0
+	for _, ids := range retention.Deleted {
+		n += len(ids)
+	}
+	m.gcLog.Add(ui.GCRun{At: time.Now(), Kind: "gc", DryRun: dry, Err: errText(err), Freed: freed, Checkpoints: n})
+}
+
+// sweepRan records a sweep (dry or not) for the UI's list of the last runs.
+func (m *metrics) sweepRan(dry bool, res sbxdb.SweepResult, err error) {
+	m.gcLog.Add(ui.GCRun{At: time.Now(), Kind: "sweep", DryRun: dry, Err: errText(err), Freed: res.Bytes})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/sbxdb/sbxdb"
 	"github.com/sbxdb/sbxdb/cas"
 	"github.com/sbxdb/sbxdb/chain"
 	"github.com/sbxdb/sbxdb/engine"
@@ -449,6 +450,10 @@ func TestUIStorage(t *testing.T) {
 	ctx := browser(t)
 	login(t, ctx, base, "/ui/storage")
 	bdo(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#figures`)))
+	uiChartMatches(t, ctx, f.db)
+	if n := bcount(t, ctx, `#gc-runs-none`); n != 1 {
+		t.Fatal("before any run the page does not say that none ran")
+	}
 	figures := btext(t, ctx, `#figures`)
 	for _, want := range []string{"Threads\t2", "Checkpoints\t31", "Packs\t", "Dead bytes in packs\t", "Dedup ratio"} {
 		if !strings.Contains(figures, want) {
@@ -460,6 +465,9 @@ func TestUIStorage(t *testing.T) {
 	if _, err := fmt.Sscanf(btext(t, ctx, `#dedup`), "%f", &dedup); err != nil || dedup < 5 {
 		t.Fatalf("dedup %q", btext(t, ctx, `#dedup`))
 	}
+	// agent-main's writer lease is live (retention skips it); agent-gc
+	// has 8 checkpoints, each naming a blob of its own, and no writer.
+	uiGCThread(t, f.db, "agent-gc", 8)
 	bdo(t, ctx, chromedp.SetValue(chromedp.CSS(`#keep`), "5"), chromedp.SetValue(chromedp.CSS(`#olderThan`), "0"),
 		chromedp.Click(chromedp.CSS(`#gc-dry-run`)), chromedp.WaitVisible(chromedp.CSS(`#plan`)))
 	shot(t, ctx, "storage-gc-plan")
@@ -470,9 +478,121 @@ func TestUIStorage(t *testing.T) {
 	if s, err := f.db.ThreadSummary(context.Background(), "agent-main"); err != nil || s.Checkpoints != 30 {
 		t.Fatalf("after the dry run agent-main has %d checkpoints (%v)", s.Checkpoints, err)
 	}
+	// The dry run is the first of the last runs: 3 of agent-gc's 8
+	// checkpoints would go.
+	if runs := uiRuns(t, ctx); len(runs) != 1 || runs[0] != [5]string{"gc", "yes (would be)", "ok", runs[0][3], "3"} {
+		t.Fatalf("runs after the dry run: %q", runs)
+	}
 	// A bad window is the form's error, not a run.
 	bdo(t, ctx, chromedp.SetValue(chromedp.CSS(`#olderThan`), "soon"), chromedp.Click(chromedp.CSS(`#gc-dry-run`)),
 		chromedp.WaitVisible(chromedp.CSS(`#plan-error`)))
+	if n := bcount(t, ctx, `#gc-runs tr.run`); n != 1 {
+		t.Fatalf("%d runs after a refused form, want 1", n)
+	}
+
+	// A sweep and a gc through the API, for real: the page lists them,
+	// newest first, with what they freed and deleted.
+	api := func(path, body string, out any) {
+		t.Helper()
+		r, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+uiToken)
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || json.Unmarshal(b, out) != nil {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	var sw sbxdb.SweepResult
+	api("/v1/sweep", `{"immediate":true}`, &sw)
+	var res sbxdb.GCResult
+	api("/v1/gc", `{"retain":true,"keep":5,"immediate":true}`, &res)
+	freed := res.Sweep.Bytes + max(0, res.Repack.Before-res.Repack.After)
+	if freed == 0 {
+		t.Fatalf("the gc freed nothing: %+v", res)
+	}
+	bdo(t, ctx, chromedp.Navigate(base+"/ui/storage"), chromedp.WaitVisible(chromedp.CSS(`#gc-runs`)))
+	runs := uiRuns(t, ctx)
+	if len(runs) != 3 || runs[0] != [5]string{"gc", "no", "ok", fmt.Sprint(freed), "3"} ||
+		runs[1] != [5]string{"sweep", "no", "ok", fmt.Sprint(sw.Bytes), "0"} || runs[2][0] != "gc" || runs[2][1] != "yes (would be)" {
+		t.Fatalf("runs after a sweep and a gc (freed %d, swept %d):\n%q", freed, sw.Bytes, runs)
+	}
+	uiChartMatches(t, ctx, f.db)
+}
+
+// uiGCThread appends n checkpoints to thread, each naming a blob of its
+// own, and releases its writer.
+func uiGCThread(t *testing.T, db *engine.DB, thread string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := db.AcquireWriter(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := ""
+	for i := 1; i <= n; i++ {
+		data := []byte(fmt.Sprintf("%s step %d: %s\n", thread, i, strings.Repeat("x", 4000+i)))
+		b := db.Blobs().NewBatch()
+		res, err := b.Add(ctx, cas.Files, data)
+		if err == nil {
+			err = b.Commit(ctx)
+		}
+		b.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp := &chain.Checkpoint{ID: fmt.Sprintf("%s-%02d", thread, i), ThreadID: thread, ParentID: head, CreatedAt: time.Now().UnixMilli(),
+			Reason: chain.ReasonAutomatic, Files: []chain.Entry{{Path: "step.txt", Kind: chain.KindFile, BlobKey: res.Key, Size: int64(len(data))}}}
+		if head, err = db.Append(ctx, chain.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: l.Writer}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.ReleaseWriter(ctx, l.Writer); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// uiRuns is the storage page's list of the last gc runs: kind, dry run,
+// outcome, bytes freed (exact) and checkpoints deleted of each row.
+func uiRuns(t *testing.T, ctx context.Context) [][5]string {
+	t.Helper()
+	var rows [][5]string
+	js := `[...document.querySelectorAll('#gc-runs tr.run')].map(r => [r.querySelector('.kind').textContent, ` +
+		`r.querySelector('.dry').textContent, r.querySelector('.outcome').textContent, ` +
+		`r.querySelector('.freed').dataset.bytes, r.querySelector('.deleted').textContent])`
+	for _, r := range get(t, ctx, chromedp.Evaluate[[][]string](js)) {
+		rows = append(rows, [5]string(r))
+	}
+	return rows
+}
+
+// uiChartMatches checks the storage page's chart: one bar per upload day
+// of the blobs stored, each the stored bytes of that day's blobs.
+func uiChartMatches(t *testing.T, ctx context.Context, db *engine.DB) {
+	t.Helper()
+	infos, err := db.Blobs().List(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	sum := map[string]int64{}
+	for _, in := range infos {
+		sum[in.Uploaded.UTC().Format(time.DateOnly)] += in.Stored
+	}
+	for d, n := range sum {
+		want[d] = fmt.Sprint(n)
+	}
+	got := get(t, ctx, chromedp.Evaluate[map[string]string](
+		`Object.fromEntries([...document.querySelectorAll('#stored-by-day .bar')].map(b => [b.dataset.day, b.dataset.bytes]))`))
+	if len(got) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("chart bars %v, want %v", got, want)
+	}
+	if h := get(t, ctx, chromedp.Evaluate[int](`document.querySelector('#stored-by-day .bar rect').getBoundingClientRect().height`)); h <= 0 {
+		t.Fatalf("the tallest bar is drawn %d px high", h)
+	}
 }
 
 // TestUIAuth: on TCP, nothing of the UI is reachable without the token,

@@ -34,7 +34,7 @@ const (
 
 // uiRoutes mounts the UI.
 func (s *Server) uiRoutes() {
-	s.mux.Handle(uiPrefix, ui.New(ui.Config{DB: s.db, Auth: uiAuth{s}, GCPlan: s.uiGCPlan, Version: s.opts.Version}))
+	s.mux.Handle(uiPrefix, ui.New(ui.Config{DB: s.db, Auth: uiAuth{s}, GCPlan: s.uiGCPlan, Runs: s.metrics.gcLog, Version: s.opts.Version}))
 	s.mux.Handle("GET /ui", http.RedirectHandler(uiPrefix, http.StatusSeeOther))
 }
 

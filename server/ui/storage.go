@@ -35,6 +35,12 @@ type storageData struct {
 	Plan               []planRow
 	PlanStatus         int
 	PlanError          string
+	// Chart is the blob bytes stored now, by the day of their upload.
+	Chart dayChart
+	// Runs are the server's last gc and sweep runs, newest first; nil
+	// with RunsKept false when the UI was given no record of them.
+	Runs     []GCRun
+	RunsKept bool
 }
 
 // planRow is one member of the gc plan, by its JSON path.
@@ -74,6 +80,10 @@ func (u *UI) storageData(r *http.Request) (*storageData, error) {
 	infos, err := u.db.Blobs().List(ctx, "")
 	if err != nil {
 		return nil, err
+	}
+	d.Chart = bytesByDay(infos)
+	if u.cfg.Runs != nil {
+		d.Runs, d.RunsKept = u.cfg.Runs.Last(), true
 	}
 	for _, ref := range refs {
 		i, ok := slices.BinarySearchFunc(infos, ref.Key, func(in casInfo, k string) int { return strings.Compare(in.Key, k) })
@@ -125,6 +135,9 @@ func (u *UI) gcPlan(w http.ResponseWriter, r *http.Request) {
 			d.PlanError = fmt.Sprintf("The gc refused (%d): %s", status, firstLine(string(body)))
 		} else {
 			flatten("", v, &d.Plan)
+		}
+		if u.cfg.Runs != nil { // the list with this dry run
+			d.Runs = u.cfg.Runs.Last()
 		}
 	}
 	status := http.StatusOK

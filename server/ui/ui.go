@@ -61,7 +61,10 @@ type Config struct {
 	Auth Auth
 	// GCPlan runs the API's POST /v1/gc with the request's members and
 	// dryRun set, and returns its response body and status.
-	GCPlan  func(ctx context.Context, req map[string]any) (json.RawMessage, int)
+	GCPlan func(ctx context.Context, req map[string]any) (json.RawMessage, int)
+	// Runs, when not nil, is the server's record of its last gc and sweep
+	// runs, which the storage page lists.
+	Runs    *GCRuns
 	Version string
 	Logger  *slog.Logger
 }
