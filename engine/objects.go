@@ -85,14 +85,14 @@ func (db *DB) ReadArtifact(ctx context.Context, threadID, checkpointID, artifact
 // objectStore is what the objects need of db (objects.Store).
 type objectStore struct{ db *DB }
 
-func (s objectStore) Blobs() *cas.Store                  { return s.db.blobs }
-func (s objectStore) ReadOnly() bool                     { return s.db.c == nil }
-func (s objectStore) WriteRefused() error                { return s.db.writeRefused() }
+func (s objectStore) Blobs() *cas.Store   { return s.db.blobs }
+func (s objectStore) ReadOnly() bool      { return s.db.c == nil }
+func (s objectStore) WriteRefused() error { return s.db.writeRefused() }
 func (s objectStore) View(ctx context.Context, fn func(tx kv.Tx) error) error {
 	return s.db.viewCtx(ctx, fn)
 }
-func (s objectStore) InUse() cas.InUse                   { return s.db.blobUse(nil, time.Time{}) }
-func (s objectStore) NowMs() int64                       { return s.db.opts.nowMs() }
+func (s objectStore) InUse() cas.InUse { return s.db.blobUse(nil, time.Time{}) }
+func (s objectStore) NowMs() int64     { return s.db.opts.nowMs() }
 func (s objectStore) Write(ctx context.Context, fn func(tx kv.Tx) error) error {
 	return s.db.write(ctx, fn)
 }
