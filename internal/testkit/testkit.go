@@ -8,7 +8,7 @@
 // The tiers:
 //
 //   - default, the README's command (go test ./...): every behaviour at a
-//     smaller scale; the whole module in a few minutes on 2 cores.
+//     smaller scale; the whole module in about 3 minutes on 2 idle cores.
 //   - -short: smaller still where a test has a short scale (the kill
 //     cycles skip); never larger than the default.
 //   - SBXDB_LONG=1, which CI sets for go test ./...: full scale, -short
