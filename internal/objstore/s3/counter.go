@@ -17,6 +17,10 @@ type RequestCounts struct {
 	Lists     int64 // ListObjectsV2 pages
 	Deletes   int64 // DeleteObject
 	Other     int64 // bucket creation and anything else
+	// Failed counts the tries among them that got no answer, or an
+	// answer minio-go retries (408, 429, 5xx): what a request cost beyond
+	// one try each.
+	Failed int64
 }
 
 // Total is the sum of all counts.
@@ -27,16 +31,16 @@ func (c RequestCounts) Total() int64 {
 // Sub returns c minus d, the requests made between two readings.
 func (c RequestCounts) Sub(d RequestCounts) RequestCounts {
 	return RequestCounts{c.Puts - d.Puts, c.Parts - d.Parts, c.Multipart - d.Multipart, c.Gets - d.Gets,
-		c.Heads - d.Heads, c.Lists - d.Lists, c.Deletes - d.Deletes, c.Other - d.Other}
+		c.Heads - d.Heads, c.Lists - d.Lists, c.Deletes - d.Deletes, c.Other - d.Other, c.Failed - d.Failed}
 }
 
 type counter struct {
-	puts, parts, multipart, gets, heads, lists, deletes, other atomic.Int64
+	puts, parts, multipart, gets, heads, lists, deletes, other, failed atomic.Int64
 }
 
 func (c *counter) load() RequestCounts {
 	return RequestCounts{c.puts.Load(), c.parts.Load(), c.multipart.Load(), c.gets.Load(),
-		c.heads.Load(), c.lists.Load(), c.deletes.Load(), c.other.Load()}
+		c.heads.Load(), c.lists.Load(), c.deletes.Load(), c.other.Load(), c.failed.Load()}
 }
 
 // countingTransport counts each request it sends by the S3 operation its
@@ -50,7 +54,11 @@ type countingTransport struct {
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.op(req).Add(1)
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		t.count.failed.Add(1)
+	}
+	return resp, err
 }
 
 func (t *countingTransport) op(req *http.Request) *atomic.Int64 {

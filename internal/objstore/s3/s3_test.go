@@ -87,7 +87,12 @@ func TestRequestCounts(t *testing.T) {
 		t.Helper()
 		before := s.Requests()
 		f()
-		if got := s.Requests().Sub(before); got != want {
+		got := s.Requests().Sub(before)
+		// A try the server did not answer, or answered with a retryable
+		// status (a loaded machine), is tried again and counted twice:
+		// the pinned cost is per request, the retries come on top.
+		extra := got.Total() - want.Total()
+		if got.Failed == 0 && got != want || got.Failed > 0 && (extra != got.Failed || !coversCounts(got, want)) {
 			t.Errorf("%s made %+v requests, want %+v", what, got, want)
 		}
 	}
@@ -424,4 +429,11 @@ func TestWrongCredentials(t *testing.T) {
 		t.Errorf("Open with a wrong secret key: %v, want the server's refusal", err)
 	}
 	t.Logf("Open with a wrong secret key: %v (%v)", err, time.Since(before).Round(time.Millisecond))
+}
+
+// coversCounts reports whether got has at least want's requests of every
+// operation.
+func coversCounts(got, want RequestCounts) bool {
+	return got.Puts >= want.Puts && got.Parts >= want.Parts && got.Multipart >= want.Multipart && got.Gets >= want.Gets &&
+		got.Heads >= want.Heads && got.Lists >= want.Lists && got.Deletes >= want.Deletes && got.Other >= want.Other
 }
