@@ -26,12 +26,10 @@ import (
 // live in that database (internal/kv/pgkv) instead of sbx.db, and every
 // transaction of the engine runs there: the same code, the same checks in
 // the same order. pgkv runs the write transactions of every process
-// sharing the database concurrently and serializably (SERIALIZABLE, run
-// again on a serialization failure), so that an append's head
-// compare-and-swap, a lease's fence check and a sweep's re-check of a key
-// are decided as if the transactions had run one at a time, as bbolt runs
-// them within one file, while appends of different threads, which touch
-// different keys, commit at once.
+// sharing the database one at a time (an advisory lock), so that an
+// append's head compare-and-swap, a lease's fence check and a sweep's
+// re-check of a key are decided against what every server committed, as
+// bbolt runs them within one file.
 //
 // A transaction's function may therefore run more than once (kv's
 // package comment): the group commit's batch function is re-runnable

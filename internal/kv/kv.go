@@ -7,13 +7,12 @@
 //   - Bolt adapts a bbolt transaction (the embedded store, sbx.db);
 //   - package internal/kv/pgkv keeps the buckets in one PostgreSQL table and
 //     runs each transaction as one SQL transaction, write transactions
-//     concurrently and serializably across every server sharing the
-//     database.
+//     one at a time across every server sharing the database.
 //
 // The semantics are bbolt's: a read transaction sees one consistent
 // snapshot; a write transaction sees its own writes, and write
-// transactions have the effect of running one at a time (bbolt runs them
-// so; pgkv runs them at once and aborts what would break that); a slice returned by Get or a cursor is valid until the
+// transactions run one at a time (bbolt's lock, pgkv's advisory lock); a
+// slice returned by Get or a cursor is valid until the
 // transaction ends and must not be modified; buckets are top-level only.
 //
 // A backend whose reads can fail (a lost connection) cannot say so through

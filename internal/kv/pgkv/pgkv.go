@@ -2,26 +2,26 @@
 // metadata of several sbxdb servers, on several machines, is one store.
 //
 // Each View is one REPEATABLE READ READ ONLY transaction: one snapshot.
-// Each Update is one SERIALIZABLE transaction, and write transactions of
-// every process using the schema run at the same time: PostgreSQL's
-// serializable snapshot isolation guarantees that the ones that commit
-// have the effect of some order of running one at a time, as bbolt's do in
-// one process. So logic that reads and then writes in Go (a head
-// compare-and-swap, a fence check, a reference count) is as safe as under
-// bbolt, without any lock: PostgreSQL tracks what each transaction read
-// (rows, and the index pages its lookups and scans visited) and aborts one
-// of two concurrent transactions when each read something the other wrote
-// (SQLSTATE 40001), or when they deadlock on row locks (40P01).
+// Each Update is one READ COMMITTED transaction that first takes a
+// transaction-scoped advisory lock, the same for every process using the
+// schema, so write transactions run one at a time across all of them, as
+// bbolt's do in one process: logic that reads and then writes in Go (a
+// head compare-and-swap, a fence check, a reference count, a sweep's
+// re-check of a blob, a repack's swap of index entries) is as safe as
+// under bbolt. (READ COMMITTED, not REPEATABLE READ, because the snapshot
+// must be taken after the lock is held, or it would miss the previous
+// writer's commit.) Running write transactions of several processes at
+// once (SERIALIZABLE, retried on 40001) was tried and withdrawn: a sweep's
+// long transaction starved behind a stream of appends, and two servers
+// appended no faster, their batches conflicting on shared index pages.
 //
-// Update then runs fn again, in a new transaction, after a jittered
-// backoff: fn may run more than once, and must have no effect outside its
-// transaction that a second run would not redo (kv.Tx says so). Only the
-// last run's writes are committed; each earlier run's were rolled back.
+// Update still runs fn again, in a new transaction, after a jittered
+// backoff, when PostgreSQL aborts it as a deadlock or a serialization
+// failure (40P01, 40001): fn may run more than once, and must have no
+// effect outside its transaction that a second run would not redo (kv.Tx
+// says so).
 //
-// What two transactions both write is a conflict by construction, and so
-// is a read of what another writes: a row every write transaction updated
-// (a counter) would make every pair of them conflict. A bucket's sequence
-// is therefore not one row: SetSequence writes the value and AddSequence
+// A bucket's sequence is not one row: SetSequence writes the value and AddSequence
 // (kv.AddSequence) adds a delta row without reading anything, so that
 // transactions that only add to a sequence do not conflict; its value is
 // the sum of its rows, read only when Sequence is called.
@@ -530,7 +530,11 @@ type tx struct {
 func (t *tx) start(conn *pgxpool.Conn) error {
 	b := &pgx.Batch{}
 	if t.writable {
-		b.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
+		// One write transaction at a time across every process using the
+		// schema: READ COMMITTED, so that the snapshot is taken after the
+		// lock is held and sees the previous writer's commit.
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		b.Queue("SELECT pg_advisory_xact_lock($1)", t.db.lockKey)
 	} else {
 		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	}
