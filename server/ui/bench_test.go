@@ -20,7 +20,7 @@ import (
 	"github.com/sbxdb/sbxdb/engine"
 )
 
-// The page-load budgets (issue 36): the threads page of a store with
+// The page-load budgets: the threads page of a store with
 // 10,000 threads and the graph of a thread of 1,000 checkpoints each
 // render in under 300 ms of server time. These benchmarks measure that
 // time, handler only (an httptest recorder, no network, no browser), over
